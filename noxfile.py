@@ -1,0 +1,79 @@
+"""Sessions for the uopc monorepo: one test session per package, lint, benchmarks and the demo.
+
+`nox` runs the default sessions (every package's tests and lint); `nox -s demo` runs the main job.
+Each test session installs its package and the in-repo packages it depends on from their paths (not
+editable, so a file missing from a wheel fails here), plus the test tools, and runs that package's tests.
+"""
+import os
+import nox
+
+nox.options.sessions = ["ir", "lower", "backends", "tensor", "lint"]
+nox.options.reuse_existing_virtualenvs = False
+
+PYTHON = os.environ.get("UOPC_NOX_PYTHON")   # None: the python that runs nox
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3"]
+# ir <- lower <- backends <- tensor: a package's chain is itself and everything below it
+CHAIN = {
+  "uopc-ir": ["uopc-ir"],
+  "uopc-lower": ["uopc-ir", "uopc-lower"],
+  "uopc-backends": ["uopc-ir", "uopc-lower", "uopc-backends"],
+  "uopc-tensor": ["uopc-ir", "uopc-lower", "uopc-backends", "uopc-tensor"],
+}
+
+
+def _install_chain(session: nox.Session, package: str, *extra: str) -> None:
+  session.install(*(f"./packages/{p}" for p in CHAIN[package]), *extra)
+
+
+def _test(session: nox.Session, package: str) -> None:
+  _install_chain(session, package, *TEST_TOOLS)
+  # the compile cache lives in the session's own directory, so runs don't share state with the user's ~/.cache
+  env = {"UOPC_CACHE_DIR": os.path.join(session.virtualenv.location, "uopc-cache")}
+  session.run("pytest", f"packages/{package}/tests", "-q", "-n", os.environ.get("UOPC_TEST_WORKERS", "2"), *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+def ir(session: nox.Session) -> None:
+  """uopc-ir's tests: nothing but the IR package and the test tools is installed."""
+  _test(session, "uopc-ir")
+
+
+@nox.session(python=PYTHON)
+def lower(session: nox.Session) -> None:
+  """uopc-lower's tests."""
+  _test(session, "uopc-lower")
+
+
+@nox.session(python=PYTHON)
+def backends(session: nox.Session) -> None:
+  """uopc-backends' tests."""
+  _test(session, "uopc-backends")
+
+
+@nox.session(python=PYTHON)
+def tensor(session: nox.Session) -> None:
+  """uopc-tensor's tests."""
+  _test(session, "uopc-tensor")
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+  """ruff over the whole repository."""
+  session.install("ruff>=0.5")
+  session.run("ruff", "check", ".")
+
+
+@nox.session(python=PYTHON)
+def benchmarks(session: nox.Session) -> None:
+  """Speed against references measured in the same run (printed as ratios). Not part of `nox`."""
+  _install_chain(session, "uopc-ir")
+  # the reference column; when it can't be installed the benchmark says so and skips the column
+  session.run("python", "-m", "pip", "install", "-q", "tinygrad==0.14.0", success_codes=[0, 1])
+  session.run("python", "benchmarks/ir.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def demo(session: nox.Session) -> None:
+  """The main job: for now a showcase of the IR (build, print, parse, simplify, evaluate)."""
+  _install_chain(session, "uopc-ir")
+  session.run("python", "examples/ir_showcase.py")

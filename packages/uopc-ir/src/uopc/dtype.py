@@ -1,0 +1,81 @@
+"""Data types and address spaces: the two small records every UOp carries besides its shape.
+
+A DType is a frozen record (name, itemsize, C type, struct/NumPy format character). There are five:
+void (things that are not values, like a store), bool, i32, f32 and f16. DTypes are interned: building
+DType("f32", 4, "float", "f") again, unpickling one or deep-copying one gives back `dtypes.f32` itself,
+so `is` and `==` agree and the hot paths of the compiler may compare dtypes by identity.
+
+AddrSpace says where a UOp lives: ALU is a plain value in a register, the rest are memory.
+"""
+from __future__ import annotations
+import math
+from dataclasses import dataclass
+from enum import Enum, auto
+
+_interned: dict[tuple, DType] = {}
+
+
+@dataclass(frozen=True, eq=True)
+class DType:
+  name: str
+  itemsize: int
+  ctype: str
+  fmt: str | None  # struct / numpy format character
+
+  def __new__(cls, name: str, itemsize: int, ctype: str, fmt: str | None):
+    # interning: a DType with the same fields is the same object (dataclass __init__ then re-sets equal fields)
+    if (d := _interned.get((name, itemsize, ctype, fmt))) is not None: return d
+    d = super().__new__(cls)
+    _interned[(name, itemsize, ctype, fmt)] = d
+    return d
+
+  def __reduce__(self): return (DType, (self.name, self.itemsize, self.ctype, self.fmt))
+  def __repr__(self): return f"dtypes.{self.name}"
+  __hash__ = object.__hash__   # interned, so identity hashing agrees with the dataclass equality (and is faster)
+
+  @property
+  def is_float(self) -> bool: return self.name in ("f32", "f16")
+  @property
+  def is_int(self) -> bool: return self.name == "i32"
+
+
+class dtypes:
+  void = DType("void", 0, "void", None)
+  bool = DType("bool", 1, "_Bool", "?")
+  i32 = DType("i32", 4, "int", "i")
+  f32 = DType("f32", 4, "float", "f")
+  f16 = DType("f16", 2, "_Float16", "e")
+  all = (void, bool, i32, f32, f16)
+
+  @staticmethod
+  def from_name(name: str) -> DType:
+    for d in dtypes.all:
+      if d.name == name: return d
+    raise ValueError(f"unknown dtype {name!r} (expected one of {', '.join(d.name for d in dtypes.all)})")
+
+  @staticmethod
+  def from_py(x) -> DType:
+    # bool before int: in python True is an int
+    if isinstance(x, bool): return dtypes.bool
+    if isinstance(x, int): return dtypes.i32
+    if isinstance(x, float): return dtypes.f32
+    raise TypeError(f"no dtype for python value {x!r}")
+
+  @staticmethod
+  def min(d: DType):
+    return {"bool": False, "i32": -2**31}.get(d.name, -math.inf)
+
+  @staticmethod
+  def max(d: DType):
+    return {"bool": True, "i32": 2**31 - 1}.get(d.name, math.inf)
+
+
+class AddrSpace(Enum):
+  """Where a UOp lives. ALU = a plain value in a register. The rest are memory."""
+  ALU = auto()      # a value (week 1)
+  GLOBAL = auto()   # device memory, a function argument (week 2)
+  LOCAL = auto()    # call-scope storage: `float acc[4];` (week 2)
+  SHARED = auto()   # GPU workgroup shared memory (week 7)
+
+  def __repr__(self): return f"AddrSpace.{self.name}"
+  __hash__ = object.__hash__

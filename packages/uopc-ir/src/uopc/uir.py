@@ -1,0 +1,273 @@
+"""The .uir text format: `parse(text) -> UOp` and `to_uir(u) -> text`, an exact round trip.
+
+One node per line, SSA style, `#` starts a comment:
+
+    %name = opname operand, operand, ... : key=value key=value
+    operand := %name | literal        literal := int | float | true | false | tuple
+
+    %0 = buffer 65536 : dtype=f32 slot=0
+    %1 = reshape %0, (256, 256, 1)
+    %2 = reduce %1 : op=add pop=1
+
+The last statement is the program. A literal in a source position is a CONST (`add %x, 1.0`, `range 10`);
+a tuple literal is the arg of a movement op; BUFFER, ALLOC and CONST take their size or value as the first
+operand. Two pieces of sugar make programs written by hand readable, and both expand into ordinary UOps:
+binary ops broadcast like NumPy (missing leading axes are RESHAPEd in, size-1 axes EXPANDed), and a bare
+literal next to a value adopts that value's dtype (`mul %f32, 2` means 2.0) in the ops whose operands
+share a dtype (binary ops, WHERE's branches, STACK, STORE).
+
+The printer writes every CONST inline, in a form that carries its own type (1, 1.0, true, -0.0, inf, nan),
+so `parse(to_uir(g)) is g` for every graph: hash consing makes that one identity check compare every node,
+arg and edge. Errors name the line: `ParseError: line 3: '%2 = add %0, %1': can't broadcast (2,) with (3,)`.
+"""
+from __future__ import annotations
+import json, re
+from uopc.uop import UOp, Ops, ParamArg, CallArg, RangeArg, AxisType, UOpError, BINARY, MOVEMENT
+from uopc.dtype import AddrSpace, dtypes
+
+
+class ParseError(Exception):
+  """A .uir program that can't be read; the message names the line."""
+
+
+# ---- parsing ---------------------------------------------------------------------------------------------------
+
+_ATTRS = {   # the attributes each op takes; every other op takes at most a generic `arg`
+  Ops.BUFFER: {"dtype", "slot", "space"}, Ops.ALLOC: {"dtype", "slot", "space"}, Ops.PARAM: {"slot", "dtype", "shape", "space"},
+  Ops.CONST: {"dtype"}, Ops.CALL: {"name"}, Ops.CAST: {"dtype"}, Ops.RANGE: {"idx", "kind"}, Ops.REDUCE: {"op", "pop"},
+}
+_LEADING_LIT = {Ops.BUFFER, Ops.ALLOC, Ops.CONST}       # `buffer 16`, `const 1.0`
+_TRAILING_LIT = MOVEMENT                                # `reshape %x, (4, 4)`
+_SAME_DTYPE = BINARY | {Ops.WHERE, Ops.STACK, Ops.STORE}  # ops whose bare literals adopt a neighbour's dtype
+_STRING = r'"(?:[^"\\]|\\.)*"'
+_ATTR_RE = re.compile(rf"\s*(\w+)=({_STRING}|\([^=]*?\)(?=\s|$)|\S+)")
+_INT_RE = re.compile(r"[-+]?\d+")
+
+
+def parse(text: str) -> UOp:
+  """The graph a .uir program describes (its last statement)."""
+  if not isinstance(text, str): raise ParseError(f"parse takes the program text (a str), got {type(text).__name__}")
+  env: dict[str, UOp] = {}
+  last = None
+  for lineno, raw in enumerate(text.splitlines(), 1):
+    line = _strip_comment(raw).strip()
+    if not line: continue
+    try: last = _parse_line(line, env)
+    except (ParseError, UOpError, KeyError, ValueError, TypeError, IndexError, SyntaxError) as e:
+      raise ParseError(f"line {lineno}: {raw.strip()!r}: {_reason(e)}") from None
+  if last is None: raise ParseError("empty program")
+  return last
+
+
+def _reason(e: Exception) -> str:
+  return str(e) if not isinstance(e, KeyError) else f"unknown name {e.args[0]!r}"
+
+
+def _strip_comment(line: str) -> str:
+  in_str = esc = False
+  for i, ch in enumerate(line):
+    if in_str:
+      if esc: esc = False
+      elif ch == "\\": esc = True
+      elif ch == '"': in_str = False
+    elif ch == '"': in_str = True
+    elif ch == "#": return line[:i]
+  return line
+
+
+def _split_top(s: str, sep: str) -> list[str]:
+  """Split at `sep` outside parentheses and strings."""
+  parts, depth, cur, in_str, esc = [], 0, [], False, False
+  for ch in s:
+    if in_str:
+      cur.append(ch)
+      if esc: esc = False
+      elif ch == "\\": esc = True
+      elif ch == '"': in_str = False
+      continue
+    if ch == '"': in_str = True
+    elif ch == "(": depth += 1
+    elif ch == ")": depth -= 1
+    if ch == sep and depth == 0: parts.append("".join(cur)); cur = []
+    else: cur.append(ch)
+  parts.append("".join(cur))
+  return parts
+
+
+def _parse_line(line: str, env: dict[str, UOp]) -> UOp:
+  lhs, eq, rhs = line.partition("=")
+  lhs = lhs.strip()
+  if not eq or not re.fullmatch(r"%\w+", lhs): raise ParseError("statement must start with %name =")
+  if lhs[1:] in env: raise ParseError(f"{lhs} is defined twice")
+  body, *attr_parts = _split_top(rhs, ":")
+  if len(attr_parts) > 1: raise ParseError("more than one ':' before the attributes")
+  opname, _, ops_s = body.strip().partition(" ")
+  if not re.fullmatch(r"[a-z_0-9]+", opname) or opname.upper() not in Ops.__members__:
+    raise ParseError(f"unknown op {opname!r}")
+  op = Ops[opname.upper()]
+  attrs = _parse_attrs(op, attr_parts[0] if attr_parts else "")
+  toks = [t.strip() for t in _split_top(ops_s, ",")] if ops_s.strip() else []
+  if any(not t for t in toks): raise ParseError("empty operand")
+  lit = None
+  if op in _LEADING_LIT:
+    if not toks: raise ParseError(f"{opname} needs its {'value' if op is Ops.CONST else 'size'} as the first operand")
+    lit, toks = _literal(toks[0]), toks[1:]
+  elif op in _TRAILING_LIT:
+    if not toks: raise ParseError(f"{opname} needs a tuple as its last operand")
+    lit, toks = _literal(toks[-1]), toks[:-1]
+  src: list = []
+  for t in toks:
+    if t.startswith("%"):
+      if t[1:] not in env: raise ParseError(f"undefined {t}")
+      src.append(env[t[1:]])
+    else: src.append(_literal(t))
+  env[lhs[1:]] = u = _build(op, src, lit, attrs)
+  return u
+
+
+def _parse_attrs(op: Ops, s: str) -> dict:
+  attrs, pos = {}, 0
+  allowed = _ATTRS.get(op, {"arg"})
+  while pos < len(s.rstrip()):
+    m = _ATTR_RE.match(s, pos)
+    if m is None: raise ParseError(f"can't read the attributes {s[pos:].strip()!r} (expected key=value)")
+    k, v = m.group(1), m.group(2)
+    if k not in allowed: raise ParseError(f"{op.name.lower()} takes no attribute {k!r} (it takes {', '.join(sorted(allowed))})")
+    attrs[k] = _attr_value(k, v)
+    pos = m.end()
+  return attrs
+
+
+def _attr_value(k: str, v: str):
+  if k == "dtype": return dtypes.from_name(v)
+  if k in ("slot", "pop", "idx"):
+    if not _INT_RE.fullmatch(v): raise ParseError(f"{k} must be an integer, got {v!r}")
+    return int(v)
+  if k == "op":
+    if v not in ("add", "max"): raise ParseError(f"reduce op must be add or max, got {v!r}")
+    return Ops[v.upper()]
+  if k == "kind": return _enum(AxisType, v, k)
+  if k == "space": return _enum(AddrSpace, v, k)
+  if k == "shape":
+    t = _literal(v)
+    if not isinstance(t, tuple): raise ParseError(f"shape must be a tuple, got {v!r}")
+    return t
+  if k == "name": return json.loads(v) if v.startswith('"') else v
+  return _literal(v)   # arg
+
+
+def _enum(cls, v: str, k: str):
+  if v.upper() not in cls.__members__: raise ParseError(f"{k} must be one of {', '.join(m.lower() for m in cls.__members__)}, got {v!r}")
+  return cls[v.upper()]
+
+
+def _literal(tok: str):
+  tok = tok.strip()
+  if tok == "true": return True
+  if tok == "false": return False
+  if _INT_RE.fullmatch(tok): return int(tok)
+  if tok.startswith('"'): return json.loads(tok)
+  if tok.startswith("("):
+    if not tok.endswith(")"): raise ParseError(f"unclosed tuple {tok!r}")
+    inner = tok[1:-1].strip()
+    if not inner: return ()
+    items = _split_top(inner, ",")
+    if items[-1].strip() == "": items = items[:-1]   # (1,)
+    return tuple(_literal(x) for x in items)
+  if tok in ("inf", "+inf", "-inf", "nan"): return float(tok)
+  if re.fullmatch(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?", tok): return float(tok)
+  raise ParseError(f"bad literal {tok!r}")
+
+
+def _build(op: Ops, src: list, lit, attrs: dict) -> UOp:
+  like = None
+  if op in _SAME_DTYPE: like = next((s for s in (src[1:] if op is Ops.WHERE else src) if isinstance(s, UOp)), None)
+  def const(v):
+    if isinstance(v, tuple) or isinstance(v, str): raise ParseError(f"a {type(v).__name__} literal can't be an operand of {op.name.lower()}")
+    if like is None or isinstance(v, bool): return UOp.const(v)
+    if isinstance(v, float) and not like.dtype.is_float:   # adopting would truncate: 1.5 next to an i32 is a mistake
+      raise ParseError(f"float literal {v!r} next to a {like.dtype.name} operand")
+    return UOp.const(v, like.dtype)
+  src = [s if isinstance(s, UOp) else const(s) for s in src]
+  if op in (Ops.BUFFER, Ops.ALLOC):
+    if type(lit) is not int: raise ParseError(f"{op.name.lower()} size must be an integer, got {lit!r}")
+    return UOp(op, (), ParamArg(attrs.get("slot", 0), attrs.get("dtype", dtypes.f32), (lit,), attrs.get("space")))
+  if op is Ops.PARAM: 
+    if "slot" not in attrs: raise ParseError("param needs slot=")
+    return UOp(op, (), ParamArg(attrs["slot"], attrs.get("dtype", dtypes.f32), tuple(attrs.get("shape", ())), attrs.get("space")))
+  if op is Ops.CONST:
+    if src: raise ParseError("const takes only its value")
+    return UOp.const(lit, attrs.get("dtype"))
+  if op is Ops.CALL: return UOp(op, tuple(src), CallArg(attrs.get("name", "f")))
+  if op is Ops.CAST:
+    if "dtype" not in attrs: raise ParseError("cast needs dtype=")
+    return UOp(op, tuple(src), attrs["dtype"])
+  if op is Ops.RANGE: return UOp(op, tuple(src), RangeArg(attrs.get("idx", 0), attrs.get("kind", AxisType.LOOP)))
+  if op is Ops.REDUCE: return UOp(op, tuple(src), (attrs.get("op", Ops.ADD), attrs.get("pop", 1)))
+  if op in MOVEMENT: return UOp(op, tuple(src), lit)
+  if op in BINARY and len(src) == 2:
+    a, b = _broadcast(*src)
+    return UOp(op, (a, b), attrs.get("arg"))
+  if op is Ops.WHERE and len(src) == 3:
+    c, a, b = src
+    a, b = _broadcast(a, b); c, a = _broadcast(c, a); c, b = _broadcast(c, b)
+    return UOp(op, (c, a, b), attrs.get("arg"))
+  return UOp(op, tuple(src), attrs.get("arg"))
+
+
+def _broadcast(a: UOp, b: UOp) -> tuple[UOp, UOp]:
+  """NumPy broadcasting as sugar: prepend size-1 axes with RESHAPE, grow size-1 axes with EXPAND."""
+  if a.shape == b.shape: return a, b
+  n = max(len(a.shape), len(b.shape))
+  if len(a.shape) < n: a = a.reshape((1,) * (n - len(a.shape)) + a.shape)
+  if len(b.shape) < n: b = b.reshape((1,) * (n - len(b.shape)) + b.shape)
+  out = []
+  for x, y in zip(a.shape, b.shape):
+    if x != y and 1 not in (x, y): raise ParseError(f"can't broadcast {a.shape} with {b.shape}")
+    out.append(y if x == 1 else x)
+  out_t = tuple(out)
+  return (a if a.shape == out_t else a.expand(out_t)), (b if b.shape == out_t else b.expand(out_t))
+
+
+# ---- printing --------------------------------------------------------------------------------------------------
+
+def _fmt_lit(v) -> str:
+  if isinstance(v, bool): return "true" if v else "false"
+  if isinstance(v, int): return str(v)
+  if isinstance(v, float): return repr(v)            # shortest exact form: 0.1, -0.0, 1e+20, inf, -inf, nan
+  if isinstance(v, tuple): return "(" + ", ".join(_fmt_lit(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+  if isinstance(v, str): return json.dumps(v)
+  raise ValueError(f"to_uir can't write {v!r} ({type(v).__name__}) as a literal")
+
+
+def _fmt_name(s: str) -> str: return s if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", s) else json.dumps(s)
+
+
+def to_uir(root: UOp) -> str:
+  """The .uir text of the graph under root: one line per node (constants inline), numbered in toposort order."""
+  names: dict[UOp, str] = {}
+  lines = []
+  for u in root.toposort():
+    if u.op is Ops.CONST and u is not root: continue   # constants are printed inline where they are used
+    names[u] = f"%{len(names)}"
+    ops = [_fmt_lit(s.arg) if s.op is Ops.CONST else names[s] for s in u.src]
+    attrs, a = [], u.arg
+    if u.op in (Ops.BUFFER, Ops.ALLOC, Ops.PARAM):
+      if u.op is Ops.PARAM: attrs = [f"slot={a.slot}", f"dtype={a.dtype.name}"] + ([f"shape={_fmt_lit(a.shape)}"] if a.shape else [])
+      else: ops, attrs = [str(a.shape[0])], [f"dtype={a.dtype.name}", f"slot={a.slot}"]
+      if a.addrspace is not None: attrs.append(f"space={a.addrspace.name.lower()}")
+    elif u.op is Ops.CONST: ops = [_fmt_lit(a)]
+    elif u.op is Ops.CALL: attrs = [f"name={_fmt_name(a.name)}"]
+    elif u.op is Ops.CAST: attrs = [f"dtype={a.name}"]
+    elif u.op is Ops.RANGE: attrs = [f"idx={a.idx}", f"kind={a.kind.name.lower()}"]
+    elif u.op is Ops.REDUCE: attrs = [f"op={a[0].name.lower()}", f"pop={a[1]}"]
+    elif u.op in MOVEMENT: ops.append(_fmt_lit(a))
+    elif a is not None: attrs = [f"arg={_fmt_lit(a)}"]
+    line = f"{names[u]} = {u.op.name.lower()}"
+    if ops: line += " " + ", ".join(ops)
+    if attrs: line += " : " + " ".join(attrs)
+    lines.append(line)
+  return "\n".join(lines) + "\n"
+
+
+__all__ = ["parse", "to_uir", "ParseError"]

@@ -1,0 +1,532 @@
+"""The UOp: the one node type of the whole compiler.
+
+    UOp(op, src: tuple[UOp, ...], arg)
+
+Every program is a DAG of UOps, from the week-1 arithmetic circuit to the GPT training step. UOps are
+*hash consed*: constructing a UOp that is structurally identical to a live one returns the very same
+Python object. That gives O(1) structural equality (`is`), free common-subexpression elimination and
+cheap memoization keyed on nodes (equality and hashing stay object's identity versions, written in C).
+
+dtype, shape and addrspace are *recursive properties*: `_infer` computes them from the op, the arg and
+the sources when the node is built. `_infer` is the type checker of the IR: a malformed UOp never exists,
+it dies at construction with an error that says what was wrong.
+
+Nothing here recurses on graph depth: toposort, substitute, wrap, call_params, repr and pickling all
+walk with explicit stacks, because chains of a million nodes happen.
+"""
+from __future__ import annotations
+import math, operator, weakref
+from _weakref import _remove_dead_weakref
+from dataclasses import dataclass
+from enum import Enum, auto
+from typing import Any, Callable
+from uopc.dtype import DType, dtypes, AddrSpace
+
+
+class Ops(Enum):
+  # ---- week 1: values ---------------------------------------------------
+  PARAM = auto()      # arg: ParamArg. An input to the enclosing CALL.
+  CALL = auto()       # src[0] = body, src[1:] = arguments. arg: CallArg
+  CONST = auto()      # arg: python value (bool/int/float). shape ()
+  STACK = auto()      # new leading axis; all srcs share one shape
+  INDEX = auto()      # src[0] indexed by src[1:]; pops axes off the left
+  CAST = auto()       # arg: DType
+  RECIP = auto()      # 1/x
+  ADD = auto(); MUL = auto(); CMPLT = auto()
+  FLOORDIV = auto(); FLOORMOD = auto()
+  WHERE = auto()      # (cond, a, b)
+  # extra ALU, introduced when they are needed (masks, max-reduce, softmax)
+  CMPNE = auto(); MAX = auto()
+  EXP2 = auto(); LOG2 = auto(); SQRT = auto(); SIN = auto()
+  # ---- week 2: memory ---------------------------------------------------
+  BUFFER = auto()     # arg: ParamArg. global persistent memory (never in a CALL body)
+  ALLOC = auto()      # arg: ParamArg. call-scope storage `float a[10];`
+  LOAD = auto()       # (ptr,)
+  STORE = auto()      # (ptr, value)
+  AFTER = auto()      # (mem, *deps): `mem`, but only once deps have happened
+  SINK = auto()       # (*effects): groups side effects, the root of a program
+  # ---- week 3: loops ----------------------------------------------------
+  RANGE = auto()      # src[0] = end; arg: RangeArg. value is the loop counter
+  END = auto()        # (passthrough, *ranges): closes the ranges
+  # ---- week 4: movement + reduction -------------------------------------
+  RESHAPE = auto(); EXPAND = auto(); PERMUTE = auto(); SHRINK = auto()
+  REDUCE = auto()     # arg: (Ops.ADD | Ops.MAX, n) -- reduces the last n axes
+  # ---- week 5: kernels --------------------------------------------------
+  STAGE = auto()      # materialize src[0] into a temp buffer you can index into
+  # ---- weeks 7-8: GPUs --------------------------------------------------
+  BARRIER = auto()    # (*deps): __syncthreads()
+  WMMA = auto()       # reserved for tensor cores (week 8 lowers GEMMs to WMMA by pattern instead)
+
+  def __repr__(self): return f"Ops.{self.name}"
+  __hash__ = object.__hash__   # members are singletons: identity hashing is correct and much faster
+
+
+UNARY = {Ops.RECIP, Ops.CAST, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.SIN}
+BINARY = {Ops.ADD, Ops.MUL, Ops.CMPLT, Ops.CMPNE, Ops.FLOORDIV, Ops.FLOORMOD, Ops.MAX}
+ALU = UNARY | BINARY | {Ops.WHERE}
+COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE}
+MOVEMENT = {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK}
+
+
+class AxisType(Enum):
+  LOOP = auto()      # a plain serial for-loop
+  REDUCE = auto()    # a for-loop that a reduction accumulates over
+  UPCAST = auto()    # fully unrolled. uopc unrolls *during* rangeify (Opts.upcast), so no RANGE of this kind
+                     # is ever built; the name stays for the course's vocabulary
+  THREAD = auto()    # parallel across CPU threads
+  GLOBAL = auto()    # GPU blockIdx
+  LOCAL = auto()     # GPU threadIdx
+  def __repr__(self): return f"AxisType.{self.name}"
+  __hash__ = object.__hash__
+
+
+@dataclass(frozen=True)
+class ParamArg:
+  slot: int
+  dtype: DType
+  shape: tuple[int, ...] = ()
+  addrspace: AddrSpace | None = None   # only used by ALLOC (LOCAL or SHARED)
+
+
+@dataclass(frozen=True)
+class CallArg:
+  name: str = "f"
+
+
+@dataclass(frozen=True, order=True)
+class RangeArg:
+  idx: int                         # loops nest in increasing idx order
+  kind: AxisType = AxisType.LOOP
+
+
+def prod(xs) -> int: return math.prod(xs)
+
+
+def _argkey(arg):
+  # 1 == 1.0 == True and 0.0 == -0.0 in python; the cache must not merge them. repr also gives every nan one key.
+  t = type(arg)
+  if t is float: return (float, repr(arg))
+  if t is tuple: return (tuple, tuple(_argkey(a) for a in arg))
+  return (t, arg)
+
+
+class UOpError(Exception):
+  """A malformed UOp: raised by the type checker when the node is built."""
+
+
+class UOp:
+  __slots__ = ("op", "src", "arg", "dtype", "shape", "addrspace", "__weakref__", "__dict__")
+  op: Ops
+  src: tuple[UOp, ...]
+  arg: Any
+  dtype: DType
+  shape: tuple[int, ...]
+  addrspace: AddrSpace
+  # the weak hash-consing cache: key -> weak reference to the live node. An entry goes away with its node (so the
+  # cache shrinks after `del`), and the key, which holds the sources, never keeps a graph alive.
+  _cache: dict[tuple, weakref.ref] = {}
+
+  def __new__(cls, op: Ops, src: tuple[UOp, ...] = (), arg: Any = None):
+    # the hot path of the whole compiler: one key, one dict probe, and on a miss the type checker
+    if type(src) is not tuple: src = tuple(src)
+    key = (op, src) if arg is None else (op, src, _argkey(arg))
+    if (ref := _cache_get(key)) is not None and (ret := ref()) is not None: return ret
+    ret = object.__new__(cls)
+    ret.op, ret.src, ret.arg = op, src, arg
+    try: ret.dtype, ret.shape, ret.addrspace = _RULES[op](op, src, arg)   # the type checker; a failure caches nothing
+    except (KeyError, AttributeError, TypeError) as e: raise _malformed(op, src, e) from None
+    ref = _CacheRef(ret, _evict)
+    ref.key = key
+    _cache[key] = ref
+    return ret
+
+  # hash consing means identity *is* structural equality, so we keep object's default
+  # __eq__/__hash__ (identity, implemented in C). Note __lt__ etc. build UOps instead.
+
+  def __reduce__(self):
+    # pickle (and deepcopy) rebuild through UOp(...), so the result is re-hash-consed into the live cache. The
+    # graph travels as a flat list in topological order: a nested (UOp, (op, src, arg)) form makes pickle recurse.
+    nodes = self.toposort()
+    index = {u: i for i, u in enumerate(nodes)}
+    return (_rebuild, ([(u.op, tuple(index[s] for s in u.src), u.arg) for u in nodes],))
+
+  def __repr__(self): return _tree_repr(self)
+
+  def replace(self, **kw) -> UOp:
+    return UOp(kw.get("op", self.op), kw.get("src", self.src), kw.get("arg", self.arg))
+
+  # ---- graph helpers ----------------------------------------------------
+  def toposort(self) -> list[UOp]:
+    """Every node reachable from self, sources before users, sources in left-to-right order. Iterative."""
+    out: list[UOp] = []
+    seen: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    push, pop, emit, mark = stack.append, stack.pop, out.append, seen.add
+    while stack:
+      u, done = pop()
+      if done: emit(u); continue
+      if u in seen: continue
+      mark(u)
+      push((u, True))
+      src = u.src
+      for i in range(len(src) - 1, -1, -1):
+        if src[i] not in seen: push((src[i], False))
+    return out
+
+  def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+    """Replace nodes (by identity) everywhere in the graph. Rebuilds only what changed."""
+    new: dict[UOp, UOp] = {}
+    for u in self.toposort():
+      if u in mapping: new[u] = mapping[u]; continue
+      src = tuple([new[s] for s in u.src])
+      new[u] = u if src == u.src else UOp(u.op, src, u.arg)
+    return new[self]
+
+  @staticmethod
+  def wrap(roots: list[UOp], targets: set[UOp], fn: Callable[[UOp], UOp]) -> list[UOp]:
+    """Rebuild the graph bottom-up, replacing each node t in targets by fn(t'), where t' is t with *its*
+    sources already rebuilt. (substitute() would wrap the original, unrewritten t.)"""
+    new: dict[UOp, UOp] = {}
+    for u in UOp(Ops.SINK, tuple(roots)).toposort():
+      src = tuple([new[s] for s in u.src])
+      n = u if src == u.src else UOp(u.op, src, u.arg)
+      new[u] = fn(n) if u in targets else n
+    return [new[r] for r in roots]
+
+  def ranges(self) -> list[UOp]:
+    return sorted((u for u in self.toposort() if u.op is Ops.RANGE), key=lambda u: u.arg)
+
+  # ---- constructors -----------------------------------------------------
+  @staticmethod
+  def const(v, dtype: DType | None = None) -> UOp:
+    v = _py_scalar(v)
+    if dtype is dtypes.f16: return UOp(Ops.CONST, (), float(v)).cast(dtypes.f16)   # python has no f16 values
+    if dtype is not None and dtype is not dtypes.from_py(v):
+      if dtype is dtypes.void: raise UOpError("a CONST can't have dtype void")
+      v = {"bool": bool, "i32": int}.get(dtype.name, float)(v)
+    return UOp(Ops.CONST, (), v)
+
+  def const_like(self, v) -> UOp:
+    """A constant with self's dtype *and shape* (broadcast with RESHAPE + EXPAND)."""
+    c = UOp.const(v, self.dtype)
+    return c.reshape((1,) * len(self.shape)).expand(self.shape) if self.shape else c
+  def _c(self, x) -> UOp: return x if isinstance(x, UOp) else self.const_like(x)
+  def alu(self, op: Ops, *src) -> UOp: return UOp(op, (self, *(self._c(s) for s in src)))
+
+  def __add__(self, x): return self.alu(Ops.ADD, x)
+  def __radd__(self, x): return self._c(x).alu(Ops.ADD, self)
+  def __mul__(self, x): return self.alu(Ops.MUL, x)
+  def __rmul__(self, x): return self._c(x).alu(Ops.MUL, self)
+  def __neg__(self): return self.alu(Ops.MUL, -1 if self.dtype is dtypes.i32 else -1.0)
+  def __sub__(self, x): return self + -self._c(x)
+  def __rsub__(self, x): return self._c(x) + -self
+  def __floordiv__(self, x): return self.alu(Ops.FLOORDIV, x)
+  def __rfloordiv__(self, x): return self._c(x).alu(Ops.FLOORDIV, self)
+  def __mod__(self, x): return self.alu(Ops.FLOORMOD, x)
+  def __rmod__(self, x): return self._c(x).alu(Ops.FLOORMOD, self)
+  def __lt__(self, x): return self.alu(Ops.CMPLT, x)
+  def __gt__(self, x): return self._c(x).alu(Ops.CMPLT, self)
+  def ne(self, x): return self.alu(Ops.CMPNE, x)
+  def eq(self, x): return self.ne(x).ne(True)
+  def maximum(self, x): return self.alu(Ops.MAX, x)
+  def recip(self): return UOp(Ops.RECIP, (self,))
+  def cast(self, d: DType): return self if d is self.dtype else UOp(Ops.CAST, (self,), d)
+  def where(self, a, b):
+    a = a if isinstance(a, UOp) else (b.const_like(a) if isinstance(b, UOp) else UOp.const(a))
+    b = b if isinstance(b, UOp) else a.const_like(b)
+    return UOp(Ops.WHERE, (self, a, b))
+
+  def index(self, *idx) -> UOp:
+    return UOp(Ops.INDEX, (self, *(i if isinstance(i, UOp) else UOp.const(int(i)) for i in idx)))
+  def load(self) -> UOp: return UOp(Ops.LOAD, (self,))
+  def store(self, v) -> UOp: return UOp(Ops.STORE, (self, v))
+  def after(self, *deps) -> UOp: return UOp(Ops.AFTER, (self, *deps)) if deps else self
+  def end(self, *rngs) -> UOp: return UOp(Ops.END, (self, *rngs)) if rngs else self
+
+  def reshape(self, shape): return UOp(Ops.RESHAPE, (self,), _ints(shape))
+  def expand(self, shape): return UOp(Ops.EXPAND, (self,), _ints(shape))
+  def permute(self, perm): return UOp(Ops.PERMUTE, (self,), _ints(perm))
+  def shrink(self, arg): return UOp(Ops.SHRINK, (self,), tuple(_ints(x) for x in arg))
+  def reduce(self, op: Ops, n: int = 1): return UOp(Ops.REDUCE, (self,), (op, int(n)))
+
+
+class _CacheRef(weakref.ref):
+  __slots__ = ("key",)
+
+_cache = UOp._cache
+_cache_get = _cache.get
+
+def _evict(ref: _CacheRef):
+  # removes the entry only if it still holds a dead reference: a node rebuilt under the same key stays
+  _remove_dead_weakref(_cache, ref.key)
+
+
+def _rebuild(nodes: list[tuple[Ops, tuple[int, ...], Any]]) -> UOp:
+  built: list[UOp] = []
+  for op, src, arg in nodes: built.append(UOp(op, tuple(built[i] for i in src), arg))
+  return built[-1]
+
+
+def _ints(xs) -> tuple[int, ...]:
+  # shapes and permutations hold python ints, so that (np.int64(3),) and (3,) are one node
+  try: return tuple(x if type(x) is int else operator.index(x) for x in xs)
+  except TypeError: raise UOpError(f"expected a tuple of integers, got {xs!r}") from None
+
+
+def _py_scalar(v):
+  if type(v) in (bool, int, float): return v
+  if hasattr(v, "item") and not isinstance(v, UOp): v = v.item()   # numpy scalars
+  if isinstance(v, bool): return bool(v)
+  if isinstance(v, int): return int(v)
+  if isinstance(v, float): return float(v)
+  raise UOpError(f"a CONST holds a python bool, int or float, got {v!r}")
+
+
+def _tree_repr(root: UOp, budget: int = 4000) -> str:
+  """UOp(Ops.MUL, src=(UOp(...), ...)): a tree (shared nodes repeat), cut off at `budget` characters so a
+  DAG with exponentially many paths prints quickly. Iterative."""
+  parts: list[str] = []
+  size = 0
+  stack: list[UOp | str] = [root]
+  while stack and size < budget:
+    u = stack.pop()
+    if isinstance(u, str): parts.append(u); size += len(u); continue
+    s = f"UOp({u.op}, arg={u.arg!r}" if u.arg is not None else f"UOp({u.op}"
+    if u.src:
+      s += ", src=("
+      stack.append(",))" if len(u.src) == 1 else "))")
+      for i in range(len(u.src) - 1, -1, -1):
+        stack.append(u.src[i])
+        if i: stack.append(", ")
+    else: s += ")"
+    parts.append(s)
+    size += len(s)
+  return "".join(parts) + (" ..." if stack else "")
+
+
+def sink(*srcs: UOp) -> UOp: return UOp(Ops.SINK, tuple(srcs))
+def range_(end: int | UOp, idx: int, kind: AxisType = AxisType.LOOP) -> UOp:
+  return UOp(Ops.RANGE, (end if isinstance(end, UOp) else UOp.const(int(end)),), RangeArg(idx, kind))
+
+def stack(*xs) -> UOp:
+  """STACK of the arguments: a new leading axis. Python literals become CONSTs typed like the first UOp
+  argument (or by their own python type when there is none)."""
+  like = next((x for x in xs if isinstance(x, UOp)), None)
+  return UOp(Ops.STACK, tuple(x if isinstance(x, UOp) else (like.const_like(x) if like is not None else UOp.const(x)) for x in xs))
+
+def buf(slot: int, n: int, dtype: DType = dtypes.f32) -> UOp:
+  """A flat global BUFFER of n elements in argument slot `slot`."""
+  return UOp(Ops.BUFFER, (), ParamArg(slot, dtype, (int(n),)))
+
+
+# ---------------------------------------------------------------------------
+# shape / dtype / addrspace inference. This is the type checker of the IR:
+# every malformed UOp dies here, at construction time, with a useful message.
+
+def _check(cond, msg):
+  if not cond: raise UOpError(msg)
+
+# The rules below test first and format a message only on failure: building an f-string for every node made
+# construction twice as slow. Each rule takes (op, src, arg) and returns (dtype, shape, addrspace).
+_A = AddrSpace.ALU
+_void, _bool, _i32 = dtypes.void, dtypes.bool, dtypes.i32
+# module aliases of ops: `Ops.X` costs ~70ns in python 3.11 (EnumType's __getattr__ hook slows every class attribute)
+_CAST, _FLOORDIV, _FLOORMOD, _CMPLT, _CMPNE, _BUFFER = Ops.CAST, Ops.FLOORDIV, Ops.FLOORMOD, Ops.CMPLT, Ops.CMPNE, Ops.BUFFER
+
+def _infer(op: Ops, src: tuple[UOp, ...], arg) -> tuple[DType, tuple[int, ...], AddrSpace]:
+  """(dtype, shape, addrspace) of UOp(op, src, arg), or a UOpError saying why there is no such node."""
+  try: return _RULES[op](op, src, arg)
+  except (KeyError, AttributeError, TypeError) as e: raise _malformed(op, src, e) from None
+
+def _malformed(op, src, e: Exception) -> Exception:
+  # the rules assume UOp sources and a known op; a python error inside them means one of those did not hold
+  if op not in _RULES: return UOpError(f"no inference rule for {op!r}")
+  for s in src:
+    if type(s) is not UOp: return UOpError(f"{op!r}: sources must be UOps, got {type(s).__name__} {s!r}")
+  return e
+
+def _nsrc(op: Ops, src, n: int):
+  if len(src) != n: raise UOpError(f"{op!r} takes {n} source{'s' if n != 1 else ''}, got {len(src)}")
+
+def _paramarg(op: Ops, arg):
+  _check(isinstance(arg, ParamArg), f"{op!r} needs a ParamArg, got {arg!r}")
+  _check(type(arg.slot) is int and arg.slot >= 0, f"{op!r}: slot must be a non-negative int, got {arg.slot!r}")
+  _check(isinstance(arg.dtype, DType) and arg.dtype is not _void, f"{op!r}: bad dtype {arg.dtype!r}")
+  _check(type(arg.shape) is tuple and all(type(s) is int and s >= 0 for s in arg.shape), f"{op!r}: bad shape {arg.shape!r}")
+
+def _infer_const(op, src, arg):
+  if src: raise UOpError("CONST has no sources")
+  t = type(arg)
+  if t is float: return dtypes.f32, (), _A
+  if t is int:
+    if not -2**31 <= arg < 2**31: raise UOpError(f"CONST {arg} does not fit in i32")
+    return _i32, (), _A
+  if t is bool: return _bool, (), _A
+  raise UOpError(f"CONST holds a python bool, int or float, got {arg!r}")
+
+def _infer_param(op, src, arg):
+  _check(not src, "PARAM has no sources")
+  _paramarg(op, arg)
+  return arg.dtype, arg.shape, _A
+
+def _infer_buffer(op, src, arg):
+  _check(not src, f"{op.name} has no sources")
+  _paramarg(op, arg)
+  _check(len(arg.shape) == 1, f"{op.name} is flat")
+  if op is Ops.BUFFER: return arg.dtype, arg.shape, AddrSpace.GLOBAL
+  return arg.dtype, arg.shape, arg.addrspace or AddrSpace.LOCAL
+
+def _infer_call(op, src, arg):
+  _check(len(src) >= 1, "CALL needs a body")
+  params: dict[int, UOp] = {}
+  for u in call_params(src[0]):
+    if params.setdefault(u.arg.slot, u) is not u:
+      raise UOpError(f"CALL body has two PARAMs with slot {u.arg.slot}: {params[u.arg.slot].arg} and {u.arg}")
+  _check(sorted(params) == list(range(len(src) - 1)), f"CALL needs params 0..{len(src)-2}, body has {sorted(params)}")
+  for i, a in enumerate(src[1:]):
+    p = params[i]
+    if a.shape != p.shape or a.dtype is not p.dtype: raise UOpError(f"CALL arg {i}: {a.dtype}{a.shape} != param {p.dtype}{p.shape}")
+  return src[0].dtype, src[0].shape, src[0].addrspace
+
+def _infer_stack(op, src, arg):
+  if not src: raise UOpError("STACK of nothing")
+  s0 = src[0]
+  shape, dtype = s0.shape, s0.dtype
+  for s in src:
+    if s.shape != shape or s.dtype is not dtype: raise UOpError("STACK srcs must agree in shape and dtype")
+  if dtype is _void: raise UOpError("STACK of void")
+  return dtype, (len(src),) + shape, _A
+
+def _infer_index(op, src, arg):
+  if not src: raise UOpError("INDEX needs something to index")
+  x, n = src[0], len(src) - 1
+  if n > len(x.shape): raise UOpError(f"INDEX: {n} indices into shape {x.shape}")
+  for i in src[1:]:
+    if i.dtype is not _i32 or i.shape != (): raise UOpError("INDEX indices are i32 scalars")
+  return x.dtype, x.shape[n:], x.addrspace
+
+def _infer_where(op, src, arg):
+  if len(src) != 3: _nsrc(op, src, 3)
+  c, a, b = src
+  if c.dtype is not _bool: raise UOpError("WHERE condition must be bool")
+  if a.dtype is not b.dtype: raise UOpError(f"WHERE branches disagree: {a.dtype} vs {b.dtype}")
+  if not c.shape == a.shape == b.shape: raise UOpError(f"WHERE shape mismatch {c.shape} {a.shape} {b.shape}")
+  if a.dtype is _void: raise UOpError("WHERE of void")
+  return a.dtype, a.shape, _A
+
+def _infer_unary(op, src, arg):
+  if len(src) != 1: raise UOpError(f"{op} is unary")
+  x = src[0]
+  if op is _CAST:
+    if not isinstance(arg, DType) or arg is _void: raise UOpError(f"CAST needs a value dtype as its arg, got {arg!r}")
+    if x.dtype is _void: raise UOpError("CAST of void")
+    return arg, x.shape, _A
+  if not x.dtype.is_float: raise UOpError(f"{op} needs a float, got {x.dtype}")
+  return x.dtype, x.shape, _A
+
+def _infer_binary(op, src, arg):
+  if len(src) != 2: _nsrc(op, src, 2)
+  a, b = src
+  if a.shape != b.shape: raise UOpError(f"{op}: shape mismatch {a.shape} vs {b.shape} (broadcast with EXPAND)")
+  dtype = a.dtype
+  if dtype is not b.dtype: raise UOpError(f"{op}: dtype mismatch {dtype} vs {b.dtype} (use CAST)")
+  if dtype is _void: raise UOpError(f"{op} of void")
+  if (op is _FLOORDIV or op is _FLOORMOD) and dtype is not _i32: raise UOpError(f"{op} is integer only")
+  return (_bool if op is _CMPLT or op is _CMPNE else dtype), a.shape, _A
+
+def _infer_load(op, src, arg):
+  if len(src) != 1: _nsrc(op, src, 1)
+  if src[0].addrspace is _A: raise UOpError("LOAD needs memory")
+  return src[0].dtype, src[0].shape, _A
+
+def _infer_store(op, src, arg):
+  if len(src) != 2: _nsrc(op, src, 2)
+  if src[0].addrspace is _A: raise UOpError("STORE needs memory")
+  if src[0].dtype is not src[1].dtype: raise UOpError(f"STORE of {src[1].dtype} into {src[0].dtype}")
+  return _void, (), _A
+
+def _infer_after(op, src, arg):
+  if not src: raise UOpError("AFTER needs the memory it orders")
+  return src[0].dtype, src[0].shape, src[0].addrspace
+
+def _infer_void(op, src, arg): return _void, (), _A
+
+def _infer_end(op, src, arg):
+  if not src: raise UOpError("END needs the statement it closes loops after")
+  for r in src[1:]:
+    if r.op is not Ops.RANGE: raise UOpError(f"END closes RANGEs, got {r.op!r}")
+  return _void, (), _A
+
+def _infer_range(op, src, arg):
+  if len(src) != 1: _nsrc(op, src, 1)
+  if src[0].dtype is not _i32: raise UOpError("RANGE end is i32")
+  if src[0].shape != (): raise UOpError("RANGE end is a scalar")
+  if not isinstance(arg, RangeArg): raise UOpError(f"RANGE needs a RangeArg, got {arg!r}")
+  return _i32, (), _A
+
+def _shape_arg(op, arg):
+  if type(arg) is not tuple or not all(type(s) is int and s >= 0 for s in arg):
+    raise UOpError(f"{op.name} needs a tuple of non-negative ints, got {arg!r}")
+
+def _infer_reshape(op, src, arg):
+  if len(src) != 1: _nsrc(op, src, 1)
+  _shape_arg(op, arg)
+  if prod(arg) != prod(src[0].shape): raise UOpError(f"RESHAPE {src[0].shape} -> {arg}")
+  return src[0].dtype, arg, src[0].addrspace
+
+def _infer_expand(op, src, arg):
+  if len(src) != 1: _nsrc(op, src, 1)
+  _shape_arg(op, arg)
+  s = src[0].shape
+  if len(arg) != len(s) or not all(a == b or a == 1 for a, b in zip(s, arg)): raise UOpError(f"EXPAND {s} -> {arg}")
+  return src[0].dtype, arg, src[0].addrspace
+
+def _infer_permute(op, src, arg):
+  if len(src) != 1: _nsrc(op, src, 1)
+  if type(arg) is not tuple or sorted(arg) != list(range(len(src[0].shape))): raise UOpError(f"PERMUTE {arg} of {src[0].shape}")
+  return src[0].dtype, tuple(src[0].shape[i] for i in arg), src[0].addrspace
+
+def _infer_shrink(op, src, arg):
+  if len(src) != 1: _nsrc(op, src, 1)
+  s = src[0].shape
+  if not (type(arg) is tuple and len(arg) == len(s) and all(type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int
+                                                            and 0 <= p[0] <= p[1] <= n for p, n in zip(arg, s))):
+    raise UOpError(f"SHRINK {arg} of {s}")
+  return src[0].dtype, tuple(e - b for b, e in arg), src[0].addrspace
+
+def _infer_reduce(op, src, arg):
+  if len(src) != 1: _nsrc(op, src, 1)
+  ok = type(arg) is tuple and len(arg) == 2 and arg[0] in (Ops.ADD, Ops.MAX) and type(arg[1]) is int
+  if not ok or not 0 <= arg[1] <= len(src[0].shape): raise UOpError(f"REDUCE {arg} of {src[0].shape}")
+  if src[0].dtype is _void: raise UOpError("REDUCE of void")
+  return src[0].dtype, src[0].shape[:len(src[0].shape) - arg[1]], _A
+
+def _infer_stage(op, src, arg):
+  if len(src) != 1: _nsrc(op, src, 1)
+  return src[0].dtype, src[0].shape, _A
+
+def _infer_wmma(op, src, arg):
+  if len(src) < 3: raise UOpError("WMMA takes (a, b, c)")
+  return src[2].dtype, src[2].shape, _A
+
+_RULES: dict[Ops, Callable] = {
+  Ops.CONST: _infer_const, Ops.PARAM: _infer_param, Ops.BUFFER: _infer_buffer, Ops.ALLOC: _infer_buffer,
+  Ops.CALL: _infer_call, Ops.STACK: _infer_stack, Ops.INDEX: _infer_index, Ops.WHERE: _infer_where,
+  **{op: _infer_unary for op in UNARY}, **{op: _infer_binary for op in BINARY},
+  Ops.LOAD: _infer_load, Ops.STORE: _infer_store, Ops.AFTER: _infer_after, Ops.SINK: _infer_void, Ops.BARRIER: _infer_void,
+  Ops.END: _infer_end, Ops.RANGE: _infer_range, Ops.RESHAPE: _infer_reshape, Ops.EXPAND: _infer_expand,
+  Ops.PERMUTE: _infer_permute, Ops.SHRINK: _infer_shrink, Ops.REDUCE: _infer_reduce, Ops.STAGE: _infer_stage,
+  Ops.WMMA: _infer_wmma,
+}
+
+
+def call_params(body: UOp) -> list[UOp]:
+  """PARAMs that belong to this body. A nested CALL's body is its own scope, so we don't look inside it."""
+  out, seen, stack = [], set(), [body]
+  while stack:
+    u = stack.pop()
+    if u in seen: continue
+    seen.add(u)
+    if u.op is Ops.PARAM: out.append(u)
+    stack.extend(u.src[1:] if u.op is Ops.CALL else u.src)
+  return out

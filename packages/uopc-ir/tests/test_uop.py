@@ -1,0 +1,281 @@
+"""The UOp (seed chapter 1): hash consing, _argkey, the type checker and its messages, sugar, graph helpers."""
+import copy, gc, pickle
+import pytest
+from uopc.dtype import DType, dtypes, AddrSpace
+from uopc.uop import (UOp, Ops, ParamArg, CallArg, RangeArg, AxisType, UOpError, UNARY, BINARY, ALU, COMMUTATIVE, MOVEMENT,
+                      _argkey, sink, range_, stack, buf, call_params)
+from uopc.uir import to_uir
+
+
+def param(slot, dtype=dtypes.i32, shape=()): return UOp(Ops.PARAM, (), ParamArg(slot, dtype, shape))
+
+
+def test_hash_consing():
+  a, b = UOp.const(1) + UOp.const(2), UOp.const(1) + UOp.const(2)
+  assert a is b
+  assert UOp.const(1) is not UOp.const(1.0) is not UOp.const(True)
+  assert UOp.const(0.0) is not UOp.const(-0.0)
+
+
+def test_two_constructions_of_the_same_sum_are_one_object():
+  x, y = param(0, dtypes.f32), param(1, dtypes.f32)
+  a, b = x + y, x + y
+  assert a is b and id(a) == id(b)
+
+
+def test_argkey_keeps_python_equal_values_apart():
+  assert _argkey(1) == (int, 1) and _argkey(1.0) == (float, "1.0") and _argkey(True) == (bool, True)
+  assert _argkey(-0.0) == (float, "-0.0")
+  assert _argkey((1, 2.0)) == (tuple, ((int, 1), (float, "2.0")))
+  assert UOp.const(float("nan")) is UOp.const(float("nan"))
+  assert UOp.const(1).dtype is dtypes.i32 and UOp.const(1.0).dtype is dtypes.f32 and UOp.const(True).dtype is dtypes.bool
+
+
+def test_cache_shrinks_after_del():
+  gc.collect()
+  before = len(UOp._cache)
+  z = UOp.const(12345) + UOp.const(54321)
+  mid = len(UOp._cache)
+  del z
+  gc.collect()
+  assert mid - before == 3 and len(UOp._cache) == before
+
+
+def test_a_node_rebuilt_after_its_twin_died_is_cached_again():
+  z = UOp.const(777) * UOp.const(3)
+  del z
+  gc.collect()
+  a = UOp.const(777) * UOp.const(3)
+  assert a is UOp.const(777) * UOp.const(3)
+
+
+def test_pickle_and_deepcopy_give_back_the_same_node():
+  x = param(0, dtypes.f32)
+  e = (x + 1.0) * (x + 1.0)
+  assert pickle.loads(pickle.dumps(e)) is e and copy.deepcopy(e) is e
+  c = UOp(Ops.CAST, (x,), dtypes.f16)
+  assert pickle.loads(pickle.dumps(c)) is c and pickle.loads(pickle.dumps(c)).dtype is dtypes.f16
+
+
+def test_dtypes_are_interned():
+  assert DType("f32", 4, "float", "f") is dtypes.f32
+  assert pickle.loads(pickle.dumps(dtypes.i32)) is dtypes.i32 and copy.deepcopy(dtypes.bool) is dtypes.bool
+  assert dtypes.from_name("f16") is dtypes.f16 and dtypes.from_py(True) is dtypes.bool and dtypes.from_py(3) is dtypes.i32
+  assert dtypes.min(dtypes.i32) == -2**31 and dtypes.max(dtypes.i32) == 2**31 - 1
+  with pytest.raises(ValueError, match="unknown dtype 'f64'"): dtypes.from_name("f64")
+  with pytest.raises(TypeError, match="no dtype for python value"): dtypes.from_py("x")
+
+
+def test_op_groups():
+  assert UNARY == {Ops.RECIP, Ops.CAST, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.SIN}
+  assert BINARY == {Ops.ADD, Ops.MUL, Ops.CMPLT, Ops.CMPNE, Ops.FLOORDIV, Ops.FLOORMOD, Ops.MAX}
+  assert ALU == UNARY | BINARY | {Ops.WHERE} and COMMUTATIVE == {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE}
+  assert MOVEMENT == {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK}
+  assert repr(Ops.ADD) == "Ops.ADD" and repr(AddrSpace.ALU) == "AddrSpace.ALU" and repr(AxisType.LOOP) == "AxisType.LOOP"
+
+
+def test_shape_dtype_inference():
+  s = stack(stack(1, 2, 3), stack(4, 5, 6))
+  assert s.shape == (2, 3) and s.dtype == dtypes.i32
+  assert s.index(UOp.const(1)).shape == (3,)
+  assert s.index(UOp.const(1), UOp.const(2)).shape == ()
+  assert (UOp.const(1) < UOp.const(2)).dtype == dtypes.bool
+  with pytest.raises(UOpError): UOp.const(1) + UOp.const(1.0)
+  with pytest.raises(UOpError): stack(1, 2) + stack(1, 2, 3)
+  with pytest.raises(UOpError): stack(1, 2.0)
+
+
+def test_index_by_a_param_is_a_graph():
+  s = stack(stack(1, 2, 3), stack(4, 5, 6))
+  u = s.index(param(0), 2)
+  assert u.shape == () and u.dtype is dtypes.i32
+
+
+ERRORS = [
+  ("i32 + f32", lambda: UOp.const(1) + UOp.const(1.0), "Ops.ADD: dtype mismatch dtypes.i32 vs dtypes.f32 (use CAST)"),
+  ("shape mismatch", lambda: stack(1, 2) + stack(1, 2, 3), "Ops.ADD: shape mismatch (2,) vs (3,) (broadcast with EXPAND)"),
+  ("ragged stack", lambda: stack(stack(1, 2), stack(1, 2, 3)), "STACK srcs must agree in shape and dtype"),
+  ("floordiv float", lambda: UOp.const(1.0) // UOp.const(2.0), "Ops.FLOORDIV is integer only"),
+  ("recip int", lambda: UOp.const(1).recip(), "Ops.RECIP needs a float, got dtypes.i32"),
+  ("where cond", lambda: UOp.const(1).where(1, 2), "WHERE condition must be bool"),
+  ("index float", lambda: stack(1, 2, 3).index(UOp.const(1.0)), "INDEX indices are i32 scalars"),
+  ("too many idx", lambda: stack(1, 2, 3).index(1, 2), "INDEX: 2 indices into shape (3,)"),
+  ("call missing param", lambda: UOp(Ops.CALL, (param(0) + param(1), UOp.const(1)), CallArg()), "CALL needs params 0..0, body has [0, 1]"),
+  ("call wrong type", lambda: UOp(Ops.CALL, (param(0) * param(0), UOp.const(1.0)), CallArg()), "CALL arg 0: dtypes.f32() != param dtypes.i32()"),
+  ("empty stack", lambda: UOp(Ops.STACK, ()), "STACK of nothing"),
+]
+
+@pytest.mark.parametrize("name,build,message", ERRORS, ids=[e[0] for e in ERRORS])
+def test_type_checker_messages(name, build, message):
+  with pytest.raises(UOpError) as e: build()
+  assert str(e.value) == message
+
+
+MORE_ERRORS = [
+  (lambda: UOp(Ops.ADD, (UOp.const(1), 2)), "sources must be UOps"),
+  (lambda: UOp(Ops.ADD, (UOp.const(1),)), "Ops.ADD takes 2 sources, got 1"),
+  (lambda: UOp.const(2**40), "does not fit in i32"),
+  (lambda: UOp(Ops.CONST, (), "x"), "CONST holds a python bool, int or float"),
+  (lambda: buf(0, 12).reshape((5, 2)), "RESHAPE (12,) -> (5, 2)"),
+  (lambda: buf(0, 12).reshape((-3, -4)), "RESHAPE needs a tuple of non-negative ints"),
+  (lambda: buf(0, 12).reshape((3, 4)).expand((3, 5)), "EXPAND (3, 4) -> (3, 5)"),
+  (lambda: buf(0, 12).reshape((3, 4)).permute((0, 0)), "PERMUTE (0, 0) of (3, 4)"),
+  (lambda: buf(0, 12).shrink(((2, 1),)), "SHRINK ((2, 1),) of (12,)"),
+  (lambda: buf(0, 12).reduce(Ops.MUL, 1), "REDUCE (Ops.MUL, 1) of (12,)"),
+  (lambda: buf(0, 12).reduce(Ops.ADD, 2), "REDUCE (Ops.ADD, 2) of (12,)"),
+  (lambda: UOp.const(1.0).load(), "LOAD needs memory"),
+  (lambda: buf(0, 4).index(0).store(UOp.const(1)), "STORE of dtypes.i32 into dtypes.f32"),
+  (lambda: range_(UOp.const(1.0), 0), "RANGE end is i32"),
+  (lambda: UOp(Ops.BUFFER, (), ParamArg(0, dtypes.f32, (2, 2))), "BUFFER is flat"),
+  (lambda: UOp(Ops.CAST, (UOp.const(1),), "f32"), "CAST needs a value dtype"),
+  (lambda: UOp(Ops.CALL, (param(0) + UOp(Ops.PARAM, (), ParamArg(0, dtypes.i32, (2,))).index(0), UOp.const(1)), CallArg()),
+   "CALL body has two PARAMs with slot 0"),
+  (lambda: UOp("ADD", ()), "no inference rule for 'ADD'"),
+]
+
+@pytest.mark.parametrize("build,message", MORE_ERRORS)
+def test_malformed_nodes_die_at_construction_with_a_clear_error(build, message):
+  with pytest.raises(UOpError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")): build()
+
+
+def test_a_failed_construction_leaves_nothing_in_the_cache():
+  gc.collect()
+  before = len(UOp._cache)
+  a, b = UOp.const(99991), UOp.const(99991.0)
+  with pytest.raises(UOpError): a + b
+  assert len(UOp._cache) == before + 2
+
+
+def test_sugar_graphs_match_the_seed():
+  x, y = param(0), param(1)
+  assert to_uir(x - y) == "%0 = param : slot=0 dtype=i32\n%1 = param : slot=1 dtype=i32\n%2 = mul %1, -1\n%3 = add %0, %2\n"
+  assert to_uir(x > 3) == "%0 = param : slot=0 dtype=i32\n%1 = cmplt 3, %0\n"
+  assert to_uir(x.eq(y)) == "%0 = param : slot=0 dtype=i32\n%1 = param : slot=1 dtype=i32\n%2 = cmpne %0, %1\n%3 = cmpne %2, true\n"
+  v = param(0, dtypes.f32, (3,))
+  assert to_uir(v * 2.0) == "%0 = param : slot=0 dtype=f32 shape=(3,)\n%1 = reshape 2.0, (1,)\n%2 = expand %1, (3,)\n%3 = mul %0, %2\n"
+
+
+def test_constants_adopt_dtype_and_shape():
+  f = param(0, dtypes.f32, (3, 4))
+  assert (f + 1).src[1].dtype is dtypes.f32 and (f + 1).src[1].shape == (3, 4)
+  assert (-f).shape == (3, 4)           # const_like broadcasts, so -x works on shaped values
+  assert (2 - f).src[0].op is Ops.EXPAND
+  assert (-param(0)).src[1] is UOp.const(-1)
+
+
+def test_where_with_literal_branches():
+  c = param(0) < param(1)
+  w = c.where(1, 0)
+  assert w.dtype is dtypes.i32 and w.src[1] is UOp.const(1)
+  w2 = c.where(param(0, dtypes.f32), 0)
+  assert w2.src[2] is UOp.const(0.0)
+
+
+def test_cast_to_the_same_dtype_is_the_node_itself():
+  x = param(0, dtypes.f32)
+  assert x.cast(dtypes.f32) is x and x.cast(dtypes.i32).op is Ops.CAST
+
+
+def test_f16_constants_are_casts():
+  h = UOp.const(0.5, dtypes.f16)
+  assert h.op is Ops.CAST and h.dtype is dtypes.f16 and h.src[0] is UOp.const(0.5)
+
+
+def test_numpy_like_scalars_become_python_values():
+  class Scalar:   # what numpy's scalars offer: item() and __index__
+    def __init__(self, v): self.v = v
+    def item(self): return self.v
+    def __index__(self): return self.v
+  assert UOp.const(Scalar(3)) is UOp.const(3) and buf(0, 6).reshape((Scalar(2), 3)) is buf(0, 6).reshape((2, 3))
+  with pytest.raises(UOpError, match="expected a tuple of integers"): buf(0, 6).reshape((2.0, 3))
+
+
+def test_toposort_order_is_sources_first_left_to_right():
+  x = param(0, dtypes.f32)
+  e = (x + 1.0) * (x + 1.0)
+  assert [u.op for u in e.toposort()] == [Ops.PARAM, Ops.CONST, Ops.ADD, Ops.MUL]
+  a, b = param(0), param(1)
+  assert [u for u in (a + b).toposort()][:2] == [a, b]
+
+
+def test_substitute_rebuilds_only_what_changed():
+  x = param(0, dtypes.f32)
+  e = (x + 1.0) * (x + 1.0)
+  assert to_uir(e.substitute({x: UOp.const(3.0)})) == "%0 = add 3.0, 1.0\n%1 = mul %0, %0\n"
+  other = param(1, dtypes.f32) * 2.0
+  both = sink(e, other)
+  new = both.substitute({x: UOp.const(3.0)})
+  assert new.src[1] is other
+
+
+def test_substitute_can_merge_subgraphs():
+  x, y = param(0), param(1)
+  e = (x + 1) * (y + 1)
+  m = e.substitute({y: x})
+  assert m.src[0] is m.src[1]
+
+
+def test_wrap_applies_fn_to_the_rebuilt_target():
+  x = param(0)
+  a = x + 1
+  root = a * 2
+  # wrap a target whose source changed: fn must see the rebuilt node (substitute would see the original)
+  seen = []
+  def fn(n):
+    seen.append(n)
+    return UOp(Ops.STAGE, (n,))
+  [new] = UOp.wrap([root.substitute({x: param(1)})], {param(1) + 1}, fn)
+  assert seen == [param(1) + 1] and new.src[0].op is Ops.STAGE
+  [new2] = UOp.wrap([root], {a}, lambda n: UOp(Ops.STAGE, (n,)))
+  assert new2.src[0] is UOp(Ops.STAGE, (a,))
+
+
+def test_call_params_does_not_enter_nested_bodies():
+  p0, p1 = param(0), param(1)
+  inner = UOp(Ops.CALL, (p0 * 2, p1), CallArg("inner"))   # inner body uses its own slot 0, bound to the outer p1
+  outer_body = inner + p0
+  assert set(call_params(outer_body)) == {p0, p1}
+  assert set(call_params(inner)) == {p1}
+  call = UOp(Ops.CALL, (outer_body, UOp.const(5), UOp.const(6)), CallArg("outer"))
+  assert call.dtype is dtypes.i32
+
+
+def test_ranges_are_sorted_by_index():
+  r0, r1 = range_(4, 0), range_(3, 1)
+  assert (r1 * 4 + r0).ranges() == [r0, r1]
+  assert r0.arg == RangeArg(0, AxisType.LOOP)
+
+
+def test_helpers_buf_stack_sink_range():
+  b = buf(2, 16, dtypes.i32)
+  assert b.op is Ops.BUFFER and b.arg == ParamArg(2, dtypes.i32, (16,)) and b.addrspace is AddrSpace.GLOBAL
+  s = stack(param(0, dtypes.f32), 2)
+  assert s.src[1] is UOp.const(2.0) and s.shape == (2,)
+  assert sink(b.index(0).store(UOp.const(1))).dtype is dtypes.void
+  r = range_(10, 3, AxisType.REDUCE)
+  assert r.src[0] is UOp.const(10) and r.arg.kind is AxisType.REDUCE
+
+
+def test_memory_ops_and_addrspaces():
+  acc = UOp(Ops.ALLOC, (), ParamArg(0, dtypes.f32, (1,)))
+  assert acc.addrspace is AddrSpace.LOCAL
+  sh = UOp(Ops.ALLOC, (), ParamArg(0, dtypes.f32, (256,), AddrSpace.SHARED))
+  assert sh.addrspace is AddrSpace.SHARED
+  ld = acc.after(range_(3, 0)).index(0).load()
+  assert ld.addrspace is AddrSpace.ALU and ld.dtype is dtypes.f32
+  assert buf(0, 4).index(0).store(UOp.const(1.0)).dtype is dtypes.void
+
+
+def test_repr_is_a_bounded_tree():
+  x = param(0, dtypes.f32)
+  t = x
+  for _ in range(30): t = t * t   # 2**30 paths: the repr must not try to print them all
+  r = repr(t)
+  assert r.startswith("UOp(Ops.MUL, src=(") and r.endswith("...") and len(r) < 5000
+  assert repr(UOp.const(1)) == "UOp(Ops.CONST, arg=1)"
+
+
+def test_replace():
+  x = param(0)
+  a = x + 1
+  assert a.replace(op=Ops.MUL) is x * 1 and a.replace(src=(x, x)) is x + x
