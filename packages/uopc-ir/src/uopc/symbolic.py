@@ -135,7 +135,8 @@ def _stable_arg(a):
   if isinstance(a, ParamArg): return (a.slot, _stable_arg(a.dtype), a.shape, a.addrspace.value if a.addrspace else 0)
   if isinstance(a, CallArg): return _stable_arg(a.name)
   if isinstance(a, float): return a if a == a else -0x7FC00000   # hash(nan) is by identity since python 3.10
-  return a if isinstance(a, (int, bool, type(None))) else zlib.crc32(repr(a).encode())
+  if a is None: return -0x4E6F6E65            # before python 3.12 hash(None) is None's address: different in every process
+  return a if isinstance(a, (int, bool)) else zlib.crc32(repr(a).encode())
 
 def _compute_key(u: UOp) -> tuple:
   """Sort key of a term: (the outermost RANGE it uses, its op, a structural hash). Outer loops first keeps the
@@ -161,9 +162,9 @@ def _terms(u: UOp) -> list[UOp] | None:
   while stack:
     n = stack.pop()
     if n.op is _ADD and n.dtype is _i32: stack.append(n.src[1]); stack.append(n.src[0])
-    else:
-      out.append(n)
-      if len(out) > _MAX_TERMS: return None
+    else: out.append(n)
+    # each pending entry is at least one more leaf: counting only `out` walked a left-deep chain's whole spine first
+    if len(out) + len(stack) > _MAX_TERMS: return None
   return out
 
 def _split(t: UOp) -> tuple[UOp | None, int]:
@@ -210,9 +211,8 @@ def _factors(u: UOp) -> list[UOp] | None:
   while stack:
     n = stack.pop()
     if n.op is _MUL and n.dtype is _i32: stack.append(n.src[1]); stack.append(n.src[0])
-    else:
-      out.append(n)
-      if len(out) > _MAX_TERMS: return None
+    else: out.append(n)
+    if len(out) + len(stack) > _MAX_TERMS: return None     # as in _terms: stop before walking a long spine
   return out
 
 def _norm_mul(u: UOp) -> UOp | None:
