@@ -1,0 +1,182 @@
+"""The `uopc` command: look at and run .uir programs.
+
+    uopc render PROGRAM.uir                      the generated C
+    uopc run PROGRAM.uir [--input SLOT=F.npy]    compile and run it (random inputs by default), print the result
+    uopc graph PROGRAM.uir -o FILE               draw the UOp graph: Graphviz DOT, or SVG/PNG when `dot` is installed
+
+A program that is already lowered (its last statement is a SINK) is used as it is; a shaped program is lowered
+to a new output BUFFER in the first free slot. Other distributions add subcommands through the entry point
+group "uopc.commands": each entry point is a function that receives argparse's subparsers and adds its own
+parser with `set_defaults(func=...)`, where func(args) returns an exit status. Errors print one line and exit
+with status 1; --debug shows the traceback instead.
+"""
+from __future__ import annotations
+import argparse, importlib.metadata, re, shutil, subprocess, sys
+from pathlib import Path
+import numpy as np
+from uopc.uop import UOp, Ops, UOpError, buf, prod
+from uopc.uir import parse, ParseError
+from uopc.rangeify import lower, LowerError
+from uopc.linearize import LinearizeError
+from uopc.evaluate import EvalError
+from uopc.backends import BackendError
+from uopc.backends.c import render_c, run_c, np_dtype, sanitize_name, stored_buffers, kernel_buffers
+
+USER_ERRORS = (ParseError, UOpError, LowerError, LinearizeError, EvalError, BackendError, OSError, ValueError)
+
+
+class CLIError(Exception):
+  """A mistake in the command line itself (a bad --input, an unknown output format)."""
+
+
+def load_program(path: str) -> tuple[UOp, str]:
+  p = Path(path)
+  try: text = p.read_text()
+  except FileNotFoundError: raise CLIError(f"{path}: no such file") from None
+  except UnicodeDecodeError: raise CLIError(f"{path}: not a text file") from None
+  return parse(text), sanitize_name(p.stem)
+
+
+def as_kernel(root: UOp) -> tuple[UOp, UOp | None]:
+  """(the lowered SINK, the output BUFFER it was lowered into, or None when the program was already a SINK)."""
+  if root.op is Ops.SINK: return root, None
+  if root.dtype.fmt is None: raise CLIError(f"the program's value is {root.dtype}, which can't be stored")
+  slots = [u.arg.slot for u in root.toposort() if u.op in (Ops.BUFFER,)]
+  out = buf(max(slots, default=-1) + 1, max(1, prod(root.shape)), root.dtype)
+  return lower(root, out), out
+
+
+def cmd_render(args) -> int:
+  root, name = load_program(args.program)
+  sink, _ = as_kernel(root)
+  sys.stdout.write(render_c(sink, args.name or name))
+  return 0
+
+
+def _random_input(b: UOp, rng: np.random.Generator) -> np.ndarray:
+  n, d = b.shape[0], np_dtype(b.dtype)
+  if d == np.bool_: return rng.random(n) < 0.5
+  if d.kind == "i": return rng.integers(-10, 10, n).astype(d)
+  return rng.standard_normal(n).astype(d)
+
+
+def _parse_inputs(specs: list[str]) -> dict[int, np.ndarray]:
+  out = {}
+  for s in specs:
+    m = re.fullmatch(r"(\d+)=(.+)", s)
+    if m is None: raise CLIError(f"--input {s!r}: expected SLOT=FILE.npy, e.g. 0=x.npy")
+    try: arr = np.load(m.group(2), allow_pickle=False)
+    except FileNotFoundError: raise CLIError(f"--input {s}: no such file {m.group(2)}") from None
+    except ValueError as e: raise CLIError(f"--input {s}: not a .npy array ({e})") from None
+    out[int(m.group(1))] = arr
+  return out
+
+
+def _summary(name: str, a: np.ndarray) -> str:
+  s = f"{name}: shape {a.shape} {a.dtype}"
+  if a.size and a.dtype.kind in "fi": s += f", min {a.min():.6g}, max {a.max():.6g}, mean {a.astype(np.float64).mean():.6g}"
+  return s
+
+
+def cmd_run(args) -> int:
+  root, name = load_program(args.program)
+  sink, out = as_kernel(root)
+  given = _parse_inputs(args.input)
+  rng = np.random.default_rng(args.seed)
+  written = stored_buffers(sink)
+  arrays: dict[int, np.ndarray] = {}
+  for b in kernel_buffers(sink):
+    slot, n = b.arg.slot, b.shape[0]
+    if slot in given:
+      a = given[slot]
+      if a.size != n: raise CLIError(f"--input {slot}: the program's buffer {slot} has {n} elements, the file has {a.size} {a.shape}")
+      try: arrays[slot] = np.ascontiguousarray(a.reshape(-1).astype(np_dtype(b.dtype), casting="same_kind"))
+      except TypeError: raise CLIError(f"--input {slot}: can't use a {a.dtype} array as {b.dtype.name}") from None
+    elif slot in written: arrays[slot] = np.zeros(n, np_dtype(b.dtype))
+    else: arrays[slot] = _random_input(b, rng)
+  if unknown := sorted(set(given) - set(arrays)): raise CLIError(f"--input: the program has no buffer slot {unknown[0]}")
+  run_c(sink, arrays, name)
+  np.set_printoptions(threshold=64, edgeitems=3, linewidth=120)
+  for slot in sorted(set(arrays) - written):
+    if slot not in given: print(_summary(f"input {slot} (random, seed {args.seed})", arrays[slot]))
+  if out is None: results = {s: arrays[s] for s in sorted(written)}
+  else:   # a value with no elements lowers to a kernel that has no output BUFFER
+    flat = arrays.get(out.arg.slot, np.zeros(0, np_dtype(out.dtype)))
+    results = {out.arg.slot: flat[:prod(root.shape)].reshape(root.shape)}
+  for slot, a in results.items():
+    print(_summary(f"output {slot}", a))
+    print(a)
+    if args.save: np.save(args.save, a)
+  return 0
+
+
+def to_dot(root: UOp) -> str:
+  """The graph in Graphviz DOT: one box per node (op and arg), edges from each source to its user."""
+  colors = {Ops.BUFFER: "#ffd8a8", Ops.ALLOC: "#ffd8a8", Ops.LOAD: "#ffe8cc", Ops.STORE: "#ffe8cc", Ops.RANGE: "#d0ebff",
+            Ops.END: "#d0ebff", Ops.CONST: "#e9ecef", Ops.REDUCE: "#d3f9d8", Ops.SINK: "#f3d9fa"}
+  ids = {u: i for i, u in enumerate(root.toposort())}
+  lines = ["digraph uopc {", '  node [shape=box, style="rounded,filled", fontname="monospace", fillcolor="#ffffff"];']
+  for u, i in ids.items():
+    label = u.op.name.lower()
+    if u.arg is not None: label += "\\n" + str(u.arg).replace("\\", "\\\\").replace('"', '\\"')[:60]
+    if u.shape: label += f"\\n{u.dtype.name}{list(u.shape)}"
+    lines.append(f'  n{i} [label="{label}", fillcolor="{colors.get(u.op, "#ffffff")}"];')
+    for k, s in enumerate(u.src): lines.append(f"  n{ids[s]} -> n{i}" + (f' [label="{k}"]' if len(u.src) > 1 else "") + ";")
+  return "\n".join(lines + ["}"]) + "\n"
+
+
+def cmd_graph(args) -> int:
+  root, _ = load_program(args.program)
+  out = Path(args.output)
+  fmt = out.suffix.lower().lstrip(".")
+  dot = to_dot(root)
+  if fmt in ("dot", "gv"): out.write_text(dot); return 0
+  if fmt not in ("svg", "png", "pdf"): raise CLIError(f"-o {out}: unknown format {out.suffix!r}; use .dot, .svg, .png or .pdf")
+  if shutil.which("dot") is None: raise CLIError(f"-o {out}: drawing {fmt.upper()} needs Graphviz's `dot` program; install graphviz, or write .dot")
+  proc = subprocess.run(["dot", f"-T{fmt}", "-o", str(out)], input=dot, text=True, capture_output=True)
+  if proc.returncode != 0: raise CLIError(f"dot failed: {proc.stderr.strip()}")
+  return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+  ap = argparse.ArgumentParser(prog="uopc", description="Render, run and draw uopc programs (.uir).")
+  ap.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+  sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+  r = sub.add_parser("render", help="print the generated C of a program")
+  r.add_argument("program", help="a .uir file")
+  r.add_argument("--name", help="the C function's name (default: the file's name)")
+  r.set_defaults(func=cmd_render)
+  x = sub.add_parser("run", help="compile and run a program, printing its result")
+  x.add_argument("program", help="a .uir file")
+  x.add_argument("--input", action="append", default=[], metavar="SLOT=FILE.npy", help="the array for a BUFFER slot (default: random)")
+  x.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+  x.add_argument("--save", metavar="FILE.npy", help="also save the result as .npy")
+  x.set_defaults(func=cmd_run)
+  g = sub.add_parser("graph", help="draw the UOp graph of a program")
+  g.add_argument("program", help="a .uir file")
+  g.add_argument("-o", "--output", required=True, help="FILE.dot, or FILE.svg / FILE.png with Graphviz installed")
+  g.set_defaults(func=cmd_graph)
+  try: eps = list(importlib.metadata.entry_points(group="uopc.commands"))
+  except Exception: eps = []
+  for ep in eps:
+    try: ep.load()(sub)
+    except Exception as e: print(f"uopc: warning: the subcommand plugin {ep.name!r} failed to load: {e}", file=sys.stderr)
+  return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+  ap = build_parser()
+  args = ap.parse_args(argv)
+  if not getattr(args, "func", None):
+    ap.print_help()
+    return 2
+  try: return args.func(args) or 0
+  except (CLIError, *USER_ERRORS) as e:
+    if args.debug: raise
+    msg = str(e).strip() or type(e).__name__
+    print(f"uopc: error: {msg}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,233 @@
+"""Every C listing of seed chapter 6, as a test of values (against NumPy) and of loop structure: how many loops,
+which loop each accumulator lives in, which loads are hoisted. Variable numbering may differ from the book's."""
+import re
+import numpy as np
+import pytest
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops, buf
+from uopc.uir import parse
+from uopc.symbolic import simplify
+from uopc.composite import pad_axis, flip_axis, anti_eye, move_axis
+from uopc.rangeify import lower
+from uopc.backends.c import render_c, run_c
+from uopc.testing import run_shaped
+
+
+def body(src: str, name: str) -> list[str]:
+  lines = src.splitlines()
+  start = next(i for i, l in enumerate(lines) if l.startswith(f"void {name}("))
+  return [l.strip() for l in lines[start + 1:-1]]
+
+
+def nest(src: str, name: str) -> list[tuple[tuple[str, ...], str]]:
+  """Each statement of the kernel with the loop counters open around it, outermost first."""
+  out, open_ = [], []
+  for l in body(src, name):
+    if l == "}": open_.pop(); continue
+    if m := re.match(r"for \(int (ridx\d+) = 0;", l):
+      out.append((tuple(open_), l)); open_.append(m.group(1)); continue
+    out.append((tuple(open_), l))
+  return out
+
+
+def where(src: str, name: str, pattern: str) -> list[tuple[str, ...]]:
+  """The loop nests of the statements matching a regex."""
+  return [n for n, l in nest(src, name) if re.search(pattern, l)]
+
+
+def loops(src: str, name: str) -> list[str]:
+  return [re.match(r"for \(int (ridx\d+) = 0; ridx\d+ < (\d+)", l).group(0) for _, l in nest(src, name) if l.startswith("for ")]
+
+
+def c_of(root: UOp, out_slot: int, name: str) -> str:
+  return render_c(lower(root, buf(out_slot, max(1, int(np.prod(root.shape))), root.dtype)), name)
+
+
+def test_view_chain():
+  x = buf(0, 12).reshape((3, 4))
+  y = x.permute((1, 0)).shrink(((1, 3), (0, 3)))
+  root = y * buf(1, 3).reshape((1, 3)).expand((2, 3))
+  src = c_of(root, 2, "view_chain")
+  assert len(loops(src, "view_chain")) == 2
+  assert "data0[((ridx0+(ridx1*4))+1)]" in src                 # the whole movement chain is one index expression
+  assert where(src, "view_chain", r"data1\[ridx1\]") == [("ridx0", "ridx1")]
+  a, b = np.arange(12, dtype=np.float32), np.array([1, 10, 100], np.float32)
+  assert np.array_equal(run_shaped(root, [a, b]), a.reshape(3, 4).T[1:3] * b)
+
+
+def test_rowsum_and_its_uir_listing():
+  x = buf(0, 12).reshape((3, 4))
+  sink = lower(x.reduce(Ops.ADD, 1), buf(99, 3))
+  src = render_c(sink, "rowsum")
+  assert "void rowsum(float* restrict data0, float* restrict data99)" in src
+  assert where(src, "rowsum", r"^float acc0;") == [("ridx0",)] and where(src, "rowsum", r"^acc0 = 0\.0f;") == [("ridx0",)]
+  assert where(src, "rowsum", r"data0\[") == [("ridx0", "ridx1")] and where(src, "rowsum", r"^data99\[ridx0\] = ") == [("ridx0",)]
+  a = np.arange(12, dtype=np.float32)
+  out = np.zeros(3, np.float32)
+  run_c(sink, {0: a, 99: out})
+  assert np.array_equal(out, a.reshape(3, 4).sum(1))
+
+
+ROWSUM_UIR = """%0 = buffer 3 : dtype=f32 slot=1
+%1 = range 3 : idx=0 kind=loop
+%2 = index %0, %1
+%3 = alloc 1 : dtype=f32 slot=0
+%4 = after %3, %1
+%5 = index %4, 0
+%6 = store %5, 0.0
+%7 = range 4 : idx=1 kind=reduce
+%8 = after %4, %6, %7
+%9 = index %8, 0
+%10 = load %9
+%11 = buffer 12 : dtype=f32 slot=0
+%12 = mul %1, 4
+%13 = add %12, %7
+%14 = index %11, %13
+%15 = load %14
+%16 = add %10, %15
+%17 = store %9, %16
+%18 = end %17, %7
+%19 = after %4, %18
+%20 = index %19, 0
+%21 = load %20
+%22 = store %2, %21
+%23 = end %22, %1
+%24 = sink %23
+"""
+
+def test_the_seeds_lowered_rowsum_uir_runs_with_run_c():
+  a = np.random.default_rng(0).standard_normal(12).astype(np.float32)
+  out = np.zeros(3, np.float32)
+  run_c(parse(ROWSUM_UIR), {0: a, 1: out}, "rowsum")
+  np.testing.assert_allclose(out, a.reshape(3, 4).sum(1), rtol=1e-6)
+
+
+def test_sub_max():
+  x = buf(0, 12).reshape((3, 4))
+  root = x - x.reduce(Ops.MAX, 1).reshape((3, 1)).expand((3, 4))
+  src = c_of(root, 1, "sub_max")
+  assert loops(src, "sub_max") == ["for (int ridx0 = 0; ridx0 < 3", "for (int ridx2 = 0; ridx2 < 4", "for (int ridx1 = 0; ridx1 < 4"]
+  assert where(src, "sub_max", r"^acc0 = -INFINITY;") == [("ridx0",)]          # once per row, not per element
+  a = np.random.default_rng(1).standard_normal(12).astype(np.float32)
+  assert np.array_equal(run_shaped(root, [a]), a.reshape(3, 4) - a.reshape(3, 4).max(1, keepdims=True))
+
+
+def test_neighbors_share_one_reduce_loop():
+  x = buf(0, 20).reshape((4, 5))
+  y = x.reduce(Ops.ADD, 1)
+  root = y.shrink(((0, 3),)) + y.shrink(((1, 4),))
+  src = c_of(root, 1, "neighbors")
+  assert len(loops(src, "neighbors")) == 2
+  assert where(src, "neighbors", r"^float acc\d;") == [("ridx0",), ("ridx0",)]
+  assert len(where(src, "neighbors", r"data0\[")) == 2 and set(where(src, "neighbors", r"data0\[")) == {("ridx0", "ridx1")}
+  a = np.arange(20, dtype=np.float32)
+  s = a.reshape(4, 5).sum(1)
+  assert np.array_equal(run_shaped(root, [a]), s[:3] + s[1:])
+
+
+def test_no_simplify_and_with_simplify(monkeypatch):
+  import uopc.rangeify as R
+  x = buf(0, 16).reshape((4, 4))
+  rowmax = x.reduce(Ops.MAX, 1).reshape((4, 1)).expand((4, 4))
+  y = (x - rowmax).reshape((16,)).reshape((4, 4))
+  good = render_c(lower(y, buf(1, 16)), "with_simplify")
+  monkeypatch.setattr(R, "simplify", lambda u: u)
+  frozen = lower(y, buf(1, 16))
+  monkeypatch.undo()
+  bad = render_c(simplify(frozen), "no_simplify")
+  assert where(good, "with_simplify", r"^acc0 = -INFINITY;") == [("ridx0",)]
+  assert where(bad, "no_simplify", r"^acc0 = -INFINITY;") == [("ridx0", "ridx1")]   # the O(N^3) structure of pitfall 2
+  a = np.random.default_rng(2).standard_normal(16).astype(np.float32)
+  out = np.zeros(16, np.float32)
+  run_c(simplify(frozen), {0: a, 1: out})
+  assert np.array_equal(out.reshape(4, 4), a.reshape(4, 4) - a.reshape(4, 4).max(1, keepdims=True))
+
+
+def gemm_uir(N: int) -> str:
+  return f"""
+  %0 = buffer {N*N} : dtype=f32 slot=0
+  %1 = buffer {N*N} : dtype=f32 slot=1
+  %2 = reshape %0, ({N}, 1, {N})
+  %3 = reshape %1, ({N}, {N})
+  %4 = permute %3, (1, 0)
+  %5 = reshape %4, (1, {N}, {N})
+  %6 = mul %2, %5
+  %7 = reduce %6 : op=add pop=1"""
+
+
+def test_gemm():
+  src = c_of(parse(gemm_uir(4)), 2, "gemm")
+  assert len(loops(src, "gemm")) == 3
+  assert where(src, "gemm", r"^float acc0;") == [("ridx0", "ridx1")]
+  assert where(src, "gemm", r"^int alu\d+ = \(ridx0\*4\);") == [("ridx0",)]                 # A's row offset, hoisted
+  assert where(src, "gemm", r"data1\[\(ridx1\+\(ridx2\*4\)\)\]") == [("ridx0", "ridx1", "ridx2")]   # B down a column
+
+
+def test_syllabus_is_not_a_gemm_and_hoists_a():
+  g = parse("""
+  %0 = buffer 16 : dtype=f32 slot=0
+  %1 = buffer 16 : dtype=f32 slot=1
+  %2 = reshape %0, (4, 4, 1)
+  %3 = reshape %1, (4, 1, 4)
+  %4 = mul %2, %3
+  %5 = reduce %4 : op=add pop=1""")
+  src = c_of(g, 2, "syllabus")
+  assert where(src, "syllabus", r"data0\[") == [("ridx0", "ridx1")]        # A[i, j] doesn't depend on k: outside the k loop
+  assert where(src, "syllabus", r"data1\[") == [("ridx0", "ridx1", "ridx2")]
+
+
+def test_conv1d():
+  L, K = 8, 3
+  Lo = L - K + 1
+  x, w = buf(0, L), buf(1, K)
+  win = UOp(Ops.STACK, tuple(x.shrink(((k, k + Lo),)) for k in range(K)))
+  out = (win.permute((1, 0)) * w.reshape((1, K)).expand((Lo, K))).reduce(Ops.ADD, 1)
+  src = c_of(out, 2, "conv1d")
+  assert where(src, "conv1d", r"data0\[") == [("ridx0",)] * 3 and where(src, "conv1d", r"data1\[") == [("ridx0", "ridx1")]
+  res = run_shaped(out, [np.arange(8, dtype=np.float32), np.array([1, 10, 100], np.float32)])
+  assert list(res) == [210., 321., 432., 543., 654., 765.]
+
+
+def test_pad1d_uses_c_division_only_where_bounds_allow():
+  v = buf(0, 3)
+  g = pad_axis(v, 0, 1, 2)
+  src = c_of(g, 1, "pad1d")
+  assert len(loops(src, "pad1d")) == 1 and "floordiv_i32(" not in body(src, "pad1d")[0] and "floormod_i32(" not in "\n".join(body(src, "pad1d"))
+  assert re.search(r"data0\[\(?\w*%3\)?\]|data0\[\(.*%3\)\]", "\n".join(body(src, "pad1d")))   # the speculative load stays in bounds
+  a = np.array([1, 2, 3], np.float32)
+  assert np.array_equal(run_shaped(g, [a]), np.pad(a, (1, 2)))
+
+
+def test_flip3_with_the_anti_identity_product():
+  """The book's FLIP: a matrix-vector product with anti_eye, O(n^2) with a reduce loop."""
+  x = buf(0, 3)
+  n = 3
+  xl = move_axis(x, 0, -1)
+  xe = xl.reshape((1, n)).expand((n, n))
+  y = (xe * anti_eye(n, dtypes.f32)).reduce(Ops.ADD, 1)
+  src = c_of(y, 1, "flip3")
+  assert len(loops(src, "flip3")) == 2 and where(src, "flip3", r"^float acc0;") == [("ridx0",)]
+  assert np.array_equal(run_shaped(y, [np.array([1, 2, 3], np.float32)]), [3, 2, 1])
+
+
+def test_flip_axis_is_one_loop_and_one_load():
+  """Our flip_axis is the O(n) movement-op version: no reduce loop at all."""
+  src = c_of(flip_axis(buf(0, 3), 0), 1, "flip")
+  assert len(loops(src, "flip")) == 1 and len(where(src, "flip", r"data0\[")) == 1
+  assert np.array_equal(run_shaped(flip_axis(buf(0, 5), 0), [np.arange(5, dtype=np.float32)]), np.arange(5)[::-1])
+
+
+def test_flat_t():
+  g = buf(0, 12).reshape((3, 4)).permute((1, 0)).reshape((12,))
+  src = c_of(g, 1, "flat_t")
+  assert len(loops(src, "flat_t")) == 1
+  index = re.search(r"data0\[(.*)\];", src).group(1)
+  assert "ridx0%3" in index and "ridx0/3" in index and "floor" not in index   # C's % and / because bounds prove ridx0 >= 0
+  a = np.arange(12, dtype=np.float32)
+  assert np.array_equal(run_shaped(g, [a]), a.reshape(3, 4).T.reshape(-1))
+
+
+@pytest.mark.parametrize("N", [16, 33])
+def test_gemm_from_movement_ops_values(N):
+  a, b = np.random.default_rng(N).standard_normal((2, N, N)).astype(np.float32)
+  np.testing.assert_allclose(run_shaped(parse(gemm_uir(N)), [a.ravel(), b.ravel()]), a @ b, atol=1e-4)

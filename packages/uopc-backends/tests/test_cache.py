@@ -1,0 +1,192 @@
+"""Generated C is a pure function of the program (the compile cache's key depends on it), and the compile cache on
+disk is shared, atomic and self-healing (DESIGN 5.2): one entry per kernel, found again without gcc by a fresh
+compiler, rebuilt when damaged, and written once, whole, when several processes race for it."""
+import os, subprocess, sys, time, uuid
+from pathlib import Path
+import numpy as np
+import pytest
+import uopc.backends.c as C
+import uopc.rangeify, uopc.uop
+from uopc.uop import buf
+from uopc.rangeify import lower
+from uopc.backends.c import CBackend, CCompiler, render_c, run_c
+
+
+def child_env(**extra: str) -> dict[str, str]:
+  """The environment of a child python that imports the same uopc packages as this process."""
+  roots = {str(Path(m.__file__).resolve().parents[1]) for m in (uopc.uop, uopc.rangeify)} | {str(Path(C.__file__).resolve().parents[2])}
+  inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+  return {**os.environ, "PYTHONPATH": os.pathsep.join(sorted(roots) + inherited), **extra}
+
+
+# ---- the generated C is deterministic -------------------------------------------------------------------------------
+
+RENDER = r'''
+import sys
+from uopc.uop import Ops, buf
+from uopc.rangeify import lower, Ctx, Opts
+from uopc.backends.c import render_c
+N = 16
+def gemm():   # C[i, j] = sum_k A[i, k] * B[k, j]
+  a = buf(0, N * N).reshape((N, 1, N)).expand((N, N, N))
+  b = buf(1, N * N).reshape((N, N)).permute((1, 0)).reshape((1, N, N)).expand((N, N, N))
+  return (a * b).reduce(Ops.ADD, 1), buf(2, N * N)
+def sub_max():
+  x = buf(0, 12).reshape((3, 4))
+  return x - x.reduce(Ops.MAX, 1).reshape((3, 1)).expand((3, 4)), buf(1, 12)
+PROGRAMS = {"gemm": (gemm, Opts()), "sub_max": (sub_max, Opts()),
+            "gemm_upcast_unroll_thread": (gemm, Opts(upcast={1: 4}, unroll=4, thread=0)),
+            "gemm_tiled": (gemm, Opts(upcast={1: 2}, tile={0: 4, 1: 8}, thread=0))}
+# building the programs in another order must not change a single character (counters, variable names, loop order)
+order = list(PROGRAMS) if sys.argv[1] == "forward" else list(reversed(PROGRAMS))
+out = {}
+for name in order:
+  make, opts = PROGRAMS[name]
+  root, dest = make()
+  out[name] = render_c(lower(root, dest, Ctx(opts=opts)), name)
+for name in PROGRAMS: sys.stdout.write(f"==== {name}\n{out[name]}")
+'''
+
+
+def test_generated_c_is_identical_across_processes_hash_seeds_and_build_orders():
+  runs = [("forward", "0"), ("reverse", "4242"), ("forward", "random")]
+  procs = [subprocess.Popen([sys.executable, "-c", RENDER, order], env=child_env(PYTHONHASHSEED=seed), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True) for order, seed in runs]
+  outputs = []
+  for p in procs:
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    outputs.append(out)
+  assert outputs[0].count("==== ") == 4 and outputs[0].count("void ") == 4 and "#pragma omp parallel for" in outputs[0]
+  assert outputs[1] == outputs[0] and outputs[2] == outputs[0]
+
+
+# ---- the compile cache ----------------------------------------------------------------------------------------------
+
+def count_gcc_builds(monkeypatch) -> list[list[str]]:
+  """The gcc command lines that build a shared object from now on (the compiler's version queries don't count)."""
+  builds, real_run = [], subprocess.run
+  def spy(cmd, *a, **kw):
+    if "-shared" in cmd: builds.append(cmd)
+    return real_run(cmd, *a, **kw)
+  monkeypatch.setattr(C.subprocess, "run", spy)
+  return builds
+
+
+def scale_program(scale: float):
+  """data1[i] = data0[i] * scale + 1 for 16 elements; a fresh scale makes a kernel no cache has seen."""
+  return lower(buf(0, 16) * scale + 1.0, buf(1, 16))
+
+
+def check_scale(run, scale: float) -> None:
+  a, out = np.arange(-8, 8, dtype=np.float32), np.zeros(16, np.float32)
+  run({0: a, 1: out})
+  assert np.array_equal(out, a * np.float32(scale) + np.float32(1.0))
+
+
+def fresh_scale() -> float:
+  return 1.0 + uuid.uuid4().int % 10**6 / 2**20
+
+
+def test_a_compile_writes_one_entry_that_a_fresh_compiler_loads_without_gcc(tmp_path, monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
+  builds = count_gcc_builds(monkeypatch)
+  scale = fresh_scale()
+  src = render_c(scale_program(scale), "scale")
+  first = CCompiler()
+  prog = first.compile(src, "scale")
+  assert len(builds) == 1 and first.compile(src, "scale") is prog          # the in-memory cache answers the second time
+  [entry] = list(tmp_path.iterdir())
+  assert entry.suffix == ".so"
+  before = entry.stat()
+  again = CCompiler().compile(src, "scale")                                   # nothing in memory: found on disk
+  assert len(builds) == 1
+  after = entry.stat()
+  assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+  check_scale(lambda arrays: CBackend.launch_program(again, [arrays[0], arrays[1]]), scale)
+
+
+def test_the_compiler_flags_are_part_of_the_cache_key(tmp_path, monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
+  builds = count_gcc_builds(monkeypatch)
+  src = render_c(scale_program(fresh_scale()), "scale")
+  compiler = CCompiler()
+  compiler.compile(src, "scale")
+  compiler.compile(src, "scale", openmp=True)
+  assert len(builds) == 2 and "-fopenmp" in builds[1] and "-fopenmp" not in builds[0]
+  assert len(list(tmp_path.glob("*.so"))) == 2
+
+
+def test_run_c_reads_the_cache_dir_from_the_environment_at_call_time(tmp_path, monkeypatch):
+  for sub in ("one", "two"):
+    monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path / sub))
+    scale = fresh_scale()
+    check_scale(lambda arrays: run_c(scale_program(scale), arrays), scale)
+    assert len(list((tmp_path / sub).glob("*.so"))) == 1
+
+
+RUN = r'''
+import pathlib, sys, time
+import numpy as np
+from uopc.uop import buf
+from uopc.rangeify import lower
+from uopc.backends.c import run_c
+scale = float(sys.argv[1])
+if len(sys.argv) > 2:   # a start line: every process has imported everything before any of them compiles
+  ready, go = pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+  ready.touch()
+  deadline = time.monotonic() + 60
+  while not go.exists() and time.monotonic() < deadline: time.sleep(0.002)
+a, out = np.arange(-8, 8, dtype=np.float32), np.zeros(16, np.float32)
+run_c(lower(buf(0, 16) * scale + 1.0, buf(1, 16)), {0: a, 1: out})
+print("ok" if np.array_equal(out, a * np.float32(scale) + np.float32(1.0)) else f"wrong: {out}")
+'''
+
+
+def run_in_child(cache: Path, scale: float) -> subprocess.CompletedProcess:
+  """Compile and run the scale kernel in a new process, which has nothing in memory and must use the cache on disk."""
+  return subprocess.run([sys.executable, "-c", RUN, repr(scale)], env=child_env(UOPC_CACHE_DIR=str(cache)), capture_output=True,
+                        text=True, timeout=120)
+
+
+CORRUPTIONS = {
+  "garbage": lambda so: np.random.default_rng(0).integers(0, 256, len(so), dtype=np.uint8).tobytes(),
+  "truncated": lambda so: so[:len(so) // 2],          # dlopen of a truncated ELF dies with SIGBUS unless it is caught first
+  "empty": lambda so: b"",
+  "one byte flipped": lambda so: so[:len(so) // 3] + bytes([so[len(so) // 3] ^ 0xFF]) + so[len(so) // 3 + 1:],
+}
+
+
+@pytest.mark.parametrize("damage", list(CORRUPTIONS))
+def test_a_damaged_cache_entry_is_rebuilt_and_the_kernel_still_gives_correct_results(tmp_path, damage):
+  cache, scale = tmp_path / "cache", fresh_scale()
+  made = run_in_child(cache, scale)
+  assert made.returncode == 0 and made.stdout.strip() == "ok", made.stderr
+  [entry] = list(cache.iterdir())
+  bad = CORRUPTIONS[damage](entry.read_bytes())
+  entry.write_bytes(bad)
+  # a child process loads it: were the damage missed, a crash would fail this test instead of the test session
+  again = run_in_child(cache, scale)
+  assert again.returncode == 0 and again.stdout.strip() == "ok", (again.returncode, again.stderr)
+  [rebuilt] = list(cache.iterdir())
+  assert rebuilt.name == entry.name and rebuilt.read_bytes() != bad and rebuilt.read_bytes().startswith(b"\x7fELF")
+
+
+def test_processes_racing_to_compile_one_new_kernel_all_succeed_and_leave_one_entry(tmp_path):
+  cache, scale, n = tmp_path / "cache", fresh_scale(), 6
+  go = tmp_path / "go"
+  ready = [tmp_path / f"ready{i}" for i in range(n)]
+  procs = [subprocess.Popen([sys.executable, "-c", RUN, repr(scale), str(r), str(go)], env=child_env(UOPC_CACHE_DIR=str(cache)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in ready]
+  try:
+    deadline = time.monotonic() + 60
+    while not all(r.exists() or p.poll() is not None for p, r in zip(procs, ready)) and time.monotonic() < deadline: time.sleep(0.005)
+    go.touch()
+    results = [p.communicate(timeout=120) for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None: p.kill()
+  for p, (out, err) in zip(procs, results):
+    assert p.returncode == 0 and out.strip() == "ok", (p.returncode, err)
+  entries = sorted(e.name for e in cache.iterdir())
+  assert len(entries) == 1 and entries[0].endswith(".so") and not entries[0].startswith("."), entries   # no temporary files

@@ -1,0 +1,247 @@
+"""The `uopc` command: render, run and graph on .uir files, its one-line errors, and subcommands from plugins.
+main(argv) is called in-process (capsys sees its output); one test starts the real module as a child process."""
+import os, re, shutil, subprocess, sys
+from pathlib import Path
+import numpy as np
+import pytest
+import uopc.backends.c as C
+import uopc.cli as cli
+import uopc.rangeify, uopc.uop
+from uopc.uir import parse, ParseError
+
+GEMM_UIR = """%0 = buffer 65536 : dtype=f32 slot=0
+%1 = buffer 65536 : dtype=f32 slot=1
+%2 = reshape %0, (256, 256, 1)
+%3 = reshape %1, (256, 1, 256)
+%4 = mul %2, %3
+%5 = reduce %4 : op=add pop=1
+"""
+
+# the seed's rowsum of a 3x4 matrix, already lowered: data1[i] = sum_j data0[i*4 + j]
+ROWSUM_SINK_UIR = """%0 = buffer 3 : dtype=f32 slot=1
+%1 = range 3 : idx=0 kind=loop
+%2 = index %0, %1
+%3 = alloc 1 : dtype=f32 slot=0
+%4 = after %3, %1
+%5 = index %4, 0
+%6 = store %5, 0.0
+%7 = range 4 : idx=1 kind=reduce
+%8 = after %4, %6, %7
+%9 = index %8, 0
+%10 = load %9
+%11 = buffer 12 : dtype=f32 slot=0
+%12 = mul %1, 4
+%13 = add %12, %7
+%14 = index %11, %13
+%15 = load %14
+%16 = add %10, %15
+%17 = store %9, %16
+%18 = end %17, %7
+%19 = after %4, %18
+%20 = index %19, 0
+%21 = load %20
+%22 = store %2, %21
+%23 = end %22, %1
+%24 = sink %23
+"""
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def gemm_file(tmp_path) -> Path:
+  (tmp_path / "gemm_256x256.uir").write_text(GEMM_UIR)
+  return tmp_path / "gemm_256x256.uir"
+
+
+def loop_nest(src: str) -> list[tuple[tuple[str, ...], str]]:
+  """Each statement of the kernel with the loop sizes open around it, outermost first."""
+  body = src[src.index("\nvoid "):].splitlines()[2:-1]
+  out, open_ = [], []
+  for line in (l.strip() for l in body):
+    if line == "}": open_.pop(); continue
+    out.append((tuple(open_), line))
+    if m := re.match(r"for \(int ridx\d+ = 0; ridx\d+ < (\d+);", line): open_.append(m.group(1))
+  return out
+
+
+def test_render_prints_the_syllabus_program_as_three_loops_with_a_hoisted_load(gemm_file, capsys):
+  assert cli.main(["render", str(gemm_file)]) == 0
+  src = capsys.readouterr().out
+  assert "void gemm_256x256(float* restrict data0, float* restrict data1, float* restrict data2) {" in src
+  nest = loop_nest(src)
+  assert [n for n, l in nest if l.startswith("for ")] == [(), ("256",), ("256", "256")]
+  where = lambda pattern: [n for n, l in nest if re.search(pattern, l)]
+  assert where(r"^float acc\d+;") == [("256", "256")]                     # one accumulator per output element
+  assert where(r"data0\[") == [("256", "256")]                            # A[i, j] is loaded outside the k loop...
+  assert where(r"data1\[") == [("256", "256", "256")]                     # ...only B's row is summed: A * rowsum(B)
+  assert where(r"^data2\[") == [("256", "256")]
+
+
+def test_render_takes_the_function_name_from_the_option(gemm_file, capsys):
+  assert cli.main(["render", str(gemm_file), "--name", "syllabus"]) == 0
+  assert "void syllabus(" in capsys.readouterr().out
+
+
+def test_run_with_inputs_from_files_saves_a_times_the_row_sums_of_b(gemm_file, tmp_path, capsys):
+  rng = np.random.default_rng(7)
+  a, b = rng.standard_normal((256, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32)
+  np.save(tmp_path / "a.npy", a)
+  np.save(tmp_path / "b.npy", b)
+  argv = ["run", str(gemm_file), "--input", f"0={tmp_path / 'a.npy'}", "--input", f"1={tmp_path / 'b.npy'}", "--save", str(tmp_path / "out.npy")]
+  assert cli.main(argv) == 0
+  printed = capsys.readouterr().out
+  out = np.load(tmp_path / "out.npy")
+  want = a.astype(np.float64) * b.astype(np.float64).sum(1, keepdims=True)
+  # the kernel sums the 256 products a[i, j] * b[i, k] one by one in f32: the classic bound of a running sum
+  error_bound = 257 * np.finfo(np.float32).eps * np.abs(a).astype(np.float64) * np.abs(b).astype(np.float64).sum(1, keepdims=True)
+  assert out.shape == (256, 256) and out.dtype == np.float32
+  assert np.all(np.abs(out - want) <= error_bound)
+  assert "output 2: shape (256, 256) float32" in printed and "random" not in printed
+  assert f"min {out.min():.6g}, max {out.max():.6g}" in printed
+
+
+def test_run_with_random_inputs_prints_their_summary_and_the_output(gemm_file, tmp_path, capsys):
+  saves = []
+  for seed in (3, 3, 4):
+    saves.append(tmp_path / f"out{len(saves)}.npy")
+    assert cli.main(["run", str(gemm_file), "--seed", str(seed), "--save", str(saves[-1])]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count(f"(random, seed {seed}): shape (65536,) float32") == 2
+    out = np.load(saves[-1])
+    summary = f"output 2: shape (256, 256) float32, min {out.min():.6g}, max {out.max():.6g}, mean {out.astype(np.float64).mean():.6g}"
+    assert summary in printed
+    assert str(out).splitlines()[0] in printed                            # the array itself, as NumPy prints it
+  assert np.array_equal(np.load(saves[0]), np.load(saves[1])) and not np.array_equal(np.load(saves[0]), np.load(saves[2]))
+
+
+def test_run_runs_a_program_that_is_already_lowered(tmp_path, capsys):
+  (tmp_path / "rowsum.uir").write_text(ROWSUM_SINK_UIR)
+  x = np.random.default_rng(1).standard_normal(12).astype(np.float32)
+  np.save(tmp_path / "x.npy", x)
+  assert cli.main(["run", str(tmp_path / "rowsum.uir"), "--input", f"0={tmp_path / 'x.npy'}", "--save", str(tmp_path / "s.npy")]) == 0
+  assert "output 1: shape (3,) float32" in capsys.readouterr().out
+  np.testing.assert_allclose(np.load(tmp_path / "s.npy"), x.reshape(3, 4).sum(1), rtol=1e-6)
+
+
+def test_run_of_a_program_with_no_elements_prints_an_empty_result(tmp_path, capsys):
+  (tmp_path / "empty.uir").write_text("%0 = buffer 4 : dtype=f32 slot=0\n%1 = shrink %0, ((2, 2),)\n")
+  assert cli.main(["run", str(tmp_path / "empty.uir"), "--save", str(tmp_path / "e.npy")]) == 0
+  assert "output 1: shape (0,) float32" in capsys.readouterr().out
+  empty = np.load(tmp_path / "e.npy")
+  assert empty.shape == np.zeros(4, np.float32)[2:2].shape and empty.dtype == np.float32
+
+
+# ---- graph ----------------------------------------------------------------------------------------------------------
+
+def test_graph_writes_dot_with_one_node_per_uop_and_one_edge_per_source(gemm_file, tmp_path):
+  assert cli.main(["graph", str(gemm_file), "-o", str(tmp_path / "g.dot")]) == 0
+  dot = (tmp_path / "g.dot").read_text()
+  nodes = parse(GEMM_UIR).toposort()
+  assert dot.startswith("digraph uopc {\n") and dot.rstrip().endswith("}")
+  declared = re.findall(r'^  (n\d+) \[label="((?:[^"\\]|\\.)*)", fillcolor="#[0-9a-f]{6}"\];$', dot, re.M)
+  edges = re.findall(r"^  (n\d+) -> (n\d+)(?: \[label=\"\d+\"\])?;$", dot, re.M)
+  assert len(declared) == len(nodes) == len({n for n, _ in declared})
+  assert sorted(label.split("\\n")[0] for _, label in declared) == sorted(u.op.name.lower() for u in nodes)
+  assert len(edges) == sum(len(u.src) for u in nodes) and {x for e in edges for x in e} <= {n for n, _ in declared}
+  body = dot.splitlines()[1:-1]
+  assert len(body) == 1 + len(declared) + len(edges)                     # nothing else: the node style, nodes, edges
+
+
+def test_graph_to_svg_without_graphviz_is_a_one_line_error(gemm_file, tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(cli.shutil, "which", lambda name: None)
+  assert cli.main(["graph", str(gemm_file), "-o", str(tmp_path / "g.svg")]) == 1
+  err = capsys.readouterr().err
+  assert err.startswith("uopc: error:") and err.count("\n") == 1 and "dot" in err
+  assert not (tmp_path / "g.svg").exists()
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's `dot` is not installed here, so an SVG can't be drawn")
+def test_graph_to_svg_with_graphviz_draws_an_svg(gemm_file, tmp_path):
+  assert cli.main(["graph", str(gemm_file), "-o", str(tmp_path / "g.svg")]) == 0
+  assert "<svg" in (tmp_path / "g.svg").read_text()
+
+
+# ---- errors ---------------------------------------------------------------------------------------------------------
+
+def bad_inputs(tmp_path: Path, gemm_file: Path) -> dict[str, list[str]]:
+  np.save(tmp_path / "small.npy", np.zeros(10, np.float32))
+  np.save(tmp_path / "full.npy", np.zeros(65536, np.float32))
+  (tmp_path / "broken.uir").write_text("%0 = buffer 4 : dtype=f32 slot=0\n%1 = frobnicate %0\n")
+  return {
+    "missing file": ["render", str(tmp_path / "nope.uir")],
+    "parse error": ["render", str(tmp_path / "broken.uir")],
+    "malformed --input": ["run", str(gemm_file), "--input", "a.npy"],
+    "--input of the wrong size": ["run", str(gemm_file), "--input", f"0={tmp_path / 'small.npy'}"],
+    "--input for an unknown slot": ["run", str(gemm_file), "--input", f"7={tmp_path / 'full.npy'}"],
+    "--input file missing": ["run", str(gemm_file), "--input", f"0={tmp_path / 'gone.npy'}"],
+    "unknown graph format": ["graph", str(gemm_file), "-o", str(tmp_path / "g.txt")],
+  }
+
+
+ERROR_CASES = ["missing file", "parse error", "malformed --input", "--input of the wrong size", "--input for an unknown slot",
+               "--input file missing", "unknown graph format"]
+
+
+@pytest.mark.parametrize("case", ERROR_CASES)
+def test_a_mistake_is_one_line_on_stderr_and_exit_status_1(case, gemm_file, tmp_path, capsys):
+  assert cli.main(bad_inputs(tmp_path, gemm_file)[case]) == 1
+  out, err = capsys.readouterr()
+  assert err.startswith("uopc: error: ") and err.count("\n") == 1, err
+  assert "Traceback" not in out + err and out == ""
+
+
+def test_the_error_messages_say_what_was_wrong(gemm_file, tmp_path, capsys):
+  argvs = bad_inputs(tmp_path, gemm_file)
+  expected = {"missing file": "nope.uir", "parse error": "line 2", "malformed --input": "SLOT=FILE.npy",
+              "--input of the wrong size": "65536 elements", "--input for an unknown slot": "slot 7"}
+  for case, words in expected.items():
+    cli.main(argvs[case])
+    assert words in capsys.readouterr().err, case
+
+
+@pytest.mark.parametrize("case, exc", [("missing file", cli.CLIError), ("parse error", ParseError), ("malformed --input", cli.CLIError)])
+def test_debug_raises_the_exception_instead(case, exc, gemm_file, tmp_path):
+  with pytest.raises(exc): cli.main(["--debug", *bad_inputs(tmp_path, gemm_file)[case]])
+
+
+# ---- plugins and the real entry point --------------------------------------------------------------------------------
+
+class FakeEntryPoint:
+  def __init__(self, name, target): self.name, self.target = name, target
+  def load(self): return self.target()
+
+
+def with_plugins(monkeypatch, *eps) -> None:
+  real = cli.importlib.metadata.entry_points
+  monkeypatch.setattr(cli.importlib.metadata, "entry_points", lambda **kw: list(eps) if kw.get("group") == "uopc.commands" else real(**kw))
+
+
+def test_a_subcommand_registered_under_uopc_commands_is_available(monkeypatch, capsys):
+  def register(subparsers):
+    p = subparsers.add_parser("hello", help="say hello")
+    p.add_argument("who")
+    p.set_defaults(func=lambda args: print(f"hello, {args.who}") or 7)
+  with_plugins(monkeypatch, FakeEntryPoint("hello", lambda: register))
+  assert cli.main(["hello", "world"]) == 7
+  assert capsys.readouterr().out == "hello, world\n"
+
+
+def test_a_broken_plugin_is_a_warning_and_the_builtin_commands_still_work(monkeypatch, gemm_file, capsys):
+  def broken(): raise ImportError("no module named uopc_missing")
+  with_plugins(monkeypatch, FakeEntryPoint("broken", broken))
+  assert cli.main(["render", str(gemm_file)]) == 0
+  out, err = capsys.readouterr()
+  assert "void gemm_256x256(" in out and "uopc: warning:" in err and "'broken'" in err
+
+
+def test_python_dash_m_uopc_cli_renders_a_file(gemm_file, tmp_path):
+  roots = {str(Path(m.__file__).resolve().parents[1]) for m in (uopc.uop, uopc.rangeify)} | {str(Path(C.__file__).resolve().parents[2])}
+  inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join(sorted(roots) + inherited), "UOPC_CACHE_DIR": str(tmp_path / "cache")}
+  proc = subprocess.run([sys.executable, "-m", "uopc.cli", "render", str(gemm_file)], env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  assert "void gemm_256x256(float* restrict data0, float* restrict data1, float* restrict data2) {" in proc.stdout

@@ -1,0 +1,130 @@
+"""The seed's week-4 tests, compiled to C and run: GEMM from movement ops, the syllabus GEMM that is not a GEMM,
+the PAD/FLIP composites, and random movement chains (rank 3 and 4) extended with REDUCE, STACK and INDEX."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st, HealthCheck
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops, buf
+from uopc.uir import parse
+from uopc.evaluate import to_python
+from uopc.composite import pad, flip_axis, anti_eye
+from uopc.rangeify import Opts
+from uopc.testing import run_shaped
+
+
+def test_gemm_from_movement_ops():
+  N = 16
+  a, b = np.random.randn(N, N).astype(np.float32), np.random.randn(N, N).astype(np.float32)
+  g = parse(f"""
+  %0 = buffer {N*N} : dtype=f32 slot=0
+  %1 = buffer {N*N} : dtype=f32 slot=1
+  %2 = reshape %0, ({N}, 1, {N})
+  %3 = reshape %1, ({N}, {N})
+  %4 = permute %3, (1, 0)
+  %5 = reshape %4, (1, {N}, {N})
+  %6 = mul %2, %5
+  %7 = reduce %6 : op=add pop=1""")
+  np.testing.assert_allclose(run_shaped(g, [a.ravel(), b.ravel()]), a @ b, atol=1e-4)
+
+
+def test_syllabus_gemm_is_not_a_gemm():
+  # the example in the syllabus computes A * rowsum(B): a good reminder to test everything
+  N = 8
+  a, b = np.random.randn(N, N).astype(np.float32), np.random.randn(N, N).astype(np.float32)
+  g = parse(f"""
+  %0 = buffer {N*N} : dtype=f32 slot=0
+  %1 = buffer {N*N} : dtype=f32 slot=1
+  %2 = reshape %0, ({N}, {N}, 1)
+  %3 = reshape %1, ({N}, 1, {N})
+  %4 = mul %2, %3
+  %5 = reduce %4 : op=add pop=1""")
+  np.testing.assert_allclose(run_shaped(g, [a.ravel(), b.ravel()]), a * b.sum(1, keepdims=True), atol=1e-4)
+  assert not np.allclose(a * b.sum(1, keepdims=True), a @ b)
+
+
+def test_pad_flip_composites():
+  x = np.random.randn(3, 4).astype(np.float32)
+  u = buf(0, 12).reshape((3, 4))
+  np.testing.assert_allclose(run_shaped(pad(u, ((1, 5), (2, 0))), [x.ravel()]), np.pad(x, ((1, 5), (2, 0))))
+  np.testing.assert_allclose(run_shaped(flip_axis(u, 1), [x.ravel()]), x[:, ::-1])
+  np.testing.assert_allclose(run_shaped(flip_axis(u, 0), [x.ravel()]), x[::-1])
+  assert to_python(anti_eye(3, u.dtype)) == [[0, 0, 1], [0, 1, 0], [1, 0, 0]]
+
+
+@st.composite
+def chains(draw):
+  """A random chain over a rank-3 or rank-4 buffer: permute, shrink, expand, reshape (flatten and split), REDUCE ADD/MAX,
+  STACK with a scaled copy, INDEX of a leading axis, PAD and FLIP; the same chain on a NumPy array is the oracle."""
+  shape = draw(st.sampled_from([(2, 3, 4), (3, 1, 4), (2, 3, 2, 2), (1, 4, 3, 2)]))
+  x = np.random.default_rng(draw(st.integers(0, 2**16))).standard_normal(int(np.prod(shape))).astype(np.float32)
+  u, ref = buf(0, x.size).reshape(shape), x.reshape(shape)
+  for _ in range(draw(st.integers(1, 7))):
+    k = draw(st.integers(0, 9))
+    if k == 0:
+      p = tuple(draw(st.permutations(range(ref.ndim)))); u, ref = u.permute(p), ref.transpose(p)
+    elif k == 1 and ref.size:
+      arg = []
+      for s in ref.shape:
+        b = draw(st.integers(0, s - 1)) if s else 0
+        arg.append((b, draw(st.integers(b + (1 if s else 0), s))))
+      u, ref = u.shrink(tuple(arg)), ref[tuple(slice(b, e) for b, e in arg)]
+    elif k == 2 and ref.ndim < 5:
+      n = draw(st.integers(2, 3))
+      u, ref = u.reshape((1,) + u.shape).expand((n,) + u.shape), np.broadcast_to(ref[None], (n,) + ref.shape)
+    elif k == 3:
+      u, ref = u.reshape((ref.size,)), ref.reshape(-1)
+    elif k == 4 and ref.ndim >= 1 and ref.shape[-1] % 2 == 0 and ref.shape[-1] > 0:
+      u, ref = u.reshape(u.shape[:-1] + (2, u.shape[-1] // 2)), ref.reshape(ref.shape[:-1] + (2, ref.shape[-1] // 2))
+    elif k == 5 and ref.ndim >= 2 and ref.shape[-1] > 0:
+      if draw(st.booleans()): u, ref = u.reduce(Ops.ADD, 1), ref.sum(-1, dtype=np.float64).astype(np.float32)
+      else: u, ref = u.reduce(Ops.MAX, 1), ref.max(-1)
+    elif k == 6 and ref.ndim < 5:
+      u, ref = UOp(Ops.STACK, (u, u * 2.0)), np.stack([ref, ref * np.float32(2)])
+    elif k == 7 and ref.ndim >= 2 and ref.shape[0] > 0:
+      i = draw(st.integers(0, ref.shape[0] - 1)); u, ref = u.index(i), ref[i]
+    elif k == 8 and ref.ndim >= 1 and ref.size:
+      ax = draw(st.integers(0, ref.ndim - 1)); w = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
+      widths = tuple(w if a == ax else (0, 0) for a in range(ref.ndim))
+      u, ref = pad(u, widths), np.pad(ref, widths)
+    elif k == 9 and ref.ndim >= 1:
+      ax = draw(st.integers(0, ref.ndim - 1)); u, ref = flip_axis(u, ax), np.flip(ref, ax)
+  opts = draw(st.sampled_from([Opts(), Opts(unroll=2), Opts(upcast={0: 2}), Opts(thread=0)]))
+  return u, x, np.ascontiguousarray(ref), opts
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(chains())
+def test_random_movement_chains_with_reduce_stack_index(case):
+  u, x, ref, opts = case
+  if opts.upcast and (not u.shape or u.shape[0] % 2): opts = Opts()
+  if opts.thread is not None and not u.shape: opts = Opts()
+  np.testing.assert_allclose(run_shaped(u, [x], opts=opts), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_movement_chains(seed):
+  """The seed's own version: six random ops on a 24-element tensor."""
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(24).astype(np.float32)
+  u, ref = buf(0, 24).reshape((2, 3, 4)), x.reshape(2, 3, 4)
+  for _ in range(6):
+    k = rng.integers(4)
+    if k == 0:
+      p = tuple(int(v) for v in rng.permutation(len(ref.shape))); u, ref = u.permute(p), ref.transpose(p)
+    elif k == 1:
+      arg = tuple((int(b), int(rng.integers(b + 1, s + 1))) for s in ref.shape for b in [rng.integers(0, s)])
+      u, ref = u.shrink(arg), ref[tuple(slice(b, e) for b, e in arg)]
+    elif k == 2:
+      u, ref = u.reshape((1,) + u.shape), ref.reshape((1,) + ref.shape)
+      u, ref = u.expand((2,) + u.shape[1:]), np.broadcast_to(ref, (2,) + ref.shape[1:])
+    else:
+      u, ref = u.reshape((int(np.prod(ref.shape)),)), ref.reshape(-1)
+  np.testing.assert_allclose(run_shaped(u, [x]), ref)
+
+
+def test_integer_and_bool_programs():
+  a = np.arange(-6, 6, dtype=np.int32)
+  x = buf(0, 12, dtypes.i32).reshape((3, 4))
+  np.testing.assert_array_equal(run_shaped((x // 3) * 3 + x % 3, [a]), a.reshape(3, 4))
+  np.testing.assert_array_equal(run_shaped(x.reduce(Ops.MAX, 1), [a]), a.reshape(3, 4).max(1))
+  np.testing.assert_array_equal(run_shaped(x < 0, [a]), a.reshape(3, 4) < 0)

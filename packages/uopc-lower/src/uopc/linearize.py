@@ -1,0 +1,158 @@
+"""The linearizer: a lowered SINK -> the ordered list of its nodes, with loops opened and closed in place.
+
+The loop IR has no statement order. RANGE is a loop counter, END(x, *ranges) closes ranges after x, and
+AFTER(mem, *deps) is memory once deps have happened. `linearize` decides where and in which order each
+node runs; the renderer then prints the list top to bottom (RANGE opens a `for`, END closes it).
+
+Placement. A node must run inside every loop whose counter it depends on, and nowhere deeper. Its loops are
+its *range set*: the union of its sources' sets, plus itself for a RANGE, minus the closed ranges for an END
+(what an END feeds runs after the loop). Loops nest in RANGE index order, and a loop sits inside another when
+some node needs both, so each node's place is the innermost loop of its set. Loop-invariant loads and index
+arithmetic therefore land outside the loops they don't use (hoisted), and an accumulator declared by
+ALLOC lives at the deepest loop that contains all of its uses (a fresh one per iteration of the loops its
+output index uses).
+
+Order. Inside one loop body the items are nodes placed there and child loops (each a block from RANGE to END).
+A dependency between two nodes in different items of the same body orders those items; a node that reads
+what a loop computed depends on that loop's END, so a loop that feeds a sibling comes first (the max loop
+before the loop that subtracts the max). Items are emitted in dependency order; among ready items, plain
+nodes come before loops (code sorts before the loop it is invariant to, loops open as late as they can)
+and ties go to the node's position in the graph's toposort, so the same graph always gives the same order.
+"""
+from __future__ import annotations
+import heapq
+from uopc.uop import UOp, Ops
+
+
+class LinearizeError(Exception):
+  """A SINK whose loops can't be laid out (a RANGE never closed, loops that can't nest)."""
+
+
+def _normalize_ends(sink: UOp) -> UOp:
+  """One END per RANGE: END(x, r0, r1) becomes END(END(x, r1), r0) (inner loop closed first), and several ENDs of one
+  range become a single END over a SINK of what they close."""
+  ends = [u for u in sink.toposort() if u.op is Ops.END and len(u.src) > 2]
+  if ends:
+    def split(e: UOp) -> UOp:
+      x = e.src[0]
+      for r in sorted(e.src[1:], key=lambda r: r.arg, reverse=True): x = UOp(Ops.END, (x, r))
+      return x
+    [sink] = UOp.wrap([sink], set(ends), split)
+  while True:
+    by_range: dict[UOp, list[UOp]] = {}
+    for u in sink.toposort():
+      if u.op is Ops.END and len(u.src) == 2: by_range.setdefault(u.src[1], []).append(u)
+    dup = next((g for g in by_range.values() if len(g) > 1), None)
+    if dup is None: return sink
+    merged = UOp(Ops.END, (UOp(Ops.SINK, tuple(e.src[0] for e in dup)), dup[0].src[1]))
+    sink = sink.substitute({e: merged for e in dup})
+
+
+def linearize(sink: UOp) -> list[UOp]:
+  """Every node of the lowered program in execution order. A RANGE opens its loop and the END of that range
+  closes it; every other node runs inside the loops opened before it and not yet closed."""
+  if sink.op is not Ops.SINK: raise LinearizeError(f"linearize takes a SINK, got {sink.op!r}")
+  sink = _normalize_ends(sink)
+  nodes = sink.toposort()
+  order = {u: i for i, u in enumerate(nodes)}
+
+  # range sets, as frozensets shared between nodes with the same loops
+  rset: dict[UOp, frozenset] = {}
+  empty: frozenset = frozenset()
+  for u in nodes:
+    s = empty
+    for x in u.src:
+      if rset[x]: s = s | rset[x] if s else rset[x]
+    if u.op is Ops.RANGE: s = s | {u}
+    elif u.op is Ops.END: s = s - {u.src[1]}
+    rset[u] = s
+
+  # loop nesting: r sits inside every lower-index range that some node needs together with r, transitively
+  ranges = sorted((u for u in nodes if u.op is Ops.RANGE), key=lambda r: r.arg)
+  enclosing: dict[UOp, set] = {r: set() for r in ranges}
+  for s in set(rset.values()):
+    for r in s: enclosing[r].update(q for q in s if q.arg < r.arg)
+  parent: dict[UOp, UOp | None] = {}
+  for r in reversed(ranges):
+    p = max(enclosing[r], key=lambda q: q.arg) if enclosing[r] else None
+    parent[r] = p
+    if p is not None: enclosing[p].update(enclosing[r] - {p})
+  path: dict[UOp | None, tuple] = {None: ()}
+  for r in ranges: path[r] = path[parent[r]] + (("loop", r),)
+  closer = {u.src[1]: u for u in nodes if u.op is Ops.END}
+  for r in ranges:
+    if r not in closer: raise LinearizeError(f"RANGE {r.arg.idx} (size {r.src[0].arg if r.src[0].op is Ops.CONST else '?'}) is never closed by an END")
+
+  def innermost(s: frozenset) -> UOp | None: return max(s, key=lambda r: r.arg) if s else None
+
+  # where each node sits: its position is the path of loops down to it, then the node (or, for RANGE/END, the loop)
+  pos: dict[UOp, tuple] = {}
+  users: dict[UOp, list[UOp]] = {}
+  for u in nodes:
+    for x in u.src: users.setdefault(x, []).append(u)
+  for u in nodes:
+    if u.op is Ops.RANGE: pos[u] = path[parent[u]] + (("loop", u),)
+    elif u.op is Ops.END: pos[u] = path[parent[u.src[1]]] + (("loop", u.src[1]),)
+    elif u.op is not Ops.ALLOC: pos[u] = path[innermost(rset[u])] + (("node", u),)
+  for u in nodes:
+    if u.op is Ops.ALLOC:   # an accumulator is declared in the deepest loop that holds all of its uses
+      common = None
+      for v in users.get(u, ()): common = pos[v][:-1] if common is None else _common_prefix(common, pos[v][:-1])
+      pos[u] = (common or ()) + (("node", u),)
+
+  # dependencies between sibling items of one loop body
+  items: dict[tuple, set] = {}
+  for u in nodes:
+    p = pos[u]
+    items.setdefault(p[:-1], set()).add(p[-1])
+  deps: dict[tuple, set] = {}
+  for u in nodes:
+    pu = pos[u]
+    for x in u.src:
+      px = pos[x]
+      d = 0
+      while d < len(px) and d < len(pu) and px[d] == pu[d]: d += 1
+      if d < len(px) and d < len(pu): deps.setdefault(pu[d], set()).add(px[d])
+
+  def key(item: tuple) -> tuple: return (item[0] == "loop", order[item[1]])
+
+  # emit: order each body's items, expanding loops in place (an explicit stack: loops can nest deeply)
+  out: list[UOp] = []
+  work: list = [("body", ())]
+  while work:
+    kind, what = work.pop()
+    if kind == "emit": out.append(what); continue
+    scope = what
+    todo = items.get(scope, set())
+    indeg = {it: len([d for d in deps.get(it, ()) if d in todo]) for it in todo}
+    dependents: dict[tuple, list] = {}
+    for it in todo:
+      for d in deps.get(it, ()):
+        if d in todo: dependents.setdefault(d, []).append(it)
+    heap = [(key(it), it) for it in todo if indeg[it] == 0]
+    heapq.heapify(heap)
+    seq = []
+    while heap:
+      _, it = heapq.heappop(heap)
+      seq.append(it)
+      for nxt in dependents.get(it, ()):
+        indeg[nxt] -= 1
+        if indeg[nxt] == 0: heapq.heappush(heap, (key(nxt), nxt))
+    if len(seq) != len(todo): raise LinearizeError("the loops of this program depend on each other in a cycle")
+    for it in reversed(seq):
+      if it[0] == "node": work.append(("emit", it[1]))
+      else:
+        r = it[1]
+        work.append(("emit", closer[r]))
+        work.append(("body", scope + (it,)))
+        work.append(("emit", r))
+  return out
+
+
+def _common_prefix(a: tuple, b: tuple) -> tuple:
+  n = 0
+  while n < len(a) and n < len(b) and a[n] == b[n]: n += 1
+  return a[:n]
+
+
+__all__ = ["linearize", "LinearizeError"]

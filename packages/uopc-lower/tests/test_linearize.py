@@ -1,0 +1,135 @@
+"""The linearizer (DESIGN 4.2): placement in the innermost legal loop, hoisting, sibling loop order, determinism."""
+import pytest
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops, AxisType, buf, range_, sink
+from uopc.rangeify import lower, Ctx, Opts
+from uopc.linearize import linearize, LinearizeError
+from uopc.uir import parse
+
+
+def nesting(lin: list[UOp]) -> dict[UOp, tuple[int, ...]]:
+  """For each node, the RANGE indices of the loops open around it (outermost first)."""
+  open_: list[int] = []
+  out = {}
+  for u in lin:
+    if u.op is Ops.END: open_.pop()
+    out[u] = tuple(open_)
+    if u.op is Ops.RANGE: open_.append(u.arg.idx)
+  return out
+
+
+def allocs(lin): return [u for u in lin if u.op is Ops.ALLOC]
+def loads_of(lin, slot): return [u for u in lin if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.BUFFER and u.src[0].src[0].arg.slot == slot]
+
+
+def test_accumulator_lives_in_the_loops_its_output_index_uses():
+  x = buf(0, 12).reshape((3, 4))
+  lin = linearize(lower(x.reduce(Ops.ADD, 1), buf(1, 3)))
+  nest = nesting(lin)
+  [acc] = allocs(lin)
+  assert nest[acc] == (0,)
+  [load] = loads_of(lin, 0)
+  assert nest[load] == (0, 1)
+
+
+def test_gemm_accumulator_in_the_column_loop_and_row_offset_hoisted():
+  N = 4
+  g = parse(f"""
+  %0 = buffer {N*N} : dtype=f32 slot=0
+  %1 = buffer {N*N} : dtype=f32 slot=1
+  %2 = reshape %0, ({N}, 1, {N})
+  %3 = reshape %1, ({N}, {N})
+  %4 = permute %3, (1, 0)
+  %5 = reshape %4, (1, {N}, {N})
+  %6 = mul %2, %5
+  %7 = reduce %6 : op=add pop=1""")
+  lin = linearize(lower(g, buf(2, N * N)))
+  nest = nesting(lin)
+  [acc] = allocs(lin)
+  assert nest[acc] == (0, 1)
+  row = next(u for u in lin if u.op is Ops.MUL and u.dtype is dtypes.i32 and u.src[1] is UOp.const(N) and u.src[0].op is Ops.RANGE
+             and u.src[0].arg.idx == 0)
+  assert nest[row] == (0,)                         # ridx0*4 is computed once per row, outside the column loop
+  assert len([u for u in lin if u.op is Ops.RANGE]) == 3
+
+
+def test_sibling_loops_are_ordered_by_data_dependencies():
+  """sub_max: the max loop (RANGE 2) runs before the column loop (RANGE 1) that reads its result."""
+  x = buf(0, 12).reshape((3, 4))
+  m = x.reduce(Ops.MAX, 1).reshape((3, 1)).expand((3, 4))
+  lin = linearize(lower(x - m, buf(1, 12)))
+  opened = [u.arg.idx for u in lin if u.op is Ops.RANGE]
+  assert opened == [0, 2, 1]
+  nest = nesting(lin)
+  [acc] = allocs(lin)
+  assert nest[acc] == (0,)
+  stores = [u for u in lin if u.op is Ops.STORE and u.src[0].src[0].op is Ops.BUFFER]
+  assert [nest[s] for s in stores] == [(0, 1)]
+
+
+def test_loop_invariant_loads_are_hoisted_out_of_the_reduce_loop():
+  """conv1d: the three window loads depend on the output index only, so they sit outside the k loop."""
+  L, K = 8, 3
+  Lo = L - K + 1
+  x, w = buf(0, L), buf(1, K)
+  win = UOp(Ops.STACK, tuple(x.shrink(((k, k + Lo),)) for k in range(K)))
+  out = (win.permute((1, 0)) * w.reshape((1, K)).expand((Lo, K))).reduce(Ops.ADD, 1)
+  lin = linearize(lower(out, buf(2, Lo)))
+  nest = nesting(lin)
+  assert [nest[u] for u in loads_of(lin, 0)] == [(0,), (0,), (0,)]
+  assert [nest[u] for u in loads_of(lin, 1)] == [(0, 1)]
+
+
+def test_without_simplify_at_reshape_the_max_would_be_recomputed_per_column(monkeypatch):
+  import uopc.rangeify as R
+  from uopc.symbolic import simplify
+  x = buf(0, 16).reshape((4, 4))
+  rowmax = x.reduce(Ops.MAX, 1).reshape((4, 1)).expand((4, 4))
+  y = (x - rowmax).reshape((16,)).reshape((4, 4))
+  good = nesting(linearize(lower(y, buf(1, 16))))
+  monkeypatch.setattr(R, "simplify", lambda u: u)
+  frozen = simplify(lower(y, buf(1, 16)))          # the structure without simplify, the arithmetic cleaned afterwards
+  bad = nesting(linearize(frozen))
+  assert [v for k, v in good.items() if k.op is Ops.ALLOC] == [(0,)]
+  assert [v for k, v in bad.items() if k.op is Ops.ALLOC] == [(0, 1)]
+
+
+def test_two_accumulators_share_the_loop():
+  x = buf(0, 20).reshape((4, 5))
+  y = x.reduce(Ops.ADD, 1)
+  lin = linearize(lower(y.shrink(((0, 3),)) + y.shrink(((1, 4),)), buf(1, 3)))
+  assert len([u for u in lin if u.op is Ops.RANGE]) == 2 and [nesting(lin)[a] for a in allocs(lin)] == [(0,), (0,)]
+
+
+def test_order_is_deterministic_and_every_source_comes_first():
+  x = buf(0, 64).reshape((8, 8))
+  g = (x - x.reduce(Ops.MAX, 1).reshape((8, 1)).expand((8, 8))).reduce(Ops.ADD, 1)
+  s = lower(g, buf(1, 8), Ctx(opts=Opts(upcast={0: 2}, unroll=2)))
+  a, b = linearize(s), linearize(s)
+  assert a == b
+  seen = set()
+  for u in a:
+    assert all(src in seen for src in u.src), f"{u.op} before one of its sources"
+    seen.add(u)
+
+
+def test_an_end_of_several_ranges_closes_inner_first():
+  r0, r1 = range_(2, 0), range_(3, 1)
+  prog = sink(buf(0, 6).index(r0 * 3 + r1).store(UOp.const(1.0)).end(r0, r1))
+  lin = linearize(prog)
+  kinds = [(u.op, u.arg.idx if u.op is Ops.RANGE else (u.src[1].arg.idx if u.op is Ops.END else None)) for u in lin
+           if u.op in (Ops.RANGE, Ops.END)]
+  assert kinds == [(Ops.RANGE, 0), (Ops.RANGE, 1), (Ops.END, 1), (Ops.END, 0)]
+
+
+def test_a_range_never_closed_is_an_error():
+  r = range_(4, 0)
+  with pytest.raises(LinearizeError, match="never closed"): linearize(sink(buf(0, 4).index(r).store(UOp.const(1.0))))
+  with pytest.raises(LinearizeError, match="takes a SINK"): linearize(buf(0, 4))
+
+
+def test_thread_axis_is_the_outermost_loop():
+  g = buf(0, 64).reshape((8, 8)) * 2.0
+  lin = linearize(lower(g, buf(1, 64), Ctx(opts=Opts(thread=1))))
+  first = next(u for u in lin if u.op is Ops.RANGE)
+  assert first.arg.kind is AxisType.THREAD and first.src[0].arg == 8

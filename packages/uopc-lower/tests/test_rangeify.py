@@ -1,0 +1,266 @@
+"""rangeify and lower (seed chapter 6): index maps, the REDUCE lowering, Opts, checked by running the lowered loops."""
+import numpy as np
+import pytest
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops, AxisType, buf, range_, stack, prod
+from uopc.uir import parse, to_uir
+from uopc.symbolic import simplify
+from uopc.composite import pad, flip_axis
+from uopc.rangeify import ravel, unravel, identity, Opts, Ctx, ranges_in, rangeify, lower, merge_ends, LowerError
+from loopvm import run_program
+
+NP = {dtypes.f32: np.float32, dtypes.i32: np.int32, dtypes.bool: np.bool_}
+
+
+def run_lowered(root: UOp, inputs: list[np.ndarray], opts: Opts | None = None) -> np.ndarray:
+  """Lower root into BUFFER slot len(inputs) and run it with the loop interpreter."""
+  n = max(1, prod(root.shape))
+  sink = lower(root, buf(len(inputs), n, root.dtype), Ctx(opts=opts or Opts()))
+  bufs = {i: [x.item() for x in np.asarray(a).ravel()] for i, a in enumerate(inputs)}
+  bufs[len(inputs)] = [0] * n
+  out = run_program(sink, bufs)[len(inputs)]
+  return np.array(out[:prod(root.shape)], dtype=NP[root.dtype]).reshape(root.shape)
+
+
+def test_ravel_unravel():
+  i, j = range_(4, 0), range_(6, 1)
+  assert simplify(ravel((i, j), (4, 6))) is i * 6 + j
+  assert tuple(simplify(x) for x in unravel(ravel((i, j), (4, 6)), (4, 6))) == (i, j)
+  assert tuple(simplify(x) for x in unravel(ravel((i, j), (4, 6)), (24, 1))) == (i * 6 + j, UOp.const(0))
+  k = range_(4, 2)
+  merged = ravel((i, range_(4, 1), k), (4, 4, 4))
+  assert simplify(unravel(merged, (4, 16))[0]) is i
+
+
+def test_identity_elements():
+  assert identity(Ops.ADD, dtypes.f32) == 0.0 and identity(Ops.ADD, dtypes.i32) == 0
+  assert identity(Ops.MAX, dtypes.f32) == -float("inf") and identity(Ops.MAX, dtypes.i32) == -2**31
+
+
+def test_index_flow_of_the_view_chain():
+  x = buf(0, 12).reshape((3, 4))
+  y = x.permute((1, 0)).shrink(((1, 3), (0, 3)))
+  ctx = Ctx()
+  i, j = ctx.rng(2), ctx.rng(3)
+  load = rangeify(y, (i, j), ctx)
+  assert load is buf(0, 12).index(simplify(i + j * 4 + 1)).load()
+  a = np.arange(12, dtype=np.float32)
+  b = np.array([1, 10, 100], np.float32)
+  root = y * buf(1, 3).reshape((1, 3)).expand((2, 3))
+  assert np.array_equal(run_lowered(root, [a, b]), a.reshape(3, 4).T[1:3] * b)
+
+
+def test_rangeify_memo_shares_work():
+  x = buf(0, 4)
+  ctx = Ctx()
+  i = ctx.rng(4)
+  v = rangeify(x * x, (i,), ctx)
+  assert v.src[0] is v.src[1]                     # one load, used twice
+  assert (x, (i,)) in ctx.memo and rangeify(x, (i,), ctx) is v.src[0]
+
+
+def test_rowsum_lowering_has_the_three_afters():
+  x = buf(0, 12).reshape((3, 4))
+  sink = lower(x.reduce(Ops.ADD, 1), buf(99, 3))
+  nodes = sink.toposort()
+  alloc = [u for u in nodes if u.op is Ops.ALLOC]
+  assert len(alloc) == 1
+  afters = [u for u in nodes if u.op is Ops.AFTER]
+  acc0 = next(u for u in afters if u.src[0] is alloc[0])
+  r0 = next(u for u in nodes if u.op is Ops.RANGE and u.arg.kind is AxisType.LOOP)
+  r1 = next(u for u in nodes if u.op is Ops.RANGE and u.arg.kind is AxisType.REDUCE)
+  assert acc0.src[1:] == (r0,)                                        # lives in the output loop
+  assert any(u.src[0] is acc0 and r1 in u.src[1:] and any(s.op is Ops.STORE for s in u.src) for u in afters)   # after init, in the loop
+  assert any(u.src[0] is acc0 and u.src[1].op is Ops.END for u in afters)                                      # after the loop
+  a = np.arange(12, dtype=np.float32)
+  assert np.array_equal(run_lowered(x.reduce(Ops.ADD, 1), [a]), a.reshape(3, 4).sum(1))
+
+
+ROWSUM_UIR = """
+%0 = buffer 3 : dtype=f32 slot=1
+%1 = range 3 : idx=0 kind=loop
+%2 = index %0, %1
+%3 = alloc 1 : dtype=f32 slot=0
+%4 = after %3, %1
+%5 = index %4, 0
+%6 = store %5, 0.0
+%7 = range 4 : idx=1 kind=reduce
+%8 = after %4, %6, %7
+%9 = index %8, 0
+%10 = load %9
+%11 = buffer 12 : dtype=f32 slot=0
+%12 = mul %1, 4
+%13 = add %12, %7
+%14 = index %11, %13
+%15 = load %14
+%16 = add %10, %15
+%17 = store %9, %16
+%18 = end %17, %7
+%19 = after %4, %18
+%20 = index %19, 0
+%21 = load %20
+%22 = store %2, %21
+%23 = end %22, %1
+%24 = sink %23
+"""
+
+def test_the_seeds_lowered_rowsum_runs():
+  sink = parse(ROWSUM_UIR)
+  a = np.arange(12, dtype=np.float32)
+  out = run_program(sink, {0: list(map(float, a)), 1: [0.0] * 3})[1]
+  assert out == list(a.reshape(3, 4).sum(1))
+  assert parse(to_uir(sink)) is sink
+
+
+def test_unrolled_copies_share_one_reduce_loop():
+  x = buf(0, 20).reshape((4, 5))
+  y = x.reduce(Ops.ADD, 1)
+  z = y.shrink(((0, 3),)) + y.shrink(((1, 4),))
+  sink = lower(z, buf(1, 3))
+  reduce_ranges = [u for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind is AxisType.REDUCE]
+  assert len(reduce_ranges) == 1 and len([u for u in sink.toposort() if u.op is Ops.ALLOC]) == 2
+  assert len([u for u in sink.toposort() if u.op is Ops.END and u.src[1] is reduce_ranges[0]]) == 1   # merge_ends
+  a = np.arange(20, dtype=np.float32)
+  s = a.reshape(4, 5).sum(1)
+  assert np.array_equal(run_lowered(z, [a]), s[:3] + s[1:])
+
+
+def test_merge_ends_merges_duplicate_ends():
+  r = range_(4, 0)
+  b = buf(0, 4)
+  e1, e2 = b.index(r).store(UOp.const(1.0)).end(r), b.index(r).store(UOp.const(2.0)).end(r)
+  merged = merge_ends(UOp(Ops.SINK, (e1, e2)))
+  ends = [u for u in merged.toposort() if u.op is Ops.END]
+  assert len(ends) == 1 and ends[0].src[0].op is Ops.SINK
+
+
+def test_reshape_indices_are_simplified_before_a_reduce_sees_them():
+  x = buf(0, 16).reshape((4, 4))
+  rowmax = x.reduce(Ops.MAX, 1).reshape((4, 1)).expand((4, 4))
+  y = (x - rowmax).reshape((16,)).reshape((4, 4))
+  ctx = Ctx()
+  i, j = ctx.rng(4), ctx.rng(4)
+  rangeify(y, (i, j), ctx)
+  [(rnode, rngs)] = list(ctx.reduce_ranges)
+  assert rngs == frozenset({i})     # the accumulator depends on the row only, so it sits outside the column loop
+
+
+def test_stack_index_and_composites():
+  a = np.arange(6, dtype=np.float32)
+  x = buf(0, 6).reshape((2, 3))
+  s = UOp(Ops.STACK, (x, x * 2.0, x + 1.0))
+  assert np.array_equal(run_lowered(s, [a]), np.stack([a.reshape(2, 3), a.reshape(2, 3) * 2, a.reshape(2, 3) + 1]))
+  assert np.array_equal(run_lowered(s.index(UOp.const(2), UOp.const(1)), [a]), a.reshape(2, 3)[1] + 1)
+  assert np.array_equal(run_lowered(pad(x, ((1, 2), (3, 0))), [a]), np.pad(a.reshape(2, 3), ((1, 2), (3, 0))))
+  assert np.array_equal(run_lowered(flip_axis(x, 1), [a]), a.reshape(2, 3)[:, ::-1])
+  st = stack(buf(0, 6).index(UOp.const(0)), buf(0, 6).index(UOp.const(5)))
+  assert np.array_equal(run_lowered(st, [a]), a[[0, 5]])
+
+
+def test_conv1d_from_movement_ops():
+  L, K = 8, 3
+  Lo = L - K + 1
+  x, w = buf(0, L), buf(1, K)
+  win = UOp(Ops.STACK, tuple(x.shrink(((k, k + Lo),)) for k in range(K)))
+  out = (win.permute((1, 0)) * w.reshape((1, K)).expand((Lo, K))).reduce(Ops.ADD, 1)
+  xv, wv = np.arange(8, dtype=np.float32), np.array([1, 10, 100], np.float32)
+  assert list(run_lowered(out, [xv, wv])) == [210., 321., 432., 543., 654., 765.]
+  assert np.array_equal(run_lowered(out, [xv, wv]), np.convolve(xv, wv[::-1], "valid"))
+
+
+def random_chain(rng: np.random.Generator, steps: int = 6):
+  """A random chain of movement ops, REDUCE (ADD and MAX), STACK and INDEX over a (2, 3, 4) buffer, with the same
+  chain applied to a NumPy array (the oracle)."""
+  x = rng.standard_normal(24).astype(np.float32)
+  u, ref = buf(0, 24).reshape((2, 3, 4)), x.reshape(2, 3, 4)
+  for _ in range(steps):
+    k = rng.integers(7)
+    if k == 0:
+      p = tuple(int(v) for v in rng.permutation(ref.ndim)); u, ref = u.permute(p), ref.transpose(p)
+    elif k == 1:
+      arg = tuple((int(b), int(rng.integers(b + 1, s + 1))) for s in ref.shape for b in [rng.integers(0, s)])
+      u, ref = u.shrink(arg), ref[tuple(slice(b, e) for b, e in arg)]
+    elif k == 2 and ref.ndim < 4:
+      u, ref = u.reshape((1,) + u.shape), ref.reshape((1,) + ref.shape)
+      u, ref = u.expand((2,) + u.shape[1:]), np.broadcast_to(ref, (2,) + ref.shape[1:])
+    elif k == 3:
+      u, ref = u.reshape((int(np.prod(ref.shape)),)), ref.reshape(-1)
+    elif k == 4 and ref.ndim >= 2:
+      op = Ops.ADD if rng.integers(2) else Ops.MAX
+      u = u.reduce(op, 1)
+      ref = ref.astype(np.float64).sum(-1).astype(np.float32) if op is Ops.ADD else ref.max(-1)
+    elif k == 5 and ref.ndim < 4:
+      u, ref = UOp(Ops.STACK, (u, u * 2.0)), np.stack([ref, ref * np.float32(2)])
+    elif k == 6 and ref.ndim >= 2:
+      i = int(rng.integers(ref.shape[0])); u, ref = u.index(UOp.const(i)), ref[i]
+  return u, x, ref
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_movement_chains(seed):
+  u, x, ref = random_chain(np.random.default_rng(seed))
+  np.testing.assert_allclose(run_lowered(u, [x]), ref, rtol=1e-5, atol=1e-5)
+
+
+OPTS = [Opts(upcast={0: 2}), Opts(unroll=2), Opts(upcast={1: 4}, unroll=4), Opts(thread=0), Opts(tile={0: 4, 1: 4}),
+        Opts(tile={0: 4}, upcast={0: 2}, thread=1)]
+
+@pytest.mark.parametrize("opts", OPTS, ids=[repr(o) for o in OPTS])
+def test_opts_change_the_loops_not_the_values(opts):
+  N = 8
+  a, b = np.random.default_rng(1).standard_normal((2, N, N)).astype(np.float32)
+  lhs = buf(0, N * N).reshape((N, 1, N)).expand((N, N, N))
+  rhs = buf(1, N * N).reshape((N, N)).permute((1, 0)).reshape((1, N, N)).expand((N, N, N))
+  g = (lhs * rhs).reduce(Ops.ADD, 1)
+  np.testing.assert_allclose(run_lowered(g, [a, b], opts), a @ b, rtol=1e-4, atol=1e-5)
+  m = buf(0, N * N).reshape((N, N))
+  sm = (m - m.reduce(Ops.MAX, 1).reshape((N, 1)).expand((N, N)))
+  np.testing.assert_allclose(run_lowered(sm, [a], opts), a - a.max(1, keepdims=True))
+
+
+def test_upcast_unrolls_without_new_ranges():
+  g = buf(0, 16).reshape((4, 4)) * 2.0
+  sink = lower(g, buf(1, 16), Ctx(opts=Opts(upcast={1: 4})))
+  assert [r.src[0].arg for r in ranges_in(sink)] == [4]
+  assert len([u for u in sink.toposort() if u.op is Ops.STORE]) == 4
+
+
+def test_gpu_axes_are_global_and_local_ranges():
+  g = buf(0, 64).reshape((8, 8)) + 1.0
+  sink = lower(g, buf(1, 64), Ctx(opts=Opts(gpu=True, local={1: 4})))
+  kinds = sorted(r.arg.kind.name for r in ranges_in(sink))
+  assert kinds == ["GLOBAL", "GLOBAL", "LOCAL"]
+  with pytest.raises(LowerError, match="not divisible"): lower(g, buf(1, 64), Ctx(opts=Opts(gpu=True, local={1: 3})))
+
+
+def test_zero_size_outputs_lower_to_nothing():
+  g = buf(0, 4).shrink(((2, 2),)) * 2.0
+  assert lower(g, buf(1, 1)) is UOp(Ops.SINK, ())
+  e = buf(0, 4).reshape((4, 1)).shrink(((0, 4), (0, 0))).reduce(Ops.ADD, 1)   # a sum over nothing is 0
+  assert np.array_equal(run_lowered(e, [np.ones(4, np.float32)]), np.zeros(4, np.float32))
+
+
+def test_scalar_outputs_and_full_reductions():
+  a = np.arange(12, dtype=np.float32)
+  assert run_lowered(buf(0, 12).reshape((3, 4)).reduce(Ops.ADD, 2), [a]) == a.sum()
+  assert run_lowered(buf(0, 12).reduce(Ops.MAX, 1), [a]) == 11.0
+  assert run_lowered(UOp.const(3.0), []) == 3.0
+
+
+def test_lower_errors():
+  g = buf(0, 4) * 2.0
+  with pytest.raises(LowerError, match="output must be a BUFFER"): lower(g, buf(1, 4).index(0))
+  with pytest.raises(LowerError, match="output BUFFER is dtypes.i32"): lower(g, buf(1, 4, dtypes.i32))
+  with pytest.raises(LowerError, match="has 3 elements"): lower(g, buf(1, 3))
+  with pytest.raises(LowerError, match="Opts.upcast"): lower(g, buf(1, 4), Ctx(opts=Opts(upcast={3: 2})))
+  with pytest.raises(LowerError, match="no index rule for Ops.LOAD"): lower(buf(0, 4).index(0).load().reshape((1,)), buf(1, 1))
+
+
+def test_deep_shaped_chain_lowers_without_recursion():
+  x = buf(0, 4)
+  c = x
+  for _ in range(20_000): c = c + 1.0
+  sink = lower(c, buf(1, 4))
+  assert sink.op is Ops.SINK
+  out = run_program(sink, {0: [0.0, 1.0, 2.0, 3.0], 1: [0.0] * 4})[1]
+  assert out == [20000.0, 20001.0, 20002.0, 20003.0]
