@@ -160,17 +160,17 @@ class UOp:
     """Every node reachable from self, sources before users, sources in left-to-right order. Iterative."""
     out: list[UOp] = []
     seen: set[UOp] = set()
-    stack: list[tuple[UOp, bool]] = [(self, False)]
+    stack: list = [self]          # a UOp is "expand me"; a 1-tuple (u,) is "u's sources are done: emit u"
     push, pop, emit, mark = stack.append, stack.pop, out.append, seen.add
     while stack:
-      u, done = pop()
-      if done: emit(u); continue
+      u = pop()
+      if u.__class__ is tuple: emit(u[0]); continue
       if u in seen: continue
       mark(u)
-      push((u, True))
+      push((u,))
       src = u.src
       for i in range(len(src) - 1, -1, -1):
-        if src[i] not in seen: push((src[i], False))
+        if src[i] not in seen: push(src[i])
     return out
 
   def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
