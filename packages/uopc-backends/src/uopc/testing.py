@@ -11,7 +11,8 @@ def run_shaped(root: UOp, inputs: list[np.ndarray], backend: str = "C", opts: Op
   """Lower a shaped graph whose BUFFERs are slots 0..len(inputs)-1, run it, return the result in root's shape.
   The output goes to BUFFER slot len(inputs)."""
   slots = sorted({u.arg.slot for u in root.toposort() if u.op is Ops.BUFFER})
-  if any(s >= len(inputs) for s in slots): raise BackendError(f"run_shaped: the graph reads BUFFER slots {slots}, but {len(inputs)} inputs were given")
+  if any(s >= len(inputs) for s in slots):
+    raise BackendError(f"run_shaped: the graph reads BUFFER slots {slots}, but {len(inputs)} inputs were given")
   n = max(1, prod(root.shape))
   out = buf(len(inputs), n, root.dtype)
   res = np.zeros(n, np_dtype(root.dtype))

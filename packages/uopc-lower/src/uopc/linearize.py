@@ -81,7 +81,8 @@ def linearize(sink: UOp) -> list[UOp]:
   for r in ranges: path[r] = path[parent[r]] + (("loop", r),)
   closer = {u.src[1]: u for u in nodes if u.op is Ops.END}
   for r in ranges:
-    if r not in closer: raise LinearizeError(f"RANGE {r.arg.idx} (size {r.src[0].arg if r.src[0].op is Ops.CONST else '?'}) is never closed by an END")
+    if r not in closer:
+      raise LinearizeError(f"RANGE {r.arg.idx} (size {r.src[0].arg if r.src[0].op is Ops.CONST else '?'}) is never closed by an END")
 
   def innermost(s: frozenset) -> UOp | None: return max(s, key=lambda r: r.arg) if s else None
 

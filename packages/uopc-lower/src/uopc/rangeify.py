@@ -218,7 +218,8 @@ def _check_lower_args(root: UOp, out: UOp, o: Opts):
   if not isinstance(root, UOp) or not isinstance(out, UOp): raise LowerError("lower takes a shaped UOp and an output BUFFER UOp")
   if out.op is not Ops.BUFFER: raise LowerError(f"lower: the output must be a BUFFER, got {out.op!r}")
   if out.dtype is not root.dtype: raise LowerError(f"lower: output BUFFER is {out.dtype}, the value is {root.dtype}")
-  if out.shape[0] < prod(root.shape): raise LowerError(f"lower: output BUFFER has {out.shape[0]} elements, the value {root.shape} needs {prod(root.shape)}")
+  if out.shape[0] < prod(root.shape):
+    raise LowerError(f"lower: output BUFFER has {out.shape[0]} elements, the value {root.shape} needs {prod(root.shape)}")
   for name, d in (("upcast", o.upcast), ("tile", o.tile), ("local", o.local)):
     for k, f in d.items():
       if not 0 <= k < len(root.shape) or f < 1: raise LowerError(f"Opts.{name}: bad entry {k}: {f} for shape {root.shape}")

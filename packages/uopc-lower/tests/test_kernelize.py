@@ -1,0 +1,121 @@
+"""kernelize (DESIGN 4.3): STAGE cuts, materialized broadcast reductions, shared work, order, canonical kernels."""
+import numpy as np
+import pytest
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops, buf, prod
+from uopc.rangeify import lower
+from uopc.kernelize import kernelize, Kernel, KernelizeError, canonicalize
+from loopvm import run_program
+
+
+def run_schedule(kernels: list[Kernel], inputs: dict[int, np.ndarray]) -> dict[int, list]:
+  """Run kernels in order with the loop interpreter; buffers by slot."""
+  data = {s: [x.item() for x in a.ravel()] for s, a in inputs.items()}
+  for k in kernels:
+    slots = {b: i for i, b in enumerate(k.buffers)}
+    args = {i: data[b.arg.slot] for b, i in slots.items() if b is not k.out}
+    args[slots[k.out]] = [0.0] * k.out.shape[0]
+    data[k.out.arg.slot] = run_program(lower(k.canonical_root, k.canonical_out), args)[slots[k.out]]
+  return data
+
+
+def softmax(x: UOp) -> UOp:
+  n, m = x.shape
+  e = x - x.reduce(Ops.MAX, 1).reshape((n, 1)).expand((n, m))
+  ex = UOp(Ops.EXP2, (e,))
+  return ex * ex.reduce(Ops.ADD, 1).reshape((n, 1)).expand((n, m)).recip()
+
+
+def test_elementwise_chain_is_one_kernel():
+  x = buf(0, 12).reshape((3, 4))
+  ks = kernelize([((x * 2.0 + 1.0).maximum(x.const_like(0.0)), buf(1, 12))])
+  assert len(ks) == 1 and ks[0].inputs == (buf(0, 12),)
+
+
+def test_broadcast_reductions_are_materialized():
+  x = buf(0, 12).reshape((3, 4))
+  ks = kernelize([(softmax(x), buf(1, 12))])
+  assert [k.root.op for k in ks] == [Ops.REDUCE, Ops.REDUCE, Ops.MUL]     # max, sum of exp, normalize
+  assert ks[1].inputs[-1] is ks[0].out and ks[2].inputs[-2:] == (ks[0].out, ks[1].out)
+  a = np.random.default_rng(0).standard_normal(12).astype(np.float32)
+  out = np.array(run_schedule(ks, {0: a})[1]).reshape(3, 4)
+  ref = np.exp2(a.reshape(3, 4) - a.reshape(3, 4).max(1, keepdims=True))
+  np.testing.assert_allclose(out, ref / ref.sum(1, keepdims=True), rtol=1e-6)
+
+
+def test_a_reduce_used_elementwise_fuses():
+  """matmul + bias + relu: the reduction is not broadcast, so it stays in the one kernel."""
+  a, w, b = buf(0, 12).reshape((3, 4)), buf(1, 8).reshape((4, 2)), buf(2, 2)
+  mm = (a.reshape((3, 1, 4)).expand((3, 2, 4)) * w.permute((1, 0)).reshape((1, 2, 4)).expand((3, 2, 4))).reduce(Ops.ADD, 1)
+  out = (mm + b.reshape((1, 2)).expand((3, 2))).maximum(mm.const_like(0.0))
+  assert len(kernelize([(out, buf(3, 6))])) == 1
+
+
+def test_chained_matmuls_materialize_the_first():
+  a, b, c = buf(0, 16).reshape((4, 4)), buf(1, 16).reshape((4, 4)), buf(2, 16).reshape((4, 4))
+  def mm(x, y): return (x.reshape((4, 1, 4)).expand((4, 4, 4)) * y.permute((1, 0)).reshape((1, 4, 4)).expand((4, 4, 4))).reduce(Ops.ADD, 1)
+  ks = kernelize([(mm(mm(a, b), c), buf(3, 16))])
+  assert len(ks) == 2
+  rng = np.random.default_rng(1)
+  A, B, C = (rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3))
+  np.testing.assert_allclose(np.array(run_schedule(ks, {0: A, 1: B, 2: C})[3]).reshape(4, 4), A @ B @ C, rtol=1e-5, atol=1e-5)
+
+
+def test_stage_is_an_explicit_cut_and_sources_come_first():
+  x = buf(0, 4)
+  s = UOp(Ops.STAGE, (x * 3.0,))
+  ks = kernelize([(s + 1.0, buf(1, 4)), (s * 2.0, buf(2, 4))])
+  assert len(ks) == 3 and ks[0].root is x * 3.0
+  out = run_schedule(ks, {0: np.arange(4, dtype=np.float32)})
+  assert out[1] == [1.0, 4.0, 7.0, 10.0] and out[2] == [0.0, 6.0, 12.0, 18.0]
+
+
+def test_a_reduction_shared_by_two_outputs_is_computed_once():
+  x = buf(0, 12).reshape((3, 4))
+  s = x.reduce(Ops.ADD, 1)
+  ks = kernelize([(s * 2.0, buf(1, 3)), (s + 1.0, buf(2, 3))])
+  assert len(ks) == 3 and sum(1 for k in ks for u in k.root.toposort() if u.op is Ops.REDUCE) == 1
+
+
+def test_cheap_shared_elementwise_values_are_recomputed():
+  x = buf(0, 4)
+  e = x * 2.0 + 1.0
+  assert len(kernelize([(e * 3.0, buf(1, 4)), (e - 1.0, buf(2, 4))])) == 2
+
+
+def test_canonical_kernels_are_equal_up_to_buffer_numbering():
+  k1 = kernelize([(buf(5, 4) * 2.0 + buf(9, 4), buf(11, 4))])[0]
+  k2 = kernelize([(buf(7, 4) * 2.0 + buf(3, 4), buf(1, 4))])[0]
+  assert k1.canonical_root is k2.canonical_root and k1.canonical_out is k2.canonical_out
+  assert [b.arg.slot for b in k1.inputs] == [5, 9] and k1.canonical_out.arg.slot == 2
+  root, out, ins = canonicalize(buf(5, 4) + 1.0, buf(6, 4))
+  assert root is buf(0, 4) + 1.0 and out is buf(1, 4) and ins == (buf(5, 4),)
+
+
+def test_no_kernel_evaluates_a_reduction_inside_a_loop_it_does_not_use():
+  """attention-shaped: softmax(QK^T)V. Every accumulator update must run at most (rows * cols * reduce) times."""
+  n, d = 8, 4
+  q, k, v = buf(0, n * d).reshape((n, d)), buf(1, n * d).reshape((n, d)), buf(2, n * d).reshape((n, d))
+  s = (q.reshape((n, 1, d)).expand((n, n, d)) * k.reshape((1, n, d)).expand((n, n, d))).reduce(Ops.ADD, 1)
+  p = softmax(s)
+  o = (p.reshape((n, 1, n)).expand((n, d, n)) * v.permute((1, 0)).reshape((1, d, n)).expand((n, d, n))).reduce(Ops.ADD, 1)
+  ks = kernelize([(o, buf(3, n * d))])
+  for kern in ks:
+    sink = lower(kern.canonical_root, kern.canonical_out)
+    out_elems = prod(kern.root.shape) or 1
+    biggest_reduce = max([prod(u.src[0].shape[len(u.src[0].shape) - u.arg[1]:]) for u in kern.root.toposort() if u.op is Ops.REDUCE], default=1)
+    for st in (u for u in sink.toposort() if u.op is Ops.STORE):
+      trips = prod(r.src[0].arg for r in st.toposort() if r.op is Ops.RANGE)   # loops this store depends on
+      assert trips <= out_elems * biggest_reduce
+  rng = np.random.default_rng(2)
+  Q, K, V = (rng.standard_normal((n, d)).astype(np.float32) for _ in range(3))
+  S = Q @ K.T
+  P = np.exp2(S - S.max(1, keepdims=True))
+  P /= P.sum(1, keepdims=True)
+  np.testing.assert_allclose(np.array(run_schedule(ks, {0: Q, 1: K, 2: V})[3]).reshape(n, d), P @ V, rtol=1e-5, atol=1e-6)
+
+
+def test_kernelize_errors():
+  with pytest.raises(KernelizeError, match="must be a BUFFER"): kernelize([(buf(0, 4) * 2.0, buf(1, 4).index(0))])
+  with pytest.raises(KernelizeError, match="can't hold"): kernelize([(buf(0, 4) * 2.0, buf(1, 3))])
+  with pytest.raises(KernelizeError, match="can't hold"): kernelize([(buf(0, 4) * 2.0, buf(1, 4, dtypes.i32))])

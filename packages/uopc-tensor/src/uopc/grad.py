@@ -1,0 +1,137 @@
+"""Reverse-mode autodiff on shaped UOp graphs.
+
+    gradient(root, wrt, seed=None) -> [d root / d w for w in wrt]
+
+Walk the graph from the root back to the leaves (reversed toposort, no recursion), giving every node its
+gradient and handing each source its share by the op's rule. The rules are one table, `GRAD_RULES`, from an
+op to its local derivatives, in the same vocabulary as the forward graph: the gradient of a movement op is a
+movement op (SHRINK's is a PAD, PERMUTE's the inverse permutation), EXPAND's is a REDUCE over the expanded
+axes, REDUCE ADD's is an EXPAND. So a backward graph is just another shaped graph, and it fuses into kernels
+exactly like a forward one. Convolution needs no rule of its own: its gradient comes from differentiating the
+movement ops that build its windows.
+
+Conventions: comparisons and integer ops have no gradient; MAX sends the gradient to the larger input and
+splits it evenly on ties (so max(x, -x), i.e. |x|, has gradient 0 at 0); REDUCE MAX sends it to every position
+equal to the maximum, split evenly. A CAST to the value's own dtype is the frontend's stop-gradient marker
+(Tensor.detach): nothing flows through it.
+"""
+from __future__ import annotations
+import math
+from typing import Callable
+from uopc.uop import UOp, Ops, UOpError
+from uopc.composite import pad
+
+LN2 = math.log(2)
+
+
+def _unexpand(g: UOp, shape: tuple[int, ...]) -> UOp:
+  """Sum g over the axes where `shape` has 1 and g does not (EXPAND's adjoint): move them last, REDUCE, reshape."""
+  axes = [k for k, (a, b) in enumerate(zip(shape, g.shape)) if a != b]
+  if not axes: return g
+  keep = [k for k in range(len(shape)) if k not in axes]
+  return g.permute(tuple(keep + axes)).reduce(Ops.ADD, len(axes)).reshape(shape)
+
+
+def _reduce_max_grad(u: UOp, g: UOp) -> tuple:
+  x = u.src[0]
+  n = u.arg[1]
+  full = lambda t: t.reshape(t.shape + (1,) * n).expand(x.shape)
+  hit = x.eq(full(u)).where(x.const_like(1.0), x.const_like(0.0))
+  count = hit.reduce(Ops.ADD, n)
+  return (full(g * count.recip()) * hit,)
+
+
+def _index_grad(u: UOp, g: UOp) -> tuple:
+  """INDEX pops leading axes; its adjoint puts g back at the indexed position among zeros (a PAD when the index is a
+  constant, a one-hot mask otherwise). The indices themselves get none."""
+  x, idx = u.src[0], u.src[1:]
+  k = len(idx)
+  out = g.reshape((1,) * k + g.shape)
+  if all(i.op is Ops.CONST for i in idx):
+    full = pad(out, tuple((i.arg, n - 1 - i.arg) for i, n in zip(idx, x.shape[:k])) + ((0, 0),) * len(g.shape))
+  else:
+    from uopc.evaluate import literal
+    mask = None
+    for a, (i, n) in enumerate(zip(idx, x.shape[:k])):
+      ar = literal(list(range(n)), (n,), i.dtype).reshape((1,) * a + (n,) + (1,) * (len(x.shape) - a - 1)).expand(x.shape)
+      m = ar.eq(i.reshape((1,) * len(x.shape)).expand(x.shape))
+      mask = m if mask is None else mask * m
+    full = mask.where(out.expand(x.shape), x.const_like(0.0))
+  return (full,) + (None,) * k
+
+
+def _unshrink(u: UOp, g: UOp) -> UOp:
+  """SHRINK's adjoint: g back in place among zeros. An empty slice took nothing, so its gradient is all zeros (and the
+  PAD composite can't grow an empty axis)."""
+  x = u.src[0]
+  if 0 in g.shape: return x.const_like(0.0)
+  return pad(g, tuple((b, n - e) for (b, e), n in zip(u.arg, x.shape)))
+
+
+def _stop(u: UOp, g: UOp) -> tuple:
+  x = u.src[0]
+  if x.dtype is u.dtype: return (None,)       # a same-dtype CAST: detach
+  return (g.cast(x.dtype),) if x.dtype.is_float else (None,)
+
+
+# one rule per op: (node, gradient of the node) -> the gradient of each source (None: no gradient)
+GRAD_RULES: dict[Ops, Callable[[UOp, UOp], tuple]] = {
+  Ops.ADD: lambda u, g: (g, g),
+  Ops.MUL: lambda u, g: (g * u.src[1], g * u.src[0]),
+  Ops.RECIP: lambda u, g: (-(g * u * u),),
+  Ops.EXP2: lambda u, g: (g * u * LN2,),
+  Ops.LOG2: lambda u, g: (g * u.src[0].recip() * (1 / LN2),),
+  Ops.SQRT: lambda u, g: (g * u.recip() * 0.5,),
+  Ops.SIN: lambda u, g: (g * UOp(Ops.SIN, ((u.src[0] + math.pi / 2),)),),
+  Ops.MAX: lambda u, g: (_max_share(u.src[0], u.src[1], g), _max_share(u.src[1], u.src[0], g)),
+  Ops.WHERE: lambda u, g: (None, u.src[0].where(g, g.const_like(0.0)), u.src[0].where(g.const_like(0.0), g)),
+  Ops.CAST: _stop,
+  Ops.CMPLT: lambda u, g: (None, None), Ops.CMPNE: lambda u, g: (None, None),
+  Ops.FLOORDIV: lambda u, g: (None, None), Ops.FLOORMOD: lambda u, g: (None, None),
+  Ops.RESHAPE: lambda u, g: (g.reshape(u.src[0].shape),),
+  Ops.EXPAND: lambda u, g: (_unexpand(g, u.src[0].shape),),
+  Ops.PERMUTE: lambda u, g: (g.permute(tuple(sorted(range(len(u.arg)), key=lambda k: u.arg[k]))),),
+  Ops.SHRINK: lambda u, g: (_unshrink(u, g),),
+  Ops.STACK: lambda u, g: tuple(g.index(k) for k in range(len(u.src))),
+  Ops.REDUCE: lambda u, g: (g.reshape(g.shape + (1,) * u.arg[1]).expand(u.src[0].shape),) if u.arg[0] is Ops.ADD else _reduce_max_grad(u, g),
+  Ops.INDEX: _index_grad,
+  Ops.STAGE: lambda u, g: (g,),
+}
+
+
+def _max_share(a: UOp, b: UOp, g: UOp) -> UOp:
+  """a's share of MAX(a, b)'s gradient: all of it where a > b, half where they tie, none elsewhere."""
+  zero = g.const_like(0.0)
+  return (b < a).where(g, a.eq(b).where(g * 0.5, zero))
+
+
+def gradient(root: UOp, wrt: list[UOp], seed: UOp | None = None) -> list[UOp]:
+  """d root / d w for each w in wrt, as UOps of w's shape (zeros where root does not depend on w). root must be a
+  float scalar unless `seed`, the gradient of root itself, is given."""
+  if seed is None:
+    if root.shape != () or not root.dtype.is_float:
+      raise UOpError(f"gradient of a {root.dtype}{root.shape} value needs a seed (only a float scalar gets 1.0 by default)")
+    seed = root.const_like(1.0)
+  if seed.shape != root.shape or seed.dtype is not root.dtype:
+    raise UOpError(f"gradient: seed {seed.dtype}{seed.shape} doesn't match the root {root.dtype}{root.shape}")
+  nodes = root.toposort()
+  targets = set(wrt)
+  # only nodes with a path down to some w need a gradient
+  needed: set[UOp] = set()
+  for u in nodes:
+    if u in targets or any(s in needed for s in u.src): needed.add(u)
+  grads: dict[UOp, UOp] = {root: seed}
+  for u in reversed(nodes):
+    g = grads.get(u)
+    if g is None or not u.src: continue
+    rule = GRAD_RULES.get(u.op)
+    if rule is None:
+      if any(s in needed for s in u.src): raise UOpError(f"gradient: no rule for {u.op!r}")
+      continue
+    for s, sg in zip(u.src, rule(u, g)):
+      if sg is None or s not in needed or not s.dtype.is_float: continue
+      grads[s] = grads[s] + sg if s in grads else sg
+  return [grads[w] if w in grads else w.const_like(0.0) for w in wrt]
+
+
+__all__ = ["gradient", "GRAD_RULES"]

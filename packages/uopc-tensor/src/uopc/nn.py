@@ -1,0 +1,263 @@
+"""nn: layers, optimizers and state dicts on top of Tensor.
+
+Layers are plain objects whose Tensor attributes are their parameters (PyTorch's layouts and initializations:
+Linear's weight is (out, in), Conv2d's (out, in/groups, kh, kw)); calling one runs its forward. An optimizer
+holds a list of parameters; `step()` computes every update lazily and realizes them in one schedule, so the
+kernels of all parameters (and the forward work they share) run together, and `zero_grad()` clears the grads.
+
+State: `get_state_dict(obj)` walks attributes, lists, tuples and dicts and names each Tensor by its dotted path
+(`layers.0.weight`); `load_state_dict` checks names and shapes before copying anything in. `safe_save` and
+`safe_load` write and read the safetensors format (an 8-byte little-endian header length, a JSON header of
+dtype/shape/data_offsets per tensor, then the raw little-endian data), with NumPy and json alone, so the files
+interchange with the `safetensors` library.
+"""
+from __future__ import annotations
+import json, math, struct
+from pathlib import Path
+from typing import Any
+import numpy as np
+from uopc.tensor import Tensor, TensorError
+
+
+def _kaiming_uniform(shape: tuple[int, ...], fan_in: int) -> Tensor:
+  bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
+  return Tensor.uniform(*shape, low=-bound, high=bound, requires_grad=True)
+
+
+class Linear:
+  """y = x @ weight.T + bias, weight (out_features, in_features), both initialized U(-1/sqrt(in), 1/sqrt(in)) as in torch."""
+  def __init__(self, in_features: int, out_features: int, bias: bool = True):
+    self.weight = _kaiming_uniform((out_features, in_features), in_features)
+    self.bias = _kaiming_uniform((out_features,), in_features) if bias else None
+  def __call__(self, x: Tensor) -> Tensor: return x.linear(self.weight, self.bias)
+
+
+class Embedding:
+  """Rows of weight (num_embeddings, embedding_dim), initialized N(0, 1), picked by integer indices."""
+  def __init__(self, num_embeddings: int, embedding_dim: int):
+    self.weight = Tensor.randn(num_embeddings, embedding_dim, requires_grad=True)
+  def __call__(self, idx: Tensor) -> Tensor: return idx.embedding(self.weight)
+
+
+class LayerNorm:
+  """layernorm over the last len(normalized_shape) axes, then * weight + bias (ones and zeros at first)."""
+  def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True):
+    self.shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    self.eps = eps
+    self.weight = Tensor.ones(*self.shape, requires_grad=True) if elementwise_affine else None
+    self.bias = Tensor.zeros(*self.shape, requires_grad=True) if elementwise_affine else None
+  def __call__(self, x: Tensor) -> Tensor:
+    if x.shape[-len(self.shape):] != self.shape: raise TensorError(f"LayerNorm{self.shape} applied to a tensor of shape {x.shape}")
+    y = x.layernorm(tuple(range(-len(self.shape), 0)), self.eps)
+    return y * self.weight + self.bias if self.weight is not None else y
+
+
+class Conv2d:
+  """torch.nn.Conv2d: weight (out, in/groups, kh, kw) and bias initialized U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+  def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride=1, padding=0, dilation=1,
+               groups: int = 1, bias: bool = True):
+    kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
+    if in_channels % groups or out_channels % groups:
+      raise TensorError(f"Conv2d: channels {in_channels}->{out_channels} not divisible by groups={groups}")
+    self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+    fan_in = in_channels // groups * kh * kw
+    self.weight = _kaiming_uniform((out_channels, in_channels // groups, kh, kw), fan_in)
+    self.bias = _kaiming_uniform((out_channels,), fan_in) if bias else None
+  def __call__(self, x: Tensor) -> Tensor:
+    return x.conv2d(self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class Dropout:
+  """Zero each element with probability p while `training`, scaling the rest by 1/(1-p)."""
+  def __init__(self, p: float = 0.5):
+    self.p, self.training = p, True
+  def __call__(self, x: Tensor) -> Tensor: return x.dropout(self.p, self.training)
+
+
+# ---- optimizers ------------------------------------------------------------------------------------------------------
+
+class Optimizer:
+  def __init__(self, params: list[Tensor], lr: float):
+    self.params = list(params)
+    if not self.params: raise TensorError("an optimizer needs at least one parameter")
+    for p in self.params:
+      if not isinstance(p, Tensor): raise TensorError(f"optimizer parameters must be Tensors, got {type(p).__name__}")
+      if not p.requires_grad: p.requires_grad_(True)
+    self.lr = lr
+
+  def zero_grad(self) -> None:
+    for p in self.params: p.grad = None
+
+  def step(self) -> None:
+    """Apply one update to every parameter with a gradient, all realized in one schedule."""
+    todo = [(i, p) for i, p in enumerate(self.params) if p.grad is not None]
+    if not todo: return
+    # scalars that change between steps (the learning rate, Adam's bias corrections) go in as 1-element buffers, not as
+    # constants: a constant is part of a kernel's structure, and a new structure every step is a compile every step
+    self._lr = self._scalar(self.lr)
+    new_state: list[Tensor] = []
+    for i, p in todo:
+      value, state = self._update(i, p, p.grad.detach())
+      p.assign(value.cast(p.dtype))
+      new_state += state
+    Tensor.realize(todo[0][1], *[p for _, p in todo[1:]], *new_state)
+
+  def _update(self, i: int, p: Tensor, g: Tensor) -> tuple[Tensor, list[Tensor]]:
+    raise NotImplementedError
+
+  @staticmethod
+  def _scalar(v: float) -> Tensor: return Tensor(np.array(v, dtype=np.float32))
+
+
+class SGD(Optimizer):
+  """p -= lr * v, with v = momentum * v + (g + weight_decay * p) (torch's SGD, nesterov optional)."""
+  def __init__(self, params: list[Tensor], lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False):
+    super().__init__(params, lr)
+    self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+    self.buf: list[Tensor | None] = [None] * len(self.params)
+
+  def _update(self, i, p, g):
+    if self.weight_decay: g = g + self.weight_decay * p.detach()
+    state = []
+    if self.momentum:
+      v = g if self.buf[i] is None else self.buf[i] * self.momentum + g
+      self.buf[i] = v
+      state.append(v)
+      g = g + self.momentum * v if self.nesterov else v
+    return p.detach() - self._lr * g, state
+
+
+class Adam(Optimizer):
+  """Adam (weight_decay adds weight_decay * p to the gradient, as torch's Adam); AdamW decays the weights directly."""
+  decoupled = False
+
+  def __init__(self, params: list[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+               weight_decay: float = 0.0):
+    super().__init__(params, lr)
+    self.b1, self.b2 = betas
+    self.eps, self.weight_decay = eps, weight_decay
+    self.t = 0
+    self.m = [Tensor.zeros(*p.shape) for p in self.params]
+    self.v = [Tensor.zeros(*p.shape) for p in self.params]
+
+  def step(self) -> None:
+    self.t += 1
+    self._c1 = self._scalar(1 / (1 - self.b1 ** self.t))
+    self._c2 = self._scalar(1 / (1 - self.b2 ** self.t))
+    self._decay = self._scalar(1 - self.lr * self.weight_decay)
+    super().step()
+
+  def _update(self, i, p, g):
+    w = p.detach()
+    if self.weight_decay and not self.decoupled: g = g + self.weight_decay * w
+    if self.weight_decay and self.decoupled: w = w * self._decay
+    self.m[i] = self.m[i] * self.b1 + g * (1 - self.b1)
+    self.v[i] = self.v[i] * self.b2 + g * g * (1 - self.b2)
+    mhat, vhat = self.m[i] * self._c1, self.v[i] * self._c2
+    return w - self._lr * mhat / (vhat.sqrt() + self.eps), [self.m[i], self.v[i]]
+
+
+class AdamW(Adam):
+  """Adam with decoupled weight decay: p *= 1 - lr * weight_decay before the Adam step (torch's AdamW, default 0.01)."""
+  decoupled = True
+
+  def __init__(self, params: list[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+               weight_decay: float = 0.01):
+    super().__init__(params, lr, betas, eps, weight_decay)
+
+
+# ---- state dicts and safetensors ----------------------------------------------------------------------------------------
+
+def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
+  """Every Tensor reachable from obj through attributes, lists, tuples and dicts, named by its dotted path."""
+  out: dict[str, Tensor] = {}
+  stack: list[tuple[str, Any]] = [(prefix.rstrip("."), obj)]
+  seen: set[int] = set()
+  while stack:
+    name, o = stack.pop()
+    if isinstance(o, Tensor): out[name] = o; continue
+    if id(o) in seen: continue
+    seen.add(id(o))
+    if isinstance(o, dict): items = [(str(k), v) for k, v in o.items()]
+    elif isinstance(o, (list, tuple)): items = [(str(k), v) for k, v in enumerate(o)]
+    elif hasattr(o, "__dict__") and not isinstance(o, type): items = list(vars(o).items())
+    else: continue
+    for k, v in reversed(items): stack.append((f"{name}.{k}" if name else k, v))
+  return out
+
+
+def load_state_dict(obj: Any, state: dict[str, Tensor | np.ndarray], strict: bool = True) -> None:
+  """Copy `state` into obj's tensors (by get_state_dict name). Missing or unexpected names (when strict) and shape
+  mismatches are errors, and nothing is changed unless everything fits."""
+  own = get_state_dict(obj)
+  missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+  if strict and (missing or unexpected):
+    raise TensorError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+  for k in set(own) & set(state):
+    shape = tuple(state[k].shape)
+    if shape != own[k].shape: raise TensorError(f"load_state_dict: {k} has shape {shape} in the state but {own[k].shape} in the model")
+  for k in set(own) & set(state):
+    v = state[k]
+    arr = v.numpy() if isinstance(v, Tensor) else np.asarray(v)
+    t = own[k]
+    t.assign(Tensor(arr.astype(t.numpy().dtype, copy=False), device=t.device)).realize()
+
+
+_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "BOOL": np.bool_, "F64": np.float64, "I64": np.int64}
+_ST_NAMES = {np.dtype(v): k for k, v in _ST_DTYPES.items()}
+
+
+class SafetensorsError(ValueError):
+  """A file that isn't valid safetensors."""
+
+
+def safe_save(state: dict[str, Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
+  """Write tensors to a .safetensors file (readable by the safetensors library)."""
+  header: dict[str, Any] = {}
+  blobs, off = [], 0
+  for name in sorted(state):
+    t = state[name]
+    arr = np.asarray(t.numpy() if isinstance(t, Tensor) else t, order="C")   # np.ascontiguousarray would make a scalar 1-d
+    if arr.dtype not in _ST_NAMES: raise TensorError(f"safe_save: {name} has dtype {arr.dtype}, which safetensors can't hold here")
+    data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+    header[name] = {"dtype": _ST_NAMES[arr.dtype], "shape": list(arr.shape), "data_offsets": [off, off + len(data)]}
+    blobs.append(data)
+    off += len(data)
+  if metadata: header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+  h = json.dumps(header, separators=(",", ":")).encode()
+  h += b" " * (-len(h) % 8)   # the data starts 8-byte aligned
+  tmp = Path(str(path) + ".tmp")
+  with open(tmp, "wb") as f:
+    f.write(struct.pack("<Q", len(h)))
+    f.write(h)
+    for b in blobs: f.write(b)
+  tmp.replace(path)
+
+
+def safe_load(path: str | Path) -> dict[str, Tensor]:
+  """Read a .safetensors file into Tensors; a malformed file is a SafetensorsError that says what is wrong."""
+  raw = Path(path).read_bytes()
+  if len(raw) < 8: raise SafetensorsError(f"{path}: too short to be a safetensors file ({len(raw)} bytes)")
+  (n,) = struct.unpack("<Q", raw[:8])
+  if n > len(raw) - 8: raise SafetensorsError(f"{path}: the header claims {n} bytes but the file has {len(raw) - 8} after the length")
+  try: header = json.loads(raw[8:8 + n])
+  except (UnicodeDecodeError, json.JSONDecodeError) as e: raise SafetensorsError(f"{path}: the header is not valid JSON ({e})") from None
+  if not isinstance(header, dict): raise SafetensorsError(f"{path}: the header is not a JSON object")
+  data = memoryview(raw)[8 + n:]
+  out: dict[str, Tensor] = {}
+  for name, info in header.items():
+    if name == "__metadata__": continue
+    try:
+      dt, shape, (b, e) = np.dtype(_ST_DTYPES[info["dtype"]]), tuple(int(s) for s in info["shape"]), info["data_offsets"]
+    except (KeyError, TypeError, ValueError) as ex:
+      raise SafetensorsError(f"{path}: entry {name!r} is malformed or has an unsupported dtype ({ex!r})") from None
+    if not 0 <= b <= e <= len(data) or e - b != int(np.prod(shape)) * dt.itemsize:
+      raise SafetensorsError(f"{path}: entry {name!r} has data_offsets {[b, e]} that don't fit its shape {shape} and dtype, or the file")
+    arr = np.frombuffer(data[b:e], dtype=dt.newbyteorder("<")).reshape(shape).astype(dt)
+    if arr.dtype in (np.float64, np.int64): arr = arr.astype(np.float32 if arr.dtype == np.float64 else np.int32)
+    out[name] = Tensor(arr)
+  return out
+
+
+__all__ = ["Linear", "Embedding", "LayerNorm", "Conv2d", "Dropout", "Optimizer", "SGD", "Adam", "AdamW", "get_state_dict",
+           "load_state_dict", "safe_save", "safe_load", "SafetensorsError"]

@@ -1,0 +1,887 @@
+"""Tensor: the frontend. A thin, lazy layer that builds shaped UOp graphs as you call methods.
+
+A Tensor holds one shaped UOp. Nothing runs until a value is asked for: `realize()` (or numpy/item/tolist)
+kernelizes the graph, lowers and compiles each kernel (cached by its structure, so a training loop compiles once),
+runs the kernels on the backend, and replaces the tensor's graph by the BUFFER that holds its value.
+`schedule()` returns the kernels realize() would run, without running them.
+
+Everything is the IR's primitives: broadcasting is RESHAPE + EXPAND, a reduction over any axes is a PERMUTE
+that moves them last and a REDUCE, `x - y` is `x + y*-1`, exp is exp2, a gather with an integer Tensor is a
+one-hot mask and a sum, a convolution is a window view (movement ops only) times the weights, summed. The
+gradients come from uopc.grad on the same graph, so backward passes fuse and compile like forward ones.
+
+Conventions follow PyTorch where DESIGN.md is silent, and tinygrad's where they differ and the IR's sugar
+agrees: `cond.where(a, b)`, `max(axis)` returns values only, `pad(((before, after), ...))` takes numpy.pad's
+pairs, `Tensor.cat(*ts, dim=)`, `layernorm` has no affine parameters, `gelu` is the tanh approximation,
+`//` on integers floors. Dtypes promote bool < i32 < f16 < f32; a python scalar adopts the tensor's dtype
+(a float scalar with an integer tensor gives f32). Shape errors name the shapes.
+"""
+from __future__ import annotations
+import itertools, math, os, weakref
+from typing import Any
+import numpy as np
+from uopc.dtype import DType, dtypes
+from uopc.uop import UOp, Ops, ParamArg, prod
+from uopc.composite import pad as _pad_uop, flip_axis
+from uopc.kernelize import kernelize, Kernel
+from uopc.rangeify import lower, Ctx, Opts
+from uopc.linearize import linearize
+from uopc.backends import get_backend, Backend
+from uopc.backends.c import np_dtype
+from uopc.grad import gradient as grad_of
+
+_PROMOTION = (dtypes.bool, dtypes.i32, dtypes.f16, dtypes.f32)
+_NP_TO_DTYPE = {np.dtype(np.float32): dtypes.f32, np.dtype(np.float64): dtypes.f32, np.dtype(np.float16): dtypes.f16,
+                np.dtype(np.int32): dtypes.i32, np.dtype(np.int64): dtypes.i32, np.dtype(np.int16): dtypes.i32,
+                np.dtype(np.int8): dtypes.i32, np.dtype(np.uint8): dtypes.i32, np.dtype(np.uint16): dtypes.i32,
+                np.dtype(np.bool_): dtypes.bool}
+
+
+class TensorError(ValueError):
+  """A Tensor operation called with shapes, dtypes or arguments it can't take."""
+
+
+# ---- storage: the data behind realized BUFFERs -------------------------------------------------------------------
+# the only state here is keyed by UOps: a BUFFER's array dies with the last graph that mentions the BUFFER
+
+_storage: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
+# a realized tensor that depends on gradient leaves keeps the graph it came from, so backward() can still see through it
+_history: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+_buffer_ids = itertools.count(1 << 20)   # BUFFER slots of tensors; kernels renumber their own buffers from 0
+
+
+def _new_buffer(n: int, dtype: DType) -> UOp:
+  return UOp(Ops.BUFFER, (), ParamArg(next(_buffer_ids), dtype, (max(1, n),)))
+
+
+def _default_device() -> str: return os.environ.get("UOPC_DEVICE", "C").upper()
+
+
+# ---- running kernels -----------------------------------------------------------------------------------------------
+
+_programs: dict[tuple, Any] = {}   # (backend, canonical root, canonical out) -> compiled program: one compile per structure
+
+
+def _run_kernel(backend: Backend, k: Kernel) -> None:
+  key = (backend.name, k.canonical_root, k.canonical_out)
+  prog = _programs.get(key)
+  if prog is None:
+    sink = lower(k.canonical_root, k.canonical_out, Ctx(opts=Opts()))
+    src = backend.render(linearize(sink), f"k{len(_programs)}")
+    prog = _programs[key] = backend.compile(src, f"k{len(_programs)}")
+  args = []
+  for b in k.inputs:
+    if (a := _storage.get(b)) is None: raise TensorError(f"a kernel reads a buffer that holds no data ({b.dtype.name}[{b.shape[0]}])")
+    args.append(a)
+  out = backend.alloc(k.out.shape[0], k.out.dtype)
+  _storage[k.out] = out
+  backend.launch(prog, args + [out])
+
+
+def _realized(u: UOp) -> bool:
+  if prod(u.shape) == 0: return True   # an empty tensor has no data to compute (numpy() makes it from the shape)
+  b = u.src[0] if u.op is Ops.RESHAPE else u
+  return b.op is Ops.BUFFER and b in _storage and (u.op is not Ops.RESHAPE or prod(u.shape) == b.shape[0])
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------------
+
+def _to_dtype(d) -> DType:
+  if d is None or isinstance(d, DType): return d
+  if isinstance(d, str): return dtypes.from_name({"float32": "f32", "float": "f32", "int32": "i32", "int": "i32", "float16": "f16",
+                                                 "half": "f16", "bool": "bool"}.get(d, d))
+  if d is float: return dtypes.f32
+  if d is int: return dtypes.i32
+  if d is bool: return dtypes.bool
+  try: return _NP_TO_DTYPE[np.dtype(d)]
+  except (TypeError, KeyError): raise TensorError(f"unknown dtype {d!r}") from None
+
+
+def _shape_arg(shape) -> tuple[int, ...]:
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = shape[0]
+  return tuple(int(s) for s in shape)
+
+
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+  """NumPy's broadcast of the shapes (aligned on the right, size 1 stretches), or a TensorError naming them."""
+  n = max(len(s) for s in shapes)
+  padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
+  out = []
+  for dims in zip(*padded):
+    big = {d for d in dims if d != 1}
+    if len(big) > 1: raise TensorError(f"can't broadcast shapes {' and '.join(str(tuple(s)) for s in shapes)}")
+    out.append(big.pop() if big else 1)
+  return tuple(out)
+
+
+def _promote(*ds: DType) -> DType: return max(ds, key=_PROMOTION.index)
+
+
+class Tensor:
+  """A lazy n-dimensional array: a shaped UOp graph, computed on `realize()`."""
+  __slots__ = ("uop", "requires_grad", "grad", "device", "__weakref__")
+  __array_ufunc__ = None   # `np.float32(2) * t` defers to Tensor.__rmul__ instead of NumPy iterating over t
+  _rng = np.random.default_rng(0)
+  # tensors marked requires_grad, by id (a WeakSet would compare them with __eq__, which builds a Tensor)
+  _grad_leaves: dict[int, weakref.ref] = {}
+
+  def __init__(self, data: Any, dtype=None, requires_grad: bool = False, device: str | None = None):
+    self.device = (device or _default_device()).upper()
+    get_backend(self.device)   # fail early on an unknown device
+    dtype = _to_dtype(dtype)
+    self.grad: Tensor | None = None
+    if isinstance(data, UOp): self.uop = data if dtype is None or data.dtype is dtype else data.cast(dtype)
+    elif isinstance(data, Tensor): self.uop = data.uop if dtype is None else data.uop.cast(dtype)
+    else:
+      arr = data if isinstance(data, np.ndarray) else np.asarray(data)
+      if arr.dtype == object: raise TensorError(f"can't make a Tensor from {type(data).__name__} {str(data)[:60]!r}: ragged or not numbers")
+      if dtype is None:
+        if arr.dtype not in _NP_TO_DTYPE: raise TensorError(f"NumPy dtype {arr.dtype} has no uopc dtype (bool, int32, float16, float32)")
+        dtype = _NP_TO_DTYPE[arr.dtype]
+      if arr.dtype.kind in "iu" and arr.size and (arr.max() > 2**31 - 1 or arr.min() < -2**31) and dtype is dtypes.i32:
+        raise TensorError("integer data doesn't fit in i32")
+      # not np.ascontiguousarray, which makes a 0-d array 1-d
+      self.uop = Tensor._from_numpy(np.asarray(arr, dtype=np_dtype(dtype), order="C"), dtype)
+    self.requires_grad = False
+    if requires_grad: self.requires_grad_(True)
+
+  @staticmethod
+  def _from_numpy(arr: np.ndarray, dtype: DType) -> UOp:
+    b = _new_buffer(arr.size, dtype)
+    _storage[b] = arr.reshape(-1).copy() if arr.size else np.zeros(1, arr.dtype)
+    if not arr.size: return b.shrink(((0, 0),)).reshape(arr.shape)   # a BUFFER holds at least one element: view none of it
+    return b.reshape(arr.shape) if arr.shape != b.shape else b
+
+  def requires_grad_(self, flag: bool = True) -> Tensor:
+    if flag:
+      if not self.dtype.is_float: raise TensorError(f"only float tensors can require gradients, this one is {self.dtype.name}")
+      if not _realized(self.uop): self.realize()   # a leaf must be its own BUFFER: two zero tensors are one hash-consed graph
+      Tensor._grad_leaves[id(self)] = weakref.ref(self, lambda _, k=id(self): Tensor._grad_leaves.pop(k, None))
+    self.requires_grad = flag
+    return self
+
+  # ---- properties
+  @property
+  def shape(self) -> tuple[int, ...]: return self.uop.shape
+  @property
+  def dtype(self) -> DType: return self.uop.dtype
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> int: return prod(self.shape)
+  def size(self, dim: int | None = None): return self.shape if dim is None else self.shape[self._dim(dim)]
+  def __len__(self) -> int:
+    if not self.shape: raise TensorError("len() of a 0-d tensor")
+    return self.shape[0]
+  def __iter__(self): return (self[i] for i in range(len(self)))   # __getitem__'s TensorError would not end the iteration
+  def __repr__(self) -> str:
+    return f"<Tensor shape={self.shape} dtype={self.dtype.name} device={self.device}{' requires_grad' if self.requires_grad else ''}>"
+  __hash__ = object.__hash__
+
+  # ---- running
+  def schedule(self, *others: Tensor) -> list[Kernel]:
+    """The kernels realize() would run for this tensor (and `others`), without running them."""
+    ts = [t for t in (self, *others) if not _realized(t.uop)]
+    return kernelize([(t.uop, _new_buffer(t.numel(), t.dtype)) for t in ts], _new_buffer) if ts else []
+
+  def realize(self, *others: Tensor) -> Tensor:
+    """Compute this tensor (and `others`, in the same schedule so they share work); returns self."""
+    todo: dict[UOp, list[Tensor]] = {}
+    for t in (self, *others):
+      if not _realized(t.uop): todo.setdefault(t.uop, []).append(t)
+    if not todo: return self
+    outs = [(u, _new_buffer(prod(u.shape), u.dtype)) for u in todo]
+    backend = get_backend(self.device)
+    for k in kernelize(outs, _new_buffer): _run_kernel(backend, k)
+    for (u, b) in outs:
+      view = b.reshape(u.shape) if u.shape != b.shape else b
+      # a value computed from gradient leaves (not a leaf itself: an optimizer's update is a fresh start) keeps its graph
+      if any(t.requires_grad and id(t) not in Tensor._grad_leaves for t in todo[u]): _history[b] = u.reshape(b.shape) if u.shape != b.shape else u
+      for t in todo[u]: t.uop = view
+    return self
+
+  def numpy(self) -> np.ndarray:
+    if self.numel() == 0: return np.zeros(self.shape, np_dtype(self.dtype))
+    self.realize()
+    b = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
+    return np.asarray(get_backend(self.device).copyout(_storage[b]))[:self.numel()].reshape(self.shape)
+
+  def item(self):
+    if self.numel() != 1: raise TensorError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+    return self.numpy().reshape(()).item()
+
+  def tolist(self): return self.numpy().tolist()
+  def __bool__(self):
+    if self.numel() != 1: raise TensorError(f"the truth value of a tensor of shape {self.shape} is ambiguous")
+    return bool(self.item())
+  def __float__(self): return float(self.item())
+  def __int__(self): return int(self.item())
+
+  def _new(self, uop: UOp, *parents: Tensor) -> Tensor:
+    t = Tensor.__new__(Tensor)
+    t.uop, t.grad, t.device = uop, None, self.device
+    t.requires_grad = self.requires_grad or any(p.requires_grad for p in parents if isinstance(p, Tensor))
+    return t
+
+  def detach(self) -> Tensor:
+    """The same value with no gradient flowing back (a same-dtype CAST is the stop-gradient marker)."""
+    return self._new(UOp(Ops.CAST, (self.uop,), self.dtype)) if self.dtype.is_float else self._new(self.uop)
+
+  def assign(self, other: Tensor | Any) -> Tensor:
+    """Make this tensor hold `other`'s value (same shape and dtype); its gradient is reset."""
+    other = other if isinstance(other, Tensor) else Tensor(other, dtype=self.dtype, device=self.device)
+    if other.shape != self.shape or other.dtype is not self.dtype:
+      raise TensorError(f"assign: {other.dtype.name}{other.shape} into {self.dtype.name}{self.shape}")
+    self.uop = other.uop
+    return self
+
+  # ---- creation
+  @staticmethod
+  def full(shape, value, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
+    shape = _shape_arg((shape,) if isinstance(shape, int) else shape)
+    dtype = _to_dtype(dtype) or dtypes.from_py(value)
+    c = UOp.const(value, dtype)
+    t = Tensor(c.reshape((1,) * len(shape)).expand(shape) if shape else c, device=device)
+    return t.requires_grad_() if requires_grad else t
+  @staticmethod
+  def zeros(*shape, dtype=None, **kw) -> Tensor: return Tensor.full(_shape_arg(shape), 0.0, dtype or dtypes.f32, **kw)
+  @staticmethod
+  def ones(*shape, dtype=None, **kw) -> Tensor: return Tensor.full(_shape_arg(shape), 1.0, dtype or dtypes.f32, **kw)
+  @staticmethod
+  def arange(start, stop=None, step=1, dtype=None, device: str | None = None) -> Tensor:
+    if stop is None: start, stop = 0, start
+    if step == 0: raise TensorError("arange: step must not be 0")
+    vals = np.arange(start, stop, step)
+    dtype = _to_dtype(dtype) or (dtypes.f32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.i32)
+    return Tensor(vals.astype(np_dtype(dtype)), dtype=dtype, device=device)
+  @staticmethod
+  def eye(n: int, m: int | None = None, dtype=None, device: str | None = None) -> Tensor:
+    return Tensor(np.eye(n, m, dtype=np_dtype(_to_dtype(dtype) or dtypes.f32)), device=device)
+  @staticmethod
+  def manual_seed(seed: int = 0) -> None: Tensor._rng = np.random.default_rng(seed)
+  @staticmethod
+  def rand(*shape, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
+    d = _to_dtype(dtype) or dtypes.f32
+    return Tensor(Tensor._rng.random(_shape_arg(shape), dtype=np.float32).astype(np_dtype(d)), requires_grad=requires_grad, device=device)
+  @staticmethod
+  def randn(*shape, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
+    d = _to_dtype(dtype) or dtypes.f32
+    return Tensor(Tensor._rng.standard_normal(_shape_arg(shape), dtype=np.float32).astype(np_dtype(d)), requires_grad=requires_grad, device=device)
+  @staticmethod
+  def uniform(*shape, low: float = 0.0, high: float = 1.0, **kw) -> Tensor:
+    return Tensor((Tensor._rng.random(_shape_arg(shape)) * (high - low) + low).astype(np.float32), **kw)
+  def zeros_like(self, **kw) -> Tensor: return Tensor.zeros(*self.shape, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
+  def ones_like(self, **kw) -> Tensor: return Tensor.ones(*self.shape, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
+  def full_like(self, value, **kw) -> Tensor: return Tensor.full(self.shape, value, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
+  def rand_like(self, **kw) -> Tensor: return Tensor.rand(*self.shape, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
+  def randn_like(self, **kw) -> Tensor: return Tensor.randn(*self.shape, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
+
+  # ---- broadcasting and promotion
+  def _scalar_dtype(self, v) -> DType:
+    if isinstance(v, bool): return self.dtype
+    if isinstance(v, float) and not self.dtype.is_float: return dtypes.f32
+    if isinstance(v, int) and self.dtype is dtypes.bool: return dtypes.i32
+    return self.dtype
+
+  def _operands(self, other, reverse: bool = False) -> tuple[UOp, UOp, list[Tensor]]:
+    """Both operands as UOps of one shape and dtype: python scalars adopt this tensor's dtype, tensors promote."""
+    if isinstance(other, Tensor):
+      d = _promote(self.dtype, other.dtype)
+      shape = broadcast_shape(self.shape, other.shape)
+      a, b = self.cast(d)._broadcast_to(shape).uop, other.cast(d)._broadcast_to(shape).uop
+      parents = [self, other]
+    else:
+      if isinstance(other, np.ndarray) or isinstance(other, (list, tuple)): return self._operands(Tensor(other, device=self.device), reverse)
+      if not isinstance(other, (int, float, bool, np.number, np.bool_)): raise TensorError(f"can't combine a Tensor with {type(other).__name__}")
+      other = other.item() if isinstance(other, (np.number, np.bool_)) else other
+      d = self._scalar_dtype(other)
+      a = self.cast(d).uop
+      b = a.const_like(other)
+      parents = [self]
+    return (b, a, parents) if reverse else (a, b, parents)
+
+  def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+    if self.shape == shape: return self
+    if len(shape) < self.ndim: raise TensorError(f"can't broadcast {self.shape} to {shape}")
+    t = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if self.ndim < len(shape) else self
+    for a, b in zip(t.shape, shape):
+      if a != b and a != 1: raise TensorError(f"can't broadcast {self.shape} to {shape}")
+    return t if t.shape == shape else t._new(t.uop.expand(shape))
+
+  def _binop(self, op: Ops, other, reverse: bool = False) -> Tensor:
+    a, b, parents = self._operands(other, reverse)
+    return self._new(UOp(op, (a, b)), *parents)
+
+  # ---- elementwise
+  def __add__(self, x): return self._binop(Ops.ADD, x)
+  def __radd__(self, x): return self._binop(Ops.ADD, x, True)
+  def __mul__(self, x): return self._binop(Ops.MUL, x)
+  def __rmul__(self, x): return self._binop(Ops.MUL, x, True)
+  def __sub__(self, x):
+    a, b, parents = self._operands(x)
+    return self._new(a - b, *parents)
+  def __rsub__(self, x):
+    a, b, parents = self._operands(x, True)
+    return self._new(a - b, *parents)
+  def __neg__(self): return self._new(-self.uop) if self.dtype is not dtypes.bool else self.logical_not()
+  def __truediv__(self, x):
+    a, b, parents = (self.float() if not self.dtype.is_float else self)._operands(x if not isinstance(x, Tensor) or x.dtype.is_float else x.float())
+    return self._new(a * b.recip(), *parents)
+  def __rtruediv__(self, x):
+    t = self.float() if not self.dtype.is_float else self
+    a, b, parents = t._operands(x, True)
+    return self._new(a * b.recip(), *parents)
+  def __floordiv__(self, x):
+    a, b, parents = self._operands(x)
+    if a.dtype is dtypes.i32: return self._new(a // b, *parents)
+    return self._new(a, *parents)._float_floordiv(self._new(b, *parents))
+  def __rfloordiv__(self, x):
+    a, b, parents = self._operands(x, True)
+    return self._new(a, *parents).__floordiv__(self._new(b, *parents))
+  def __mod__(self, x):
+    a, b, parents = self._operands(x)
+    if a.dtype is dtypes.i32: return self._new(a % b, *parents)
+    ta, tb = self._new(a, *parents), self._new(b, *parents)
+    return ta - ta._float_floordiv(tb) * tb
+  def __rmod__(self, x):
+    a, b, parents = self._operands(x, True)
+    return self._new(a, *parents).__mod__(self._new(b, *parents))
+  def _float_floordiv(self, other: Tensor) -> Tensor:
+    """floor(self / other) on floats. self * (1/other) can land an ulp below an exact integer quotient (49 * (1/49) < 1),
+    so the floor moves by one where the remainder falls outside [0, other) ((other, 0] for a negative divisor)."""
+    a, b = (self, other) if self.dtype.is_float else (self.float(), other.float())
+    q = (a / b).floor()
+    r = a - q * b
+    pos = b > 0
+    q = pos.where(r >= b, r <= b).where(q + 1, pos.where(r < 0, r > 0).where(q - 1, q))
+    return q.detach()   # piecewise constant: no gradient (so a % b has torch's gradients 1 and -(a // b))
+  def __pow__(self, x): return self.pow(x)
+  def __rpow__(self, x): return (self._new(self._operands(x, True)[0])).pow(self)
+  def __matmul__(self, x): return self.matmul(x)
+  def __rmatmul__(self, x): return Tensor(x, device=self.device).matmul(self)
+  def __lt__(self, x): return self._binop(Ops.CMPLT, x)
+  def __gt__(self, x): return self._binop(Ops.CMPLT, x, True)
+  def __le__(self, x): return (self > x).logical_not()
+  def __ge__(self, x): return (self < x).logical_not()
+  def __eq__(self, x): return self.ne(x).logical_not()   # type: ignore[override]
+  def __ne__(self, x): return self.ne(x)                 # type: ignore[override]
+  def ne(self, x) -> Tensor: return self._binop(Ops.CMPNE, x)
+  def eq(self, x) -> Tensor: return self.ne(x).logical_not()
+  def logical_not(self) -> Tensor: return self._new(self.cast(dtypes.bool).uop.ne(True))
+  def __invert__(self): return self.logical_not()
+  def __and__(self, x): return self.cast(dtypes.bool)._binop(Ops.MUL, x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
+  def __or__(self, x): return self.cast(dtypes.bool)._binop(Ops.ADD, x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
+  __rand__, __ror__ = __and__, __or__
+
+  def cast(self, dtype) -> Tensor:
+    d = _to_dtype(dtype)
+    return self if d is self.dtype else self._new(self.uop.cast(d))
+  def float(self) -> Tensor: return self.cast(dtypes.f32)
+  def half(self) -> Tensor: return self.cast(dtypes.f16)
+  def int(self) -> Tensor: return self.cast(dtypes.i32)
+  def bool(self) -> Tensor: return self.cast(dtypes.bool)
+  to = cast
+
+  def _float_unary(self, op: Ops) -> Tensor:
+    x = self if self.dtype.is_float else self.float()
+    return self._new(UOp(op, (x.uop,)))
+  def recip(self) -> Tensor: return self._float_unary(Ops.RECIP)
+  def exp2(self) -> Tensor: return self._float_unary(Ops.EXP2)
+  def log2(self) -> Tensor: return self._float_unary(Ops.LOG2)
+  def sqrt(self) -> Tensor: return self._float_unary(Ops.SQRT)
+  def sin(self) -> Tensor: return self._float_unary(Ops.SIN)
+  def exp(self) -> Tensor: return (self * (1 / math.log(2))).exp2()
+  def log(self) -> Tensor: return self.log2() * math.log(2)
+  def rsqrt(self) -> Tensor: return self.sqrt().recip()
+  def cos(self) -> Tensor: return (self + math.pi / 2).sin()
+  def tan(self) -> Tensor: return self.sin() / self.cos()
+  def sigmoid(self) -> Tensor: return (1.0 + (-self.float()).exp()).recip()
+  def tanh(self) -> Tensor: return 2.0 * (2.0 * self.float()).sigmoid() - 1.0
+  def relu(self) -> Tensor: return (self > 0).where(self, 0)
+  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self > 0).where(self, self * neg_slope)
+  def gelu(self) -> Tensor: return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+  def silu(self) -> Tensor: return self * self.sigmoid()
+  def abs(self) -> Tensor: return self.maximum(-self)     # MAX splits ties, so the gradient at 0 is 0, as in torch
+  def sign(self) -> Tensor: return (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
+  def square(self) -> Tensor: return self * self
+  def maximum(self, x) -> Tensor: return self._binop(Ops.MAX, x)
+  def minimum(self, x) -> Tensor: return -((-self).maximum(-x if isinstance(x, Tensor) else -x))
+  def clip(self, min_=None, max_=None) -> Tensor:
+    # WHERE, not maximum/minimum: torch.clamp gives self the whole gradient on a bound too (MAX would split the tie),
+    # and a NaN stays NaN
+    t = self
+    if min_ is not None: t = (t < min_).where(min_, t)
+    if max_ is not None: t = (t > max_).where(max_, t)
+    return t
+  clamp = clip
+  def trunc(self) -> Tensor:
+    if not self.dtype.is_float: return self
+    # floats of magnitude 2**23 and more (and inf, nan) are integers already, and don't survive the round trip through i32
+    # (piecewise constant: no gradient, as in torch)
+    return (self.abs() < 2**23).where(self.cast(dtypes.i32).cast(self.dtype), self).detach()
+  def floor(self) -> Tensor:
+    if not self.dtype.is_float: return self
+    t = self.trunc()
+    return (self < t).where(t - 1, t)
+  def ceil(self) -> Tensor:
+    if not self.dtype.is_float: return self
+    t = self.trunc()
+    return (self > t).where(t + 1, t)
+  def round(self) -> Tensor:
+    """Half to even, like torch.round and numpy.round (floor(x + 0.5) would also be off where x + 0.5 rounds up to an integer)."""
+    if not self.dtype.is_float: return self
+    f = self.floor()
+    d = self - f   # exact
+    odd = ((f * 0.5).floor() * 2).ne(f)
+    return ((d > 0.5) | (d.eq(0.5) & odd)).where(f + 1, f)
+
+  def pow(self, x) -> Tensor:
+    if not isinstance(x, Tensor):
+      x = x.item() if isinstance(x, np.generic) else x
+      t = self.cast(self._scalar_dtype(x))   # as in the other ops: an int exponent keeps an int tensor int, a float one gives f32
+      if x == 0.5: return t.sqrt()
+      if float(x).is_integer():   # exponentiation by squaring: exact, and right for negative bases
+        n, sq, out = abs(int(x)), (t if x > 0 else t.float()), None
+        if n == 0: return t.ones_like()
+        while True:
+          if n & 1: out = sq if out is None else out * sq
+          n >>= 1
+          if not n: break
+          sq = sq * sq
+        return out if x > 0 else out.recip()
+      return (t.log2() * float(x)).exp2()
+    t = self if self.dtype.is_float else self.float()
+    mag = x.eq(0).where(1.0, (t.abs().log2() * x).exp2())   # x**0 is 1, also for 0 and inf where log2 * 0 is nan
+    # a negative base with an integral exponent: |t|^x, negated for odd x; otherwise NaN like torch
+    odd = (x.float() % 2).abs().eq(1)
+    integral = x.float().eq(x.float().floor())
+    return (t < 0).where(integral.where(odd.where(-mag, mag), float("nan")), mag)
+
+  def where(self, a, b) -> Tensor:
+    """cond.where(a, b): a where self is true, b elsewhere, broadcast together."""
+    cond = self.cast(dtypes.bool)
+    ta = a if isinstance(a, Tensor) else None
+    tb = b if isinstance(b, Tensor) else None
+    if ta is None and tb is None:
+      d = dtypes.from_py(a) if type(a) is type(b) else _promote(dtypes.from_py(a), dtypes.from_py(b))
+      ta, tb = Tensor.full((), a, d, device=self.device), Tensor.full((), b, d, device=self.device)
+    elif ta is None: ta = Tensor.full((), a, tb._scalar_dtype(a), device=self.device)
+    elif tb is None: tb = Tensor.full((), b, ta._scalar_dtype(b), device=self.device)
+    d = _promote(ta.dtype, tb.dtype)
+    shape = broadcast_shape(cond.shape, ta.shape, tb.shape)
+    c, x, y = cond._broadcast_to(shape), ta.cast(d)._broadcast_to(shape), tb.cast(d)._broadcast_to(shape)
+    return self._new(UOp(Ops.WHERE, (c.uop, x.uop, y.uop)), ta, tb)
+
+  # ---- reductions
+  def _axes(self, axis) -> list[int]:
+    if axis is None: return list(range(self.ndim))
+    return sorted({self._dim(a) for a in (axis if isinstance(axis, (tuple, list)) else [axis])})
+
+  def _dim(self, d: int, extra: int = 0) -> int:
+    n = self.ndim + extra
+    if not -max(n, 1) <= d < max(n, 1): raise TensorError(f"dimension {d} out of range for a tensor of shape {self.shape}")
+    return d % max(n, 1)
+
+  def _reduce(self, op: Ops, axis=None, keepdim: bool = False) -> Tensor:
+    axes = self._axes(axis)
+    keep = [i for i in range(self.ndim) if i not in axes]
+    t = self.permute(keep + axes) if keep + axes != list(range(self.ndim)) else self
+    r = self._new(t.uop.reduce(op, len(axes)))
+    if keepdim: r = r.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)))
+    return r
+
+  def sum(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
+    t = self.cast(dtype) if dtype is not None else (self.cast(dtypes.i32) if self.dtype is dtypes.bool else self)
+    return t._reduce(Ops.ADD, axis, keepdim)
+  def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
+  def min(self, axis=None, keepdim: bool = False) -> Tensor: return -((-self)._reduce(Ops.MAX, axis, keepdim))
+  def mean(self, axis=None, keepdim: bool = False) -> Tensor:
+    n = prod(self.shape[a] for a in self._axes(axis))
+    return self.float().sum(axis, keepdim) * (1.0 / n if n else float("nan"))
+  def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    n = prod(self.shape[a] for a in self._axes(axis))
+    d = self.float() - self.float().mean(axis, keepdim=True)
+    return (d * d).sum(axis, keepdim) * (1.0 / max(n - correction, 0) if n - correction > 0 else float("nan"))
+  def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
+  def argmax(self, axis=None, keepdim: bool = False) -> Tensor:
+    """The index of the (first) maximum, as i32; over the flattened tensor when axis is None."""
+    if axis is None: return self.reshape(-1).argmax(0)
+    ax = self._dim(axis)
+    n = self.shape[ax]
+    hit = self.eq(self.max(ax, keepdim=True))
+    rev = Tensor(np.arange(n, 0, -1, dtype=np.int32), device=self.device).reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
+    return (n - hit.where(rev, 0).max(ax, keepdim)).cast(dtypes.i32)
+  def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return (-self).argmax(axis, keepdim)
+  def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().cast(dtypes.i32).max(axis, keepdim).bool()
+  def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().logical_not().any(axis, keepdim).logical_not()
+
+  # ---- movement
+  def reshape(self, *shape) -> Tensor:
+    shape = _shape_arg(shape)
+    if shape.count(-1) > 1: raise TensorError(f"reshape: only one -1, got {shape}")
+    if -1 in shape:
+      rest = prod(s for s in shape if s != -1)
+      if rest == 0 or self.numel() % rest: raise TensorError(f"reshape: can't reshape {self.shape} into {shape}")
+      shape = tuple(self.numel() // rest if s == -1 else s for s in shape)
+    if prod(shape) != self.numel() or any(s < 0 for s in shape): raise TensorError(f"reshape: can't reshape {self.shape} into {shape}")
+    return self if shape == self.shape else self._new(self.uop.reshape(shape))
+  view = reshape
+  def permute(self, *dims) -> Tensor:
+    dims = tuple(self._dim(d) for d in _shape_arg(dims))
+    if sorted(dims) != list(range(self.ndim)): raise TensorError(f"permute: {dims} is not a permutation of the axes of {self.shape}")
+    return self if dims == tuple(range(self.ndim)) else self._new(self.uop.permute(dims))
+  def transpose(self, dim0: int = -2, dim1: int = -1) -> Tensor:
+    order = list(range(self.ndim))
+    a, b = self._dim(dim0), self._dim(dim1)
+    order[a], order[b] = order[b], order[a]
+    return self.permute(order)
+  @property
+  def T(self) -> Tensor: return self.permute(tuple(reversed(range(self.ndim))))
+  def expand(self, *shape) -> Tensor:
+    shape = _shape_arg(shape)
+    if len(shape) < self.ndim: raise TensorError(f"expand: {shape} has fewer dimensions than {self.shape}")
+    src = (1,) * (len(shape) - self.ndim) + self.shape
+    return self._broadcast_to(tuple(s if n == -1 else n for s, n in zip(src, shape)))
+  def broadcast_to(self, *shape) -> Tensor: return self._broadcast_to(_shape_arg(shape))
+  def squeeze(self, dim: int | None = None) -> Tensor:
+    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    d = self._dim(dim)
+    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+  def unsqueeze(self, dim: int) -> Tensor:
+    d = self._dim(dim, extra=1)
+    return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    if self.ndim == 0: return self.reshape(1)
+    s, e = self._dim(start_dim), self._dim(end_dim)
+    return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+  def shrink(self, arg) -> Tensor:
+    """Keep [begin, end) on each axis; None keeps the whole axis."""
+    if len(arg) != self.ndim: raise TensorError(f"shrink: {len(arg)} ranges for shape {self.shape}")
+    arg = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+    for (b, e), s in zip(arg, self.shape):
+      if not 0 <= b <= e <= s: raise TensorError(f"shrink: range ({b}, {e}) doesn't fit an axis of {s} in shape {self.shape}")
+    return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._new(self.uop.shrink(arg))
+  def pad(self, arg, value: float = 0.0) -> Tensor:
+    """Pad each axis by (before, after) (None for none); negative amounts crop. Like numpy.pad with a constant."""
+    if len(arg) != self.ndim: raise TensorError(f"pad: {len(arg)} (before, after) pairs for shape {self.shape}")
+    arg = tuple((0, 0) if a is None else (int(a[0]), int(a[1])) for a in arg)
+    t = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(arg, self.shape)))
+    widths = tuple((max(0, b), max(0, a)) for b, a in arg)
+    if all(w == (0, 0) for w in widths): return t
+    if t.numel() == 0 and any(w != (0, 0) for w in widths):
+      return Tensor.full(tuple(s + b + a for s, (b, a) in zip(t.shape, widths)), value, t.dtype, device=self.device)
+    out = t._new(_pad_uop(t.uop, widths))
+    if value != 0:
+      inside = t._new(_pad_uop(t.ones_like(dtype=dtypes.bool).uop, widths))
+      out = inside.where(out, value)
+    return out
+  def flip(self, axis) -> Tensor:
+    t = self
+    for a in self._axes(axis): t = t._new(flip_axis(t.uop, a))
+    return t
+  def cat(*tensors: Tensor, dim: int = 0) -> Tensor:
+    """Concatenate along dim (all other axes equal). Tensor.cat(a, b, dim=1) and a.cat(b, dim=1) are the same."""
+    ts = [t for t in tensors if isinstance(t, Tensor)]
+    if len(ts) != len(tensors) or not ts: raise TensorError("cat takes one or more Tensors")
+    first = ts[0]
+    d = first._dim(dim)
+    for t in ts[1:]:
+      if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
+        raise TensorError(f"cat: shapes {' and '.join(str(x.shape) for x in ts)} differ outside dim {d}")
+    dt = _promote(*(t.dtype for t in ts))
+    ts = [t.cast(dt) for t in ts]
+    if len(ts) == 1: return ts[0]
+    if all(t.shape == first.shape for t in ts):   # equal pieces: STACK them and merge the new axis into dim
+      st = Tensor.stack(*ts, dim=d)   # the piece index goes before dim (at dim + 1 the pieces would interleave)
+      return st.reshape(first.shape[:d] + (len(ts) * first.shape[d],) + first.shape[d + 1:])
+    total, off, out = sum(t.shape[d] for t in ts), 0, None
+    for t in ts:
+      p = t.pad(tuple((off, total - off - t.shape[d]) if i == d else (0, 0) for i in range(t.ndim)))
+      out = p if out is None else out + p
+      off += t.shape[d]
+    return out
+  def stack(*tensors: Tensor, dim: int = 0) -> Tensor:
+    """Join same-shaped tensors along a new axis `dim`. Tensor.stack(a, b) and a.stack(b) are the same."""
+    ts = list(tensors)
+    if not ts or not all(isinstance(t, Tensor) for t in ts): raise TensorError("stack takes one or more Tensors")
+    if any(t.shape != ts[0].shape for t in ts): raise TensorError(f"stack: shapes {' and '.join(str(t.shape) for t in ts)} differ")
+    dt = _promote(*(t.dtype for t in ts))
+    ts = [t.cast(dt) for t in ts]
+    d = ts[0]._dim(dim, extra=1)
+    s = ts[0]._new(UOp(Ops.STACK, tuple(t.uop for t in ts)), *ts)
+    return s.permute(list(range(1, d + 1)) + [0] + list(range(d + 1, s.ndim))) if d else s
+  def split(self, sizes, dim: int = 0) -> list[Tensor]:
+    d = self._dim(dim)
+    n = self.shape[d]
+    if isinstance(sizes, int): sizes = [min(sizes, n - i) for i in range(0, n, sizes)] if sizes > 0 else None
+    if sizes is None or sum(sizes) != n: raise TensorError(f"split: sizes {sizes} don't add up to {n} (dim {d} of {self.shape})")
+    out, off = [], 0
+    for s in sizes:
+      out.append(self.shrink(tuple((off, off + s) if i == d else None for i in range(self.ndim))))
+      off += s
+    return out
+  def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
+    n = self.shape[self._dim(dim)]
+    return self.split(max(1, math.ceil(n / chunks)), dim)
+  def repeat(self, *repeats) -> Tensor:
+    reps = _shape_arg(repeats)
+    base = (1,) * (len(reps) - self.ndim) + self.shape
+    t = self.reshape(base)
+    inter = tuple(x for s in base for x in (1, s))
+    t = t.reshape(inter).expand(tuple(x for r, s in zip(reps, base) for x in (r, s)))
+    return t.reshape(tuple(r * s for r, s in zip(reps, base)))
+
+  def _strided(self, axis: int, start: int, stop: int, step: int) -> Tensor:
+    """x[start:stop:step] on one axis (step > 0): shrink, pad to a multiple of step, split off the step, keep the first."""
+    t = self.shrink(tuple((start, stop) if i == axis else None for i in range(self.ndim)))
+    if step == 1: return t
+    n = t.shape[axis]
+    m = math.ceil(n / step)
+    t = t.pad(tuple((0, m * step - n) if i == axis else None for i in range(t.ndim)))
+    t = t.reshape(t.shape[:axis] + (m, step) + t.shape[axis + 1:])
+    t = t.shrink(tuple((0, 1) if i == axis + 1 else None for i in range(t.ndim)))
+    return t.reshape(t.shape[:axis + 1] + t.shape[axis + 2:])
+
+  def __getitem__(self, idx) -> Tensor:
+    """Python indexing: ints, slices (with steps, negative too), None, Ellipsis, and integer Tensors (or lists) to gather."""
+    if not isinstance(idx, tuple): idx = (idx,)
+    idx = tuple(Tensor(np.asarray(i), device=self.device) if isinstance(i, (list, np.ndarray)) else i for i in idx)
+    if sum(1 for i in idx if i is Ellipsis) > 1: raise TensorError("an index can hold only one Ellipsis")
+    n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    if n_real > self.ndim: raise TensorError(f"too many indices ({n_real}) for a tensor of shape {self.shape}")
+    if any(i is Ellipsis for i in idx):   # `in` would compare Tensors with ==
+      k = next(j for j, i in enumerate(idx) if i is Ellipsis)
+      idx = idx[:k] + (slice(None),) * (self.ndim - n_real) + idx[k + 1:]
+    else: idx = idx + (slice(None),) * (self.ndim - n_real)
+    t, axis, tensor_axes = self, 0, []
+    for i in idx:
+      if i is None: t = t.unsqueeze(axis); axis += 1; continue
+      if isinstance(i, Tensor):
+        if i.dtype is dtypes.bool: raise TensorError("boolean mask indexing isn't supported (its result shape depends on the data)")
+        if i.dtype is not dtypes.i32: raise TensorError(f"index tensors must be integers, got {i.dtype.name}")
+        tensor_axes.append((axis, i)); axis += 1; continue
+      if isinstance(i, (bool, np.bool_)): raise TensorError("a bool index isn't supported")
+      if isinstance(i, (int, np.integer)):
+        n = t.shape[axis]
+        j = int(i) + n if i < 0 else int(i)
+        if not 0 <= j < n: raise TensorError(f"index {i} is out of range for axis {axis} of size {n} (shape {self.shape})")
+        t = t.shrink(tuple((j, j + 1) if a == axis else None for a in range(t.ndim)))
+        t = t.reshape(t.shape[:axis] + t.shape[axis + 1:])
+        continue
+      if isinstance(i, slice):
+        n = t.shape[axis]
+        start, stop, step = i.indices(n)
+        if step > 0: t = t._strided(axis, start, max(start, stop), step)
+        else:   # a negative step: flip the axis and take the mirrored positive slice
+          cnt = len(range(start, stop, step))
+          t = t.flip(axis)._strided(axis, n - 1 - start, n - 1 - start + (cnt - 1) * (-step) + 1 if cnt else n - 1 - start, -step) if cnt else \
+              t.shrink(tuple((0, 0) if a == axis else None for a in range(t.ndim)))
+        axis += 1
+        continue
+      raise TensorError(f"can't index a Tensor with {type(i).__name__} {i!r}")
+    return t._gather(tensor_axes) if tensor_axes else t
+
+  def _gather(self, tensor_axes: list[tuple[int, Tensor]]) -> Tensor:
+    """Advanced indexing (NumPy's rule): the index tensors broadcast together and select along their axes; the result's
+    index dimensions go where the indexed axes were when those are adjacent, else first. A one-hot mask and a sum."""
+    axes = [a for a, _ in tensor_axes]
+    ishape = broadcast_shape(*(i.shape for _, i in tensor_axes))
+    flat = None
+    for a, i in tensor_axes:   # one flat index over the indexed axes (negative indices count from the end)
+      n = self.shape[a]
+      i = (i < 0).where(i + n, i)._broadcast_to(ishape)
+      flat = i if flat is None else flat * n + i
+    rest = [k for k in range(self.ndim) if k not in axes]
+    x = self.permute(rest + axes)
+    m = prod(self.shape[a] for a in axes)
+    x = x.reshape(tuple(self.shape[k] for k in rest) + (m,))                # (*rest, m)
+    pre = tuple(self.shape[k] for k in rest)
+    onehot = flat.unsqueeze(-1).eq(Tensor.arange(m, device=self.device))   # (*ishape, m)
+    xe = x.reshape(pre[:0] + pre + (1,) * len(ishape) + (m,))._broadcast_to(pre + ishape + (m,))
+    oh = onehot.reshape((1,) * len(pre) + ishape + (m,))._broadcast_to(pre + ishape + (m,))
+    out = oh.where(xe, 0).sum(-1) if self.dtype is not dtypes.bool else oh.where(xe.int(), 0).sum(-1).bool()   # (*rest, *ishape)
+    adjacent = axes == list(range(axes[0], axes[0] + len(axes)))
+    if adjacent and axes[0] > 0:   # move the index dimensions back to where the indexed axes were
+      k = len(ishape)
+      lead = axes[0]
+      order = list(range(lead)) + [len(pre) + j for j in range(k)] + list(range(lead, len(pre)))
+      out = out.permute(order)
+    elif not adjacent or axes[0] == 0:
+      out = out.permute([len(pre) + j for j in range(len(ishape))] + list(range(len(pre))))
+    return out
+
+  def gather(self, dim: int, index: Tensor) -> Tensor:
+    """torch.gather: out[i][j] = self[index[i][j]][j] for dim 0, and so on; index has self's rank."""
+    d = self._dim(dim)
+    if index.ndim != self.ndim: raise TensorError(f"gather: index of shape {index.shape} for a tensor of shape {self.shape}")
+    n = self.shape[d]
+    x = self.shrink(tuple(None if i == d else (0, s) for i, s in enumerate(index.shape)))
+    oh = index.unsqueeze(-1).eq(Tensor.arange(n, device=self.device))
+    xe = x.unsqueeze(-1).transpose(d, -1)
+    return oh.where(xe._broadcast_to(oh.shape), 0).sum(-1)
+
+  # ---- linear algebra and nn
+  def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
+
+  def matmul(self, w: Tensor) -> Tensor:
+    """self @ w with NumPy's rules: batched over leading axes (broadcast), a 1-D operand a vector."""
+    w = w if isinstance(w, Tensor) else Tensor(w, device=self.device)
+    if self.ndim == 0 or w.ndim == 0: raise TensorError(f"matmul: {self.shape} @ {w.shape}: both operands need at least one dimension")
+    x, y = (self.unsqueeze(0) if self.ndim == 1 else self), (w.unsqueeze(-1) if w.ndim == 1 else w)
+    if x.shape[-1] != y.shape[-2]:
+      raise TensorError(f"matmul: {self.shape} @ {w.shape}: inner dimensions {x.shape[-1]} and {y.shape[-2]} differ")
+    try: batch = broadcast_shape(x.shape[:-2], y.shape[:-2])
+    except TensorError:
+      raise TensorError(f"matmul: {self.shape} @ {w.shape}: batch dimensions {x.shape[:-2]} and {y.shape[:-2]} don't broadcast") from None
+    d = _promote(x.dtype, y.dtype)
+    n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
+    a = x.cast(d).reshape(x.shape[:-2] + (n, 1, k))._broadcast_to(batch + (n, m, k))
+    b = y.cast(d).transpose(-1, -2).reshape(y.shape[:-2] + (1, m, k))._broadcast_to(batch + (n, m, k))
+    out = (a * b).sum(-1)
+    if self.ndim == 1: out = out.squeeze(-2)
+    if w.ndim == 1: out = out.squeeze(-1)
+    return out
+
+  def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """self @ weight.T + bias, with weight (out_features, in_features) as in torch."""
+    out = self.matmul(weight.T)
+    return out + bias if bias is not None else out
+
+  def _windows(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+    """Sliding windows over the last len(kernel) axes with movement ops only: (..., *in) -> (..., *out, *kernel).
+    Per axis (length i, kernel k, dilation d, stride s): copy x e times and flatten, so w[p] = x[p % i]; view the first
+    k*(i+d) elements as (k, i+d), where row r reads x[r*d + c]; keep o*s columns, view as (k, o, s), keep column 0."""
+    t = self
+    nd = len(kernel)
+    for j in range(nd):
+      ax = t.ndim - (nd - j) - 2 * j   # axes already windowed sit at the end as (o, k) pairs
+      k, s, d = kernel[j], stride[j], dilation[j]
+      t = t.permute([a for a in range(t.ndim) if a != ax] + [ax])   # windowed axis last
+      i = t.shape[-1]
+      o = (i - d * (k - 1) - 1) // s + 1
+      if o <= 0: raise TensorError(f"window of {k} (dilation {d}) doesn't fit an axis of {i}")
+      extra = max(0, o * s - (i + d))
+      if extra: t = t.pad(tuple(None for _ in range(t.ndim - 1)) + ((0, extra),)); i += extra
+      e = math.ceil(k * (i + d) / i)
+      lead = t.shape[:-1]
+      t = t.reshape(lead + (1, i))._broadcast_to(lead + (e, i)).reshape(lead + (e * i,))
+      t = t.shrink(tuple(None for _ in lead) + ((0, k * (i + d)),)).reshape(lead + (k, i + d))
+      t = t.shrink(tuple(None for _ in lead) + ((0, k), (0, o * s))).reshape(lead + (k, o, s))
+      t = t.shrink(tuple(None for _ in lead) + ((0, k), (0, o), (0, 1))).reshape(lead + (k, o))
+      t = t.transpose(-1, -2)   # (..., o, k)
+    # now (..., o0, k0, o1, k1, ...): gather outputs first, then kernel positions
+    base = t.ndim - 2 * nd
+    return t.permute(list(range(base)) + [base + 2 * j for j in range(nd)] + [base + 2 * j + 1 for j in range(nd)])
+
+  def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
+    """2-D convolution (cross-correlation) of (N, C, H, W) with weight (O, C/groups, KH, KW), as torch.nn.functional.conv2d."""
+    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
+    stride, dilation = pair(stride), pair(dilation)
+    if self.ndim != 4 or weight.ndim != 4: raise TensorError(f"conv2d: input {self.shape} and weight {weight.shape} must both be 4-D")
+    N, C, H, W = self.shape
+    O, Cg, KH, KW = weight.shape
+    if C % groups or O % groups or C // groups != Cg:
+      raise TensorError(f"conv2d: input {self.shape} with {groups} group(s) needs weight (O, {C // max(groups, 1)}, KH, KW) with O divisible "
+                        f"by {groups}, got {weight.shape}")
+    if isinstance(padding, str): raise TensorError("conv2d: give padding as numbers")
+    ph, pw = pair(padding)
+    x = self.pad((None, None, (ph, ph), (pw, pw))) if ph or pw else self
+    win = x._windows((KH, KW), stride, dilation)                         # (N, C, Ho, Wo, KH, KW)
+    Ho, Wo = win.shape[2], win.shape[3]
+    win = win.reshape(N, groups, 1, Cg, Ho, Wo, KH, KW).permute(0, 1, 2, 4, 5, 3, 6, 7).reshape(N, groups, 1, Ho, Wo, Cg * KH * KW)
+    wt = weight.reshape(1, groups, O // groups, 1, 1, Cg * KH * KW)
+    out = (win * wt).sum(-1).reshape(N, O, Ho, Wo)
+    return out + bias.reshape(1, O, 1, 1) if bias is not None else out
+
+  def _pool(self, kernel, stride, padding, value: float) -> Tensor:
+    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
+    kernel = pair(kernel)
+    stride = pair(stride) if stride is not None else kernel
+    ph, pw = pair(padding)
+    if self.ndim < 2: raise TensorError(f"pooling needs at least 2 dimensions, got {self.shape}")
+    x = self.pad(tuple(None for _ in range(self.ndim - 2)) + ((ph, ph), (pw, pw)), value=value) if ph or pw else self
+    return x._windows(kernel, stride, (1, 1))
+  def max_pool2d(self, kernel_size=2, stride=None, padding=0) -> Tensor:
+    return self._pool(kernel_size, stride, padding, float("-inf")).max((-2, -1))
+  def avg_pool2d(self, kernel_size=2, stride=None, padding=0) -> Tensor:
+    return self._pool(kernel_size, stride, padding, 0.0).mean((-2, -1))
+
+  def softmax(self, axis: int = -1) -> Tensor:
+    m = self.max(axis, keepdim=True).detach()
+    e = (self - m).exp()
+    return e / e.sum(axis, keepdim=True)
+  def log_softmax(self, axis: int = -1) -> Tensor:
+    m = self.max(axis, keepdim=True).detach()
+    s = self - m
+    return s - s.exp().sum(axis, keepdim=True).log()
+
+  def cross_entropy(self, target: Tensor, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """torch.nn.functional.cross_entropy of logits (N, C) (or (N, C, d...)) with integer class targets (N,) (or (N, d...))."""
+    logits = self if self.ndim == 2 else self.permute([0] + list(range(2, self.ndim)) + [1]).reshape(-1, self.shape[1])
+    target = target if isinstance(target, Tensor) else Tensor(target, device=self.device)
+    tgt = target.reshape(-1)
+    if tgt.shape[0] != logits.shape[0]:
+      raise TensorError(f"cross_entropy: logits {self.shape} and target {target.shape} disagree on the batch")
+    if tgt.dtype is not dtypes.i32: raise TensorError(f"cross_entropy: target must hold class indices (i32), got {tgt.dtype.name}")
+    C = logits.shape[1]
+    logp = logits.log_softmax(-1)
+    onehot = tgt.unsqueeze(-1).eq(Tensor.arange(C, device=self.device)).float()
+    if label_smoothing: onehot = onehot * (1 - label_smoothing) + label_smoothing / C
+    nll = -(logp * onehot).sum(-1)
+    keep = tgt.ne(ignore_index).float()
+    nll = nll * keep
+    if reduction == "none": return nll.reshape(target.shape)
+    if reduction == "sum": return nll.sum()
+    if reduction != "mean": raise TensorError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return nll.sum() / keep.sum()
+
+  def layernorm(self, axis=-1, eps: float = 1e-5) -> Tensor:
+    """(x - mean) / sqrt(var + eps) over `axis` (no affine parameters: nn.LayerNorm adds them)."""
+    x = self.float()
+    d = x - x.mean(axis, keepdim=True)
+    return d * ((d * d).mean(axis, keepdim=True) + eps).rsqrt()
+
+  def embedding(self, weight: Tensor) -> Tensor:
+    """Rows of weight (V, D) picked by this integer tensor: shape self.shape + (D,)."""
+    if self.dtype is not dtypes.i32: raise TensorError(f"embedding: indices must be i32, got {self.dtype.name}")
+    return weight[self]
+
+  def dropout(self, p: float = 0.5, training: bool = True) -> Tensor:
+    if not 0 <= p <= 1: raise TensorError(f"dropout: p must be in [0, 1], got {p}")
+    if not training or p == 0: return self
+    if p == 1: return self * 0
+    keep = Tensor(Tensor._rng.random(self.shape) >= p, device=self.device)
+    return keep.where(self * (1 / (1 - p)), 0)
+
+  def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False,
+                                   scale: float | None = None) -> Tensor:
+    """softmax(q @ k^T * scale + mask) @ v, with q = self (..., L, E), key (..., S, E), value (..., S, Ev)."""
+    if self.shape[-1] != key.shape[-1]: raise TensorError(f"attention: query {self.shape} and key {key.shape} disagree on the last axis")
+    L, S = self.shape[-2], key.shape[-2]
+    s = (self @ key.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(self.shape[-1]))
+    if is_causal:
+      causal = Tensor(np.tril(np.ones((L, S), dtype=bool)), device=self.device)
+      s = causal.where(s, float("-inf"))
+    if attn_mask is not None: s = attn_mask.where(s, float("-inf")) if attn_mask.dtype is dtypes.bool else s + attn_mask
+    return s.softmax(-1) @ value
+
+  # ---- gradients
+  def backward(self, gradient: Tensor | None = None) -> None:
+    """Accumulate d self / d t into t.grad for every tensor t that requires a gradient and that self depends on."""
+    if gradient is None and (self.numel() != 1 or not self.dtype.is_float):
+      raise TensorError(f"backward() on a {self.dtype.name}{self.shape} tensor needs a gradient (only a float scalar defaults to 1)")
+    leaves = [t for r in list(Tensor._grad_leaves.values()) if (t := r()) is not None and t.requires_grad]
+    root = self.uop
+    leaf_buffers = {t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop for t in leaves}
+    while hist := {u: _history[u] for u in root.toposort() if u.op is Ops.BUFFER and u in _history and u not in leaf_buffers}:
+      root = root.substitute(hist)   # see through values realized earlier (loss.item() before backward, ...)
+    nodes = set(root.toposort())
+    leaves = [t for t in leaves if t.uop in nodes]
+    if not leaves: raise TensorError("backward(): nothing in this graph requires a gradient")
+    seed = gradient.cast(self.dtype).uop if gradient is not None else root.const_like(1.0)
+    if seed.shape != self.shape: raise TensorError(f"backward: gradient {seed.shape} for a tensor of shape {self.shape}")
+    for t, g in zip(leaves, grad_of(root, [t.uop for t in leaves], seed)):
+      gt = Tensor(g, device=self.device)
+      t.grad = gt if t.grad is None else t.grad + gt
+
+
+__all__ = ["Tensor", "TensorError", "broadcast_shape"]

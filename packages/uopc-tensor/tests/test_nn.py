@@ -1,0 +1,159 @@
+"""nn: layers against NumPy, models that learn with each optimizer, state dicts and the safetensors format."""
+import json, struct
+import numpy as np
+import pytest
+from uopc.tensor import Tensor, TensorError
+from uopc import nn
+
+
+def test_linear_layer_matches_numpy_and_torch_init_range():
+  Tensor.manual_seed(0)
+  lin = nn.Linear(5, 3)
+  assert lin.weight.shape == (3, 5) and lin.bias.shape == (3,)
+  w = lin.weight.numpy()
+  assert np.all(np.abs(w) <= 1 / np.sqrt(5)) and w.std() > 0.1
+  x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+  np.testing.assert_allclose(lin(Tensor(x)).numpy(), x @ w.T + lin.bias.numpy(), rtol=1e-5, atol=1e-6)
+  assert nn.Linear(5, 3, bias=False).bias is None
+
+
+def test_embedding_layernorm_conv_dropout_layers():
+  emb = nn.Embedding(10, 4)
+  idx = np.array([[1, 9], [0, 1]], np.int32)
+  np.testing.assert_array_equal(emb(Tensor(idx)).numpy(), emb.weight.numpy()[idx])
+  ln = nn.LayerNorm(6)
+  x = np.random.default_rng(1).standard_normal((3, 6)).astype(np.float32)
+  ref = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+  np.testing.assert_allclose(ln(Tensor(x)).numpy(), ref, rtol=1e-4, atol=1e-5)
+  with pytest.raises(TensorError, match=r"LayerNorm\(6,\) applied to a tensor of shape \(3, 5\)"): ln(Tensor(x[:, :5]))
+  conv = nn.Conv2d(2, 4, 3, padding=1, groups=2)
+  assert conv.weight.shape == (4, 1, 3, 3) and conv(Tensor.randn(1, 2, 5, 5)).shape == (1, 4, 5, 5)
+  drop = nn.Dropout(0.5)
+  ones = Tensor.ones(1000)
+  kept = drop(ones).numpy()
+  assert set(np.unique(kept)) <= {0.0, 2.0} and 400 < (kept == 0).sum() < 600
+  drop.training = False
+  np.testing.assert_array_equal(drop(ones).numpy(), np.ones(1000))
+
+
+def blobs(n: int = 240, seed: int = 0):
+  """Three Gaussian blobs in 2-D: a task an MLP learns in a few dozen steps."""
+  rng = np.random.default_rng(seed)
+  centers = np.array([[2, 0], [-1, 1.7], [-1, -1.7]], np.float32)
+  y = rng.integers(0, 3, n).astype(np.int32)
+  return (centers[y] + 0.5 * rng.standard_normal((n, 2))).astype(np.float32), y
+
+
+OPTIMIZERS = [(nn.SGD, dict(lr=0.1, momentum=0.9, weight_decay=1e-4)), (nn.Adam, dict(lr=0.02)), (nn.AdamW, dict(lr=0.02))]
+
+@pytest.mark.parametrize("opt_cls,kw", OPTIMIZERS, ids=[o.__name__ for o, _ in OPTIMIZERS])
+def test_an_mlp_learns(opt_cls, kw):
+  Tensor.manual_seed(1)
+  X, Y = blobs()
+  l1, l2 = nn.Linear(2, 16), nn.Linear(16, 3)
+  opt = opt_cls([l1.weight, l1.bias, l2.weight, l2.bias], **kw)
+  x, y = Tensor(X), Tensor(Y)
+  losses = []
+  for _ in range(40):
+    opt.zero_grad()
+    loss = l2(l1(x).relu()).cross_entropy(y)
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+  assert losses[-1] < losses[0] / 4, losses
+
+
+def bars(n: int = 64, seed: int = 0):
+  """8x8 images of one horizontal or one vertical bar, with noise: the class is the bar's orientation."""
+  rng = np.random.default_rng(seed)
+  X = 0.3 * rng.standard_normal((n, 1, 8, 8)).astype(np.float32)
+  y = rng.integers(0, 2, n).astype(np.int32)
+  for i in range(n):
+    k = rng.integers(1, 7)
+    if y[i]: X[i, 0, :, k] += 1.5
+    else: X[i, 0, k, :] += 1.5
+  return X, y
+
+
+@pytest.mark.parametrize("opt_cls,kw", OPTIMIZERS, ids=[o.__name__ for o, _ in OPTIMIZERS])
+def test_a_small_cnn_learns(opt_cls, kw):
+  Tensor.manual_seed(2)
+  X, Y = bars()
+  conv, head = nn.Conv2d(1, 4, 3, padding=1), nn.Linear(4 * 4 * 4, 2)
+  opt = opt_cls([conv.weight, conv.bias, head.weight, head.bias], **kw)
+  x, y = Tensor(X), Tensor(Y)
+  losses = []
+  for _ in range(30):
+    opt.zero_grad()
+    loss = head(conv(x).relu().max_pool2d(2).flatten(1)).cross_entropy(y)
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+  assert losses[-1] < losses[0] / 4, losses
+
+
+def test_zero_grad_and_gradient_accumulation():
+  w = Tensor(np.ones(3, np.float32), requires_grad=True)
+  opt = nn.SGD([w], lr=1.0)
+  (w * 2).sum().backward()
+  (w * 3).sum().backward()
+  np.testing.assert_array_equal(w.grad.numpy(), [5, 5, 5])
+  opt.step()
+  np.testing.assert_array_equal(w.numpy(), [-4, -4, -4])
+  opt.zero_grad()
+  assert w.grad is None
+
+
+class Model:
+  def __init__(self):
+    self.layers = [nn.Linear(2, 3), nn.Linear(3, 1)]
+    self.norm = {"ln": nn.LayerNorm(3)}
+    self.scale = Tensor.ones(1)
+
+
+def test_state_dict_names_are_dotted_paths():
+  sd = nn.get_state_dict(Model())
+  assert sorted(sd) == ["layers.0.bias", "layers.0.weight", "layers.1.bias", "layers.1.weight", "norm.ln.bias", "norm.ln.weight", "scale"]
+
+
+def test_load_state_dict_copies_and_checks():
+  a, b = Model(), Model()
+  nn.load_state_dict(b, nn.get_state_dict(a))
+  for k, t in nn.get_state_dict(b).items(): np.testing.assert_array_equal(t.numpy(), nn.get_state_dict(a)[k].numpy())
+  sd = nn.get_state_dict(a)
+  with pytest.raises(TensorError, match=r"missing keys \['scale'\], unexpected keys \[\]"):
+    nn.load_state_dict(b, {k: v for k, v in sd.items() if k != "scale"})
+  with pytest.raises(TensorError, match=r"unexpected keys \['extra'\]"): nn.load_state_dict(b, {**sd, "extra": Tensor.ones(1)})
+  with pytest.raises(TensorError, match=r"layers.0.weight has shape \(2, 2\) in the state but \(3, 2\) in the model"):
+    nn.load_state_dict(b, {**sd, "layers.0.weight": Tensor.ones(2, 2)})
+  nn.load_state_dict(b, {"scale": Tensor([7.0])}, strict=False)
+  assert b.scale.item() == 7.0
+
+
+def test_safetensors_round_trip(tmp_path):
+  state = {"w": Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)), "i": Tensor(np.array([1, -2], np.int32)),
+           "h": Tensor(np.array([0.5, 1.5], np.float16)), "b": Tensor(np.array([True, False])), "s": Tensor(np.float32(3.0))}
+  path = tmp_path / "m.safetensors"
+  nn.safe_save(state, path, metadata={"format": "np"})
+  raw = path.read_bytes()
+  (n,) = struct.unpack("<Q", raw[:8])
+  header = json.loads(raw[8:8 + n])
+  assert header["w"] == {"dtype": "F32", "shape": [2, 3], "data_offsets": header["w"]["data_offsets"]} and header["__metadata__"] == {"format": "np"}
+  assert (8 + n) % 8 == 0
+  back = nn.safe_load(path)
+  for k, t in state.items():
+    assert back[k].dtype is t.dtype and back[k].shape == t.shape
+    np.testing.assert_array_equal(back[k].numpy(), t.numpy())
+
+
+@pytest.mark.parametrize("corrupt,message", [
+  (lambda raw: raw[:5], "too short"),
+  (lambda raw: struct.pack("<Q", 10**6) + raw[8:], "the header claims"),
+  (lambda raw: raw[:8] + b"{not json" + raw[17:], "not valid JSON"),
+  (lambda raw: raw[:-4], "don't fit"),
+])
+def test_malformed_safetensors_give_a_clear_error(tmp_path, corrupt, message):
+  path = tmp_path / "m.safetensors"
+  nn.safe_save({"w": Tensor(np.ones(4, np.float32))}, path)
+  path.write_bytes(corrupt(path.read_bytes()))
+  with pytest.raises(nn.SafetensorsError, match=message): nn.safe_load(path)
