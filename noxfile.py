@@ -7,11 +7,11 @@ editable, so a file missing from a wheel fails here), plus the test tools, and r
 import os
 import nox
 
-nox.options.sessions = ["ir", "lower", "backends", "tensor", "lint"]
+nox.options.sessions = ["ir", "lower", "backends", "tensor", "torch", "lint"]
 nox.options.reuse_existing_virtualenvs = False
 
 PYTHON = os.environ.get("UOPC_NOX_PYTHON")   # None: the python that runs nox
-TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3"]
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3", "numpy>=1.24"]   # numpy: the oracle in every package's tests
 # ir <- lower <- backends <- tensor: a package's chain is itself and everything below it
 CHAIN = {
   "uopc-ir": ["uopc-ir"],
@@ -25,11 +25,11 @@ def _install_chain(session: nox.Session, package: str, *extra: str) -> None:
   session.install(*(f"./packages/{p}" for p in CHAIN[package]), *extra)
 
 
-def _test(session: nox.Session, package: str) -> None:
-  _install_chain(session, package, *TEST_TOOLS)
+def _test(session: nox.Session, package: str, tests: str = "tests", *extra: str) -> None:
+  _install_chain(session, package, *TEST_TOOLS, *extra)
   # the compile cache lives in the session's own directory, so runs don't share state with the user's ~/.cache
   env = {"UOPC_CACHE_DIR": os.path.join(session.virtualenv.location, "uopc-cache")}
-  session.run("pytest", f"packages/{package}/tests", "-q", "-n", os.environ.get("UOPC_TEST_WORKERS", "2"), *session.posargs, env=env)
+  session.run("pytest", f"packages/{package}/{tests}", "-q", "-n", os.environ.get("UOPC_TEST_WORKERS", "2"), *session.posargs, env=env)
 
 
 @nox.session(python=PYTHON)
@@ -57,6 +57,13 @@ def tensor(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def torch(session: nox.Session) -> None:
+  """uopc-tensor's forward and backward against PyTorch 2.13.0 (the only session that installs torch), and the
+  safetensors files against the safetensors library."""
+  _test(session, "uopc-tensor", "tests_torch", "torch==2.13.0", "safetensors")
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
   """ruff over the whole repository."""
   session.install("ruff>=0.5")
@@ -66,14 +73,18 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def benchmarks(session: nox.Session) -> None:
   """Speed against references measured in the same run (printed as ratios). Not part of `nox`."""
-  _install_chain(session, "uopc-ir")
+  _install_chain(session, "uopc-tensor")
   # the reference column; when it can't be installed the benchmark says so and skips the column
   session.run("python", "-m", "pip", "install", "-q", "tinygrad==0.14.0", success_codes=[0, 1])
   session.run("python", "benchmarks/ir.py", *session.posargs)
+  session.run("python", "benchmarks/gemm.py")
+  session.run("python", "benchmarks/tensor.py")
 
 
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
-  """The main job: for now a showcase of the IR (build, print, parse, simplify, evaluate)."""
-  _install_chain(session, "uopc-ir")
+  """The main job: for now a showcase of the IR (build, print, parse, simplify, evaluate) and a small MLP trained on
+  the C backend (the GPT demo replaces this when it exists)."""
+  _install_chain(session, "uopc-tensor")
   session.run("python", "examples/ir_showcase.py")
+  session.run("python", "examples/train_mlp.py")
