@@ -245,3 +245,14 @@ def test_python_dash_m_uopc_cli_renders_a_file(gemm_file, tmp_path):
   proc = subprocess.run([sys.executable, "-m", "uopc.cli", "render", str(gemm_file)], env=env, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr
   assert "void gemm_256x256(float* restrict data0, float* restrict data1, float* restrict data2) {" in proc.stdout
+
+
+def test_a_reader_that_stops_early_is_not_an_error(gemm_file, tmp_path):
+  """`uopc run prog.uir | head -1`: the closed pipe ends the command quietly."""
+  roots = {str(Path(m.__file__).resolve().parents[1]) for m in (uopc.uop, uopc.rangeify)} | {str(Path(C.__file__).resolve().parents[2])}
+  inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join(sorted(roots) + inherited), "UOPC_CACHE_DIR": str(tmp_path / "cache")}
+  proc = subprocess.Popen([sys.executable, "-m", "uopc.cli", "run", str(gemm_file)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  proc.stdout.close()   # closed before the command writes anything: every write of it hits a closed pipe
+  err = proc.stderr.read().decode()
+  assert proc.wait(timeout=120) == 0 and err == ""

@@ -11,7 +11,7 @@ parser with `set_defaults(func=...)`, where func(args) returns an exit status. E
 with status 1; --debug shows the traceback instead.
 """
 from __future__ import annotations
-import argparse, importlib.metadata, re, shutil, subprocess, sys
+import argparse, importlib.metadata, os, re, shutil, subprocess, sys
 from pathlib import Path
 import numpy as np
 from uopc.uop import UOp, Ops, UOpError, buf, prod
@@ -170,7 +170,13 @@ def main(argv: list[str] | None = None) -> int:
   if not getattr(args, "func", None):
     ap.print_help()
     return 2
-  try: return args.func(args) or 0
+  try:
+    status = args.func(args) or 0
+    sys.stdout.flush()   # a closed pipe shows up here, where it can be handled, not in the interpreter's exit
+    return status
+  except BrokenPipeError:   # the reader went away (`uopc run prog.uir | head`): not an error of ours
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
   except (CLIError, *USER_ERRORS) as e:
     if args.debug: raise
     msg = str(e).strip() or type(e).__name__
