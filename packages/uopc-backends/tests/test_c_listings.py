@@ -11,6 +11,7 @@ from uopc.composite import pad_axis, flip_axis, anti_eye, move_axis
 from uopc.rangeify import lower
 from uopc.backends.c import render_c, run_c
 from uopc.testing import run_shaped
+from programs import ROWSUM_UIR, gemm_uir, syllabus_uir
 
 
 def body(src: str, name: str) -> list[str]:
@@ -68,32 +69,6 @@ def test_rowsum_and_its_uir_listing():
   assert np.array_equal(out, a.reshape(3, 4).sum(1))
 
 
-ROWSUM_UIR = """%0 = buffer 3 : dtype=f32 slot=1
-%1 = range 3 : idx=0 kind=loop
-%2 = index %0, %1
-%3 = alloc 1 : dtype=f32 slot=0
-%4 = after %3, %1
-%5 = index %4, 0
-%6 = store %5, 0.0
-%7 = range 4 : idx=1 kind=reduce
-%8 = after %4, %6, %7
-%9 = index %8, 0
-%10 = load %9
-%11 = buffer 12 : dtype=f32 slot=0
-%12 = mul %1, 4
-%13 = add %12, %7
-%14 = index %11, %13
-%15 = load %14
-%16 = add %10, %15
-%17 = store %9, %16
-%18 = end %17, %7
-%19 = after %4, %18
-%20 = index %19, 0
-%21 = load %20
-%22 = store %2, %21
-%23 = end %22, %1
-%24 = sink %23
-"""
 
 def test_the_seeds_lowered_rowsum_uir_runs_with_run_c():
   a = np.random.default_rng(0).standard_normal(12).astype(np.float32)
@@ -143,18 +118,6 @@ def test_no_simplify_and_with_simplify(monkeypatch):
   assert np.array_equal(out.reshape(4, 4), a.reshape(4, 4) - a.reshape(4, 4).max(1, keepdims=True))
 
 
-def gemm_uir(N: int) -> str:
-  return f"""
-  %0 = buffer {N*N} : dtype=f32 slot=0
-  %1 = buffer {N*N} : dtype=f32 slot=1
-  %2 = reshape %0, ({N}, 1, {N})
-  %3 = reshape %1, ({N}, {N})
-  %4 = permute %3, (1, 0)
-  %5 = reshape %4, (1, {N}, {N})
-  %6 = mul %2, %5
-  %7 = reduce %6 : op=add pop=1"""
-
-
 def test_gemm():
   src = c_of(parse(gemm_uir(4)), 2, "gemm")
   assert len(loops(src, "gemm")) == 3
@@ -164,13 +127,7 @@ def test_gemm():
 
 
 def test_syllabus_is_not_a_gemm_and_hoists_a():
-  g = parse("""
-  %0 = buffer 16 : dtype=f32 slot=0
-  %1 = buffer 16 : dtype=f32 slot=1
-  %2 = reshape %0, (4, 4, 1)
-  %3 = reshape %1, (4, 1, 4)
-  %4 = mul %2, %3
-  %5 = reduce %4 : op=add pop=1""")
+  g = parse(syllabus_uir(4))
   src = c_of(g, 2, "syllabus")
   assert where(src, "syllabus", r"data0\[") == [("ridx0", "ridx1")]        # A[i, j] doesn't depend on k: outside the k loop
   assert where(src, "syllabus", r"data1\[") == [("ridx0", "ridx1", "ridx2")]

@@ -8,42 +8,10 @@ import uopc.backends.c as C
 import uopc.cli as cli
 import uopc.rangeify, uopc.uop
 from uopc.uir import parse, ParseError
+from programs import ROWSUM_UIR, syllabus_uir
 
-GEMM_UIR = """%0 = buffer 65536 : dtype=f32 slot=0
-%1 = buffer 65536 : dtype=f32 slot=1
-%2 = reshape %0, (256, 256, 1)
-%3 = reshape %1, (256, 1, 256)
-%4 = mul %2, %3
-%5 = reduce %4 : op=add pop=1
-"""
+GEMM_UIR = syllabus_uir(256)
 
-# the seed's rowsum of a 3x4 matrix, already lowered: data1[i] = sum_j data0[i*4 + j]
-ROWSUM_SINK_UIR = """%0 = buffer 3 : dtype=f32 slot=1
-%1 = range 3 : idx=0 kind=loop
-%2 = index %0, %1
-%3 = alloc 1 : dtype=f32 slot=0
-%4 = after %3, %1
-%5 = index %4, 0
-%6 = store %5, 0.0
-%7 = range 4 : idx=1 kind=reduce
-%8 = after %4, %6, %7
-%9 = index %8, 0
-%10 = load %9
-%11 = buffer 12 : dtype=f32 slot=0
-%12 = mul %1, 4
-%13 = add %12, %7
-%14 = index %11, %13
-%15 = load %14
-%16 = add %10, %15
-%17 = store %9, %16
-%18 = end %17, %7
-%19 = after %4, %18
-%20 = index %19, 0
-%21 = load %20
-%22 = store %2, %21
-%23 = end %22, %1
-%24 = sink %23
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -119,7 +87,7 @@ def test_run_with_random_inputs_prints_their_summary_and_the_output(gemm_file, t
 
 
 def test_run_runs_a_program_that_is_already_lowered(tmp_path, capsys):
-  (tmp_path / "rowsum.uir").write_text(ROWSUM_SINK_UIR)
+  (tmp_path / "rowsum.uir").write_text(ROWSUM_UIR)
   x = np.random.default_rng(1).standard_normal(12).astype(np.float32)
   np.save(tmp_path / "x.npy", x)
   assert cli.main(["run", str(tmp_path / "rowsum.uir"), "--input", f"0={tmp_path / 'x.npy'}", "--save", str(tmp_path / "s.npy")]) == 0

@@ -10,20 +10,13 @@ from uopc.evaluate import to_python
 from uopc.composite import pad, flip_axis, anti_eye
 from uopc.rangeify import Opts
 from uopc.testing import run_shaped
+from programs import gemm_uir, syllabus_uir
 
 
 def test_gemm_from_movement_ops():
   N = 16
   a, b = np.random.randn(N, N).astype(np.float32), np.random.randn(N, N).astype(np.float32)
-  g = parse(f"""
-  %0 = buffer {N*N} : dtype=f32 slot=0
-  %1 = buffer {N*N} : dtype=f32 slot=1
-  %2 = reshape %0, ({N}, 1, {N})
-  %3 = reshape %1, ({N}, {N})
-  %4 = permute %3, (1, 0)
-  %5 = reshape %4, (1, {N}, {N})
-  %6 = mul %2, %5
-  %7 = reduce %6 : op=add pop=1""")
+  g = parse(gemm_uir(N))
   np.testing.assert_allclose(run_shaped(g, [a.ravel(), b.ravel()]), a @ b, atol=1e-4)
 
 
@@ -31,13 +24,7 @@ def test_syllabus_gemm_is_not_a_gemm():
   # the example in the syllabus computes A * rowsum(B): a good reminder to test everything
   N = 8
   a, b = np.random.randn(N, N).astype(np.float32), np.random.randn(N, N).astype(np.float32)
-  g = parse(f"""
-  %0 = buffer {N*N} : dtype=f32 slot=0
-  %1 = buffer {N*N} : dtype=f32 slot=1
-  %2 = reshape %0, ({N}, {N}, 1)
-  %3 = reshape %1, ({N}, 1, {N})
-  %4 = mul %2, %3
-  %5 = reduce %4 : op=add pop=1""")
+  g = parse(syllabus_uir(N))
   np.testing.assert_allclose(run_shaped(g, [a.ravel(), b.ravel()]), a * b.sum(1, keepdims=True), atol=1e-4)
   assert not np.allclose(a * b.sum(1, keepdims=True), a @ b)
 
