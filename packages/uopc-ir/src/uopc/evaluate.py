@@ -205,10 +205,10 @@ def _fold_reduce(u: UOp, ctx: dict) -> UOp:
   return literal(out, u.shape, u.dtype)
 
 def _refuse(u: UOp) -> UOp:
-  why = "an unbound PARAM (only a CALL binds PARAMs)" if u.op is Ops.PARAM else \
-        "memory" if u.op in (Ops.BUFFER, Ops.ALLOC, Ops.LOAD, Ops.STORE, Ops.AFTER) else \
-        "loops" if u.op in (Ops.RANGE, Ops.END) else "no value"
-  raise EvalError(f"run can't evaluate {u.op!r}: it has {why}; run evaluates memory-free, loop-free graphs")
+  why = "it is an unbound PARAM (only a CALL binds PARAMs)" if u.op is Ops.PARAM else \
+        "it is memory" if u.op in (Ops.BUFFER, Ops.ALLOC, Ops.LOAD, Ops.STORE, Ops.AFTER) else \
+        "it is a loop" if u.op in (Ops.RANGE, Ops.END) else "it has no value"
+  raise EvalError(f"run can't evaluate {u.op!r}: {why}; run evaluates memory-free, loop-free graphs")
 
 def _is_empty_literal(u: UOp) -> bool:
   return u.op is Ops.EXPAND and 0 in u.shape and all(s == 1 for s in u.src[0].shape) and u.src[0].op is Ops.STACK

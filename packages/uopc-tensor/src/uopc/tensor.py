@@ -66,9 +66,9 @@ def _run_kernel(backend: Backend, k: Kernel) -> None:
   key = (backend.name, k.canonical_root, k.canonical_out)
   prog = _programs.get(key)
   if prog is None:
+    name = f"k{len(_programs)}"
     sink = lower(k.canonical_root, k.canonical_out, Ctx(opts=Opts()))
-    src = backend.render(linearize(sink), f"k{len(_programs)}")
-    prog = _programs[key] = backend.compile(src, f"k{len(_programs)}")
+    prog = _programs[key] = backend.compile(backend.render(linearize(sink), name), name)
   args = []
   for b in k.inputs:
     if (a := _storage.get(b)) is None: raise TensorError(f"a kernel reads a buffer that holds no data ({b.dtype.name}[{b.shape[0]}])")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Any, Protocol
 from uopc.uop import UOp, Ops
+from uopc.dtype import AddrSpace
 from uopc.symbolic import bounds
 
 
@@ -81,7 +82,7 @@ def check_memory_safety(program: UOp | list[UOp]) -> None:
   """Refuse a kernel with a LOAD or STORE whose index bounds aren't inside its buffer (DESIGN 5.3)."""
   nodes = program.toposort() if isinstance(program, UOp) else program
   for u in nodes:
-    if u.op is not Ops.INDEX or u.src[0].addrspace is u.src[0].addrspace.ALU: continue
+    if u.op is not Ops.INDEX or u.src[0].addrspace is AddrSpace.ALU: continue   # a shaped INDEX, not an address
     mem = base_memory(u.src[0])
     if len(u.src) != 2: raise UnsafeKernelError(f"{memory_name(mem)}: a memory INDEX takes one flat index, got {len(u.src) - 1}")
     n = mem.shape[0]
