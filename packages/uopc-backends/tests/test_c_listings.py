@@ -11,7 +11,7 @@ from uopc.composite import pad_axis, flip_axis, anti_eye, move_axis
 from uopc.rangeify import lower
 from uopc.backends.c import render_c, run_c
 from uopc.testing import run_shaped
-from programs import ROWSUM_UIR, gemm_uir, syllabus_uir
+from programs import ROWSUM_UIR, gemm_uir, syllabus_uir, view_chain, sub_max, sub_max_through_a_flatten, neighbors, conv1d
 
 
 def body(src: str, name: str) -> list[str]:
@@ -45,9 +45,7 @@ def c_of(root: UOp, out_slot: int, name: str) -> str:
 
 
 def test_view_chain():
-  x = buf(0, 12).reshape((3, 4))
-  y = x.permute((1, 0)).shrink(((1, 3), (0, 3)))
-  root = y * buf(1, 3).reshape((1, 3)).expand((2, 3))
+  root = view_chain()
   src = c_of(root, 2, "view_chain")
   assert len(loops(src, "view_chain")) == 2
   assert "data0[((ridx0+(ridx1*4))+1)]" in src                 # the whole movement chain is one index expression
@@ -78,8 +76,7 @@ def test_the_seeds_lowered_rowsum_uir_runs_with_run_c():
 
 
 def test_sub_max():
-  x = buf(0, 12).reshape((3, 4))
-  root = x - x.reduce(Ops.MAX, 1).reshape((3, 1)).expand((3, 4))
+  root = sub_max()
   src = c_of(root, 1, "sub_max")
   assert loops(src, "sub_max") == ["for (int ridx0 = 0; ridx0 < 3", "for (int ridx2 = 0; ridx2 < 4", "for (int ridx1 = 0; ridx1 < 4"]
   assert where(src, "sub_max", r"^acc0 = -INFINITY;") == [("ridx0",)]          # once per row, not per element
@@ -88,9 +85,7 @@ def test_sub_max():
 
 
 def test_neighbors_share_one_reduce_loop():
-  x = buf(0, 20).reshape((4, 5))
-  y = x.reduce(Ops.ADD, 1)
-  root = y.shrink(((0, 3),)) + y.shrink(((1, 4),))
+  root = neighbors()
   src = c_of(root, 1, "neighbors")
   assert len(loops(src, "neighbors")) == 2
   assert where(src, "neighbors", r"^float acc\d;") == [("ridx0",), ("ridx0",)]
@@ -102,9 +97,7 @@ def test_neighbors_share_one_reduce_loop():
 
 def test_no_simplify_and_with_simplify(monkeypatch):
   import uopc.rangeify as R
-  x = buf(0, 16).reshape((4, 4))
-  rowmax = x.reduce(Ops.MAX, 1).reshape((4, 1)).expand((4, 4))
-  y = (x - rowmax).reshape((16,)).reshape((4, 4))
+  y = sub_max_through_a_flatten()
   good = render_c(lower(y, buf(1, 16)), "with_simplify")
   monkeypatch.setattr(R, "simplify", lambda u: u)
   frozen = lower(y, buf(1, 16))
@@ -134,11 +127,7 @@ def test_syllabus_is_not_a_gemm_and_hoists_a():
 
 
 def test_conv1d():
-  L, K = 8, 3
-  Lo = L - K + 1
-  x, w = buf(0, L), buf(1, K)
-  win = UOp(Ops.STACK, tuple(x.shrink(((k, k + Lo),)) for k in range(K)))
-  out = (win.permute((1, 0)) * w.reshape((1, K)).expand((Lo, K))).reduce(Ops.ADD, 1)
+  out = conv1d(8, 3)
   src = c_of(out, 2, "conv1d")
   assert where(src, "conv1d", r"data0\[") == [("ridx0",)] * 3 and where(src, "conv1d", r"data1\[") == [("ridx0", "ridx1")]
   res = run_shaped(out, [np.arange(8, dtype=np.float32), np.array([1, 10, 100], np.float32)])

@@ -13,29 +13,34 @@ from uopc.testing import run_shaped
 from programs import gemm_uir, syllabus_uir
 
 
+def random_matrices(n: int, count: int, seed: int) -> list[np.ndarray]:
+  rng = np.random.default_rng(seed)
+  return [rng.standard_normal((n, n), dtype=np.float32) for _ in range(count)]
+
+
 def test_gemm_from_movement_ops():
-  N = 16
-  a, b = np.random.randn(N, N).astype(np.float32), np.random.randn(N, N).astype(np.float32)
-  g = parse(gemm_uir(N))
-  np.testing.assert_allclose(run_shaped(g, [a.ravel(), b.ravel()]), a @ b, atol=1e-4)
+  n = 16
+  a, b = random_matrices(n, 2, seed=0)
+  got = run_shaped(parse(gemm_uir(n)), [a.reshape(-1), b.reshape(-1)])
+  np.testing.assert_allclose(got, a @ b, atol=1e-4)
 
 
 def test_syllabus_gemm_is_not_a_gemm():
-  # the example in the syllabus computes A * rowsum(B): a good reminder to test everything
-  N = 8
-  a, b = np.random.randn(N, N).astype(np.float32), np.random.randn(N, N).astype(np.float32)
-  g = parse(syllabus_uir(N))
-  np.testing.assert_allclose(run_shaped(g, [a.ravel(), b.ravel()]), a * b.sum(1, keepdims=True), atol=1e-4)
-  assert not np.allclose(a * b.sum(1, keepdims=True), a @ b)
+  """The syllabus' program reads A as (i, j, 1) and B as (i, 1, k): summing k gives A * rowsum(B), not A @ B."""
+  n = 8
+  a, b = random_matrices(n, 2, seed=1)
+  got = run_shaped(parse(syllabus_uir(n)), [a.reshape(-1), b.reshape(-1)])
+  np.testing.assert_allclose(got, a * b.sum(axis=1, keepdims=True), atol=1e-4)
+  assert not np.allclose(got, a @ b)
 
 
 def test_pad_flip_composites():
-  x = np.random.randn(3, 4).astype(np.float32)
+  m = np.random.default_rng(2).standard_normal((3, 4), dtype=np.float32)
   u = buf(0, 12).reshape((3, 4))
-  np.testing.assert_allclose(run_shaped(pad(u, ((1, 5), (2, 0))), [x.ravel()]), np.pad(x, ((1, 5), (2, 0))))
-  np.testing.assert_allclose(run_shaped(flip_axis(u, 1), [x.ravel()]), x[:, ::-1])
-  np.testing.assert_allclose(run_shaped(flip_axis(u, 0), [x.ravel()]), x[::-1])
-  assert to_python(anti_eye(3, u.dtype)) == [[0, 0, 1], [0, 1, 0], [1, 0, 0]]
+  for widths in [((1, 5), (2, 0)), ((4, 0), (0, 9))]:     # padding wider than the axis takes several doublings
+    np.testing.assert_array_equal(run_shaped(pad(u, widths), [m]), np.pad(m, widths))
+  for axis in (0, 1): np.testing.assert_array_equal(run_shaped(flip_axis(u, axis), [m]), np.flip(m, axis))
+  assert to_python(anti_eye(3, u.dtype)) == np.eye(3)[::-1].tolist()
 
 
 @st.composite
@@ -90,23 +95,24 @@ def test_random_movement_chains_with_reduce_stack_index(case):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_random_movement_chains(seed):
-  """The seed's own version: six random ops on a 24-element tensor."""
+  """The book's small version: six random steps (permute, shrink, a broadcast new axis, flatten) on 24 elements."""
   rng = np.random.default_rng(seed)
-  x = rng.standard_normal(24).astype(np.float32)
-  u, ref = buf(0, 24).reshape((2, 3, 4)), x.reshape(2, 3, 4)
+  data = rng.standard_normal(24).astype(np.float32)
+  u, ref = buf(0, 24).reshape((2, 3, 4)), data.reshape(2, 3, 4)
   for _ in range(6):
-    k = rng.integers(4)
-    if k == 0:
-      p = tuple(int(v) for v in rng.permutation(len(ref.shape))); u, ref = u.permute(p), ref.transpose(p)
-    elif k == 1:
-      arg = tuple((int(b), int(rng.integers(b + 1, s + 1))) for s in ref.shape for b in [rng.integers(0, s)])
-      u, ref = u.shrink(arg), ref[tuple(slice(b, e) for b, e in arg)]
-    elif k == 2:
-      u, ref = u.reshape((1,) + u.shape), ref.reshape((1,) + ref.shape)
-      u, ref = u.expand((2,) + u.shape[1:]), np.broadcast_to(ref, (2,) + ref.shape[1:])
+    step = int(rng.integers(4))
+    if step == 0:
+      order = tuple(int(a) for a in rng.permutation(ref.ndim))
+      u, ref = u.permute(order), ref.transpose(order)
+    elif step == 1:
+      lows = [int(rng.integers(0, n)) for n in ref.shape]
+      window = tuple((lo, int(rng.integers(lo + 1, n + 1))) for lo, n in zip(lows, ref.shape))
+      u, ref = u.shrink(window), ref[tuple(slice(*w) for w in window)]
+    elif step == 2:
+      u, ref = u.reshape((1,) + u.shape).expand((2,) + u.shape), np.broadcast_to(ref[None], (2,) + ref.shape)
     else:
-      u, ref = u.reshape((int(np.prod(ref.shape)),)), ref.reshape(-1)
-  np.testing.assert_allclose(run_shaped(u, [x]), ref)
+      u, ref = u.reshape((ref.size,)), ref.reshape(-1)
+  np.testing.assert_array_equal(run_shaped(u, [data]), ref)
 
 
 def test_integer_and_bool_programs():

@@ -18,18 +18,16 @@ from uopc.symbolic import simplify, bounds, vmin, vmax, I32_MIN, I32_MAX
 def param(slot, dtype=dtypes.i32): return UOp(Ops.PARAM, (), ParamArg(slot, dtype))
 def c(v, dtype=None): return UOp.const(v, dtype)
 
-# the seed's helpers (uopc.rangeify lives in another package): Horner's rule, and its inverse peeling the last axis first
+# local versions of rangeify's ravel/unravel (uopc.rangeify lives in another package), built the same way: Horner's
+# rule, and coordinate k = (flat // (product of the sizes after k)) % size_k, with 0 for a size-1 axis
 def ravel(idx, shape):
   flat = c(0)
-  for i, s in zip(idx, shape): flat = flat * s + i
+  for coord, size in zip(idx, shape): flat = flat * size + coord
   return flat
 
 def unravel(flat, shape):
-  out, stride = [], 1
-  for s in reversed(shape):
-    out.append((flat // stride) % s if s != 1 else c(0))
-    stride *= s
-  return tuple(reversed(out))
+  strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
+  return tuple(c(0) if size == 1 else (flat // stride) % size for size, stride in zip(shape, strides))
 
 i, j, k = range_(4, 0), range_(6, 1), range_(4, 2)
 f = param(0, dtypes.f32)

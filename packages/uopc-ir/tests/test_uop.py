@@ -10,11 +10,12 @@ from uopc.uir import to_uir
 def param(slot, dtype=dtypes.i32, shape=()): return UOp(Ops.PARAM, (), ParamArg(slot, dtype, shape))
 
 
-def test_hash_consing():
-  a, b = UOp.const(1) + UOp.const(2), UOp.const(1) + UOp.const(2)
-  assert a is b
-  assert UOp.const(1) is not UOp.const(1.0) is not UOp.const(True)
-  assert UOp.const(0.0) is not UOp.const(-0.0)
+def test_hash_consing_makes_structural_equality_identity():
+  one, two = UOp.const(1), UOp.const(2)
+  assert one + two is UOp.const(1) + UOp.const(2)
+  # python says 1 == 1.0 == True and 0.0 == -0.0; as constants they are four different nodes
+  consts = [UOp.const(v) for v in (1, 1.0, True, 0.0, -0.0)]
+  assert len({id(c) for c in consts}) == 5
 
 
 def test_two_constructions_of_the_same_sum_are_one_object():
@@ -74,15 +75,14 @@ def test_op_groups():
   assert repr(Ops.ADD) == "Ops.ADD" and repr(AddrSpace.ALU) == "AddrSpace.ALU" and repr(AxisType.LOOP) == "AxisType.LOOP"
 
 
-def test_shape_dtype_inference():
-  s = stack(stack(1, 2, 3), stack(4, 5, 6))
-  assert s.shape == (2, 3) and s.dtype == dtypes.i32
-  assert s.index(UOp.const(1)).shape == (3,)
-  assert s.index(UOp.const(1), UOp.const(2)).shape == ()
-  assert (UOp.const(1) < UOp.const(2)).dtype == dtypes.bool
-  with pytest.raises(UOpError): UOp.const(1) + UOp.const(1.0)
-  with pytest.raises(UOpError): stack(1, 2) + stack(1, 2, 3)
-  with pytest.raises(UOpError): stack(1, 2.0)
+def test_shapes_and_dtypes_are_inferred_at_construction():
+  rows = [stack(10, 20, 30), stack(40, 50, 60)]
+  m = stack(*rows)
+  assert (m.shape, m.dtype) == ((2, 3), dtypes.i32)
+  assert m.index(UOp.const(0)).shape == (3,) and m.index(UOp.const(1), UOp.const(0)).shape == ()
+  assert UOp(Ops.CMPLT, (UOp.const(3), UOp.const(4))).dtype is dtypes.bool
+  for bad in (lambda: UOp.const(7) * UOp.const(7.0), lambda: stack(1, 2, 3) + stack(1, 2), lambda: stack(1.5, 2)):
+    with pytest.raises(UOpError): bad()
 
 
 def test_index_by_a_param_is_a_graph():

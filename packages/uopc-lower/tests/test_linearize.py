@@ -5,6 +5,7 @@ from uopc.uop import UOp, Ops, AxisType, buf, range_, sink
 from uopc.rangeify import lower, Ctx, Opts
 from uopc.linearize import linearize, LinearizeError
 from uopc.uir import parse
+from seed_programs import sub_max, sub_max_through_a_flatten, neighbors, conv1d
 
 
 def nesting(lin: list[UOp]) -> dict[UOp, tuple[int, ...]]:
@@ -55,9 +56,7 @@ def test_gemm_accumulator_in_the_column_loop_and_row_offset_hoisted():
 
 def test_sibling_loops_are_ordered_by_data_dependencies():
   """sub_max: the max loop (RANGE 2) runs before the column loop (RANGE 1) that reads its result."""
-  x = buf(0, 12).reshape((3, 4))
-  m = x.reduce(Ops.MAX, 1).reshape((3, 1)).expand((3, 4))
-  lin = linearize(lower(x - m, buf(1, 12)))
+  lin = linearize(lower(sub_max(), buf(1, 12)))
   opened = [u.arg.idx for u in lin if u.op is Ops.RANGE]
   assert opened == [0, 2, 1]
   nest = nesting(lin)
@@ -69,12 +68,7 @@ def test_sibling_loops_are_ordered_by_data_dependencies():
 
 def test_loop_invariant_loads_are_hoisted_out_of_the_reduce_loop():
   """conv1d: the three window loads depend on the output index only, so they sit outside the k loop."""
-  L, K = 8, 3
-  Lo = L - K + 1
-  x, w = buf(0, L), buf(1, K)
-  win = UOp(Ops.STACK, tuple(x.shrink(((k, k + Lo),)) for k in range(K)))
-  out = (win.permute((1, 0)) * w.reshape((1, K)).expand((Lo, K))).reduce(Ops.ADD, 1)
-  lin = linearize(lower(out, buf(2, Lo)))
+  lin = linearize(lower(conv1d(8, 3), buf(2, 6)))
   nest = nesting(lin)
   assert [nest[u] for u in loads_of(lin, 0)] == [(0,), (0,), (0,)]
   assert [nest[u] for u in loads_of(lin, 1)] == [(0, 1)]
@@ -83,9 +77,7 @@ def test_loop_invariant_loads_are_hoisted_out_of_the_reduce_loop():
 def test_without_simplify_at_reshape_the_max_would_be_recomputed_per_column(monkeypatch):
   import uopc.rangeify as R
   from uopc.symbolic import simplify
-  x = buf(0, 16).reshape((4, 4))
-  rowmax = x.reduce(Ops.MAX, 1).reshape((4, 1)).expand((4, 4))
-  y = (x - rowmax).reshape((16,)).reshape((4, 4))
+  y = sub_max_through_a_flatten()
   good = nesting(linearize(lower(y, buf(1, 16))))
   monkeypatch.setattr(R, "simplify", lambda u: u)
   frozen = simplify(lower(y, buf(1, 16)))          # the structure without simplify, the arithmetic cleaned afterwards
@@ -95,9 +87,7 @@ def test_without_simplify_at_reshape_the_max_would_be_recomputed_per_column(monk
 
 
 def test_two_accumulators_share_the_loop():
-  x = buf(0, 20).reshape((4, 5))
-  y = x.reduce(Ops.ADD, 1)
-  lin = linearize(lower(y.shrink(((0, 3),)) + y.shrink(((1, 4),)), buf(1, 3)))
+  lin = linearize(lower(neighbors(), buf(1, 3)))
   assert len([u for u in lin if u.op is Ops.RANGE]) == 2 and [nesting(lin)[a] for a in allocs(lin)] == [(0,), (0,)]
 
 

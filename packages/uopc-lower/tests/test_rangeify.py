@@ -8,6 +8,7 @@ from uopc.symbolic import simplify
 from uopc.composite import pad, flip_axis
 from uopc.rangeify import ravel, unravel, identity, Opts, Ctx, ranges_in, rangeify, lower, merge_ends, LowerError
 from loopvm import run_program
+from seed_programs import view_chain, sub_max_through_a_flatten, neighbors, conv1d
 
 NP = {dtypes.f32: np.float32, dtypes.i32: np.int32, dtypes.bool: np.bool_}
 
@@ -38,15 +39,13 @@ def test_identity_elements():
 
 
 def test_index_flow_of_the_view_chain():
-  x = buf(0, 12).reshape((3, 4))
-  y = x.permute((1, 0)).shrink(((1, 3), (0, 3)))
+  root = view_chain()
   ctx = Ctx()
   i, j = ctx.rng(2), ctx.rng(3)
-  load = rangeify(y, (i, j), ctx)
+  load = rangeify(root.src[0], (i, j), ctx)             # the transposed rows, before the multiply
   assert load is buf(0, 12).index(simplify(i + j * 4 + 1)).load()
   a = np.arange(12, dtype=np.float32)
   b = np.array([1, 10, 100], np.float32)
-  root = y * buf(1, 3).reshape((1, 3)).expand((2, 3))
   assert np.array_equal(run_lowered(root, [a, b]), a.reshape(3, 4).T[1:3] * b)
 
 
@@ -113,9 +112,7 @@ def test_the_seeds_lowered_rowsum_runs():
 
 
 def test_unrolled_copies_share_one_reduce_loop():
-  x = buf(0, 20).reshape((4, 5))
-  y = x.reduce(Ops.ADD, 1)
-  z = y.shrink(((0, 3),)) + y.shrink(((1, 4),))
+  z = neighbors()
   sink = lower(z, buf(1, 3))
   reduce_ranges = [u for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind is AxisType.REDUCE]
   assert len(reduce_ranges) == 1 and len([u for u in sink.toposort() if u.op is Ops.ALLOC]) == 2
@@ -135,9 +132,7 @@ def test_merge_ends_merges_duplicate_ends():
 
 
 def test_reshape_indices_are_simplified_before_a_reduce_sees_them():
-  x = buf(0, 16).reshape((4, 4))
-  rowmax = x.reduce(Ops.MAX, 1).reshape((4, 1)).expand((4, 4))
-  y = (x - rowmax).reshape((16,)).reshape((4, 4))
+  y = sub_max_through_a_flatten()
   ctx = Ctx()
   i, j = ctx.rng(4), ctx.rng(4)
   rangeify(y, (i, j), ctx)
@@ -158,42 +153,53 @@ def test_stack_index_and_composites():
 
 
 def test_conv1d_from_movement_ops():
-  L, K = 8, 3
-  Lo = L - K + 1
-  x, w = buf(0, L), buf(1, K)
-  win = UOp(Ops.STACK, tuple(x.shrink(((k, k + Lo),)) for k in range(K)))
-  out = (win.permute((1, 0)) * w.reshape((1, K)).expand((Lo, K))).reduce(Ops.ADD, 1)
+  out = conv1d(8, 3)
   xv, wv = np.arange(8, dtype=np.float32), np.array([1, 10, 100], np.float32)
   assert list(run_lowered(out, [xv, wv])) == [210., 321., 432., 543., 654., 765.]
   assert np.array_equal(run_lowered(out, [xv, wv]), np.convolve(xv, wv[::-1], "valid"))
 
 
+def _permute(rng, u, ref):
+  p = tuple(int(v) for v in rng.permutation(ref.ndim))
+  return u.permute(p), ref.transpose(p)
+
+def _shrink(rng, u, ref):
+  window = []
+  for size in ref.shape:
+    lo = int(rng.integers(0, size))
+    window.append((lo, int(rng.integers(lo + 1, size + 1))))
+  return u.shrink(tuple(window)), ref[tuple(slice(lo, hi) for lo, hi in window)]
+
+def _broadcast_new_axis(rng, u, ref):
+  if ref.ndim >= 4: return u, ref
+  return u.reshape((1,) + u.shape).expand((2,) + u.shape), np.broadcast_to(ref[None], (2,) + ref.shape)
+
+def _flatten(rng, u, ref): return u.reshape((ref.size,)), ref.reshape(-1)
+
+def _reduce_last(rng, u, ref):
+  if ref.ndim < 2: return u, ref
+  if rng.integers(2): return u.reduce(Ops.ADD, 1), ref.astype(np.float64).sum(-1).astype(np.float32)
+  return u.reduce(Ops.MAX, 1), ref.max(-1)
+
+def _stack_doubled(rng, u, ref):
+  if ref.ndim >= 4: return u, ref
+  return UOp(Ops.STACK, (u, u * 2.0)), np.stack([ref, ref * np.float32(2)])
+
+def _index_first(rng, u, ref):
+  if ref.ndim < 2: return u, ref
+  i = int(rng.integers(ref.shape[0]))
+  return u.index(UOp.const(i)), ref[i]
+
+STEPS = [_permute, _shrink, _broadcast_new_axis, _flatten, _reduce_last, _stack_doubled, _index_first]
+
+
 def random_chain(rng: np.random.Generator, steps: int = 6):
-  """A random chain of movement ops, REDUCE (ADD and MAX), STACK and INDEX over a (2, 3, 4) buffer, with the same
-  chain applied to a NumPy array (the oracle)."""
-  x = rng.standard_normal(24).astype(np.float32)
-  u, ref = buf(0, 24).reshape((2, 3, 4)), x.reshape(2, 3, 4)
-  for _ in range(steps):
-    k = rng.integers(7)
-    if k == 0:
-      p = tuple(int(v) for v in rng.permutation(ref.ndim)); u, ref = u.permute(p), ref.transpose(p)
-    elif k == 1:
-      arg = tuple((int(b), int(rng.integers(b + 1, s + 1))) for s in ref.shape for b in [rng.integers(0, s)])
-      u, ref = u.shrink(arg), ref[tuple(slice(b, e) for b, e in arg)]
-    elif k == 2 and ref.ndim < 4:
-      u, ref = u.reshape((1,) + u.shape), ref.reshape((1,) + ref.shape)
-      u, ref = u.expand((2,) + u.shape[1:]), np.broadcast_to(ref, (2,) + ref.shape[1:])
-    elif k == 3:
-      u, ref = u.reshape((int(np.prod(ref.shape)),)), ref.reshape(-1)
-    elif k == 4 and ref.ndim >= 2:
-      op = Ops.ADD if rng.integers(2) else Ops.MAX
-      u = u.reduce(op, 1)
-      ref = ref.astype(np.float64).sum(-1).astype(np.float32) if op is Ops.ADD else ref.max(-1)
-    elif k == 5 and ref.ndim < 4:
-      u, ref = UOp(Ops.STACK, (u, u * 2.0)), np.stack([ref, ref * np.float32(2)])
-    elif k == 6 and ref.ndim >= 2:
-      i = int(rng.integers(ref.shape[0])); u, ref = u.index(UOp.const(i)), ref[i]
-  return u, x, ref
+  """A (2, 3, 4) buffer through random steps (movement ops, REDUCE ADD/MAX, STACK, INDEX), each applied to the UOp and
+  to a NumPy array alike; NumPy is the oracle."""
+  data = rng.standard_normal(24).astype(np.float32)
+  u, ref = buf(0, 24).reshape((2, 3, 4)), data.reshape(2, 3, 4)
+  for _ in range(steps): u, ref = STEPS[int(rng.integers(len(STEPS)))](rng, u, ref)
+  return u, data, ref
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -39,14 +39,13 @@ def zeros_like(x: UOp) -> UOp:
 
 
 def concat2(a: UOp, b: UOp, axis: int) -> UOp:
-  """Concatenate two same-shaped tensors along `axis`: STACK, move the new axis next to `axis`, merge."""
+  """a and b (same shape) joined along `axis`: STACK them (a new leading axis of 2), move that axis to just before
+  `axis`, and let a RESHAPE merge the pair with it: position p of the result is a[p] for p < n, b[p - n] after."""
   if a.shape != b.shape or a.dtype is not b.dtype:
     raise UOpError(f"concat2 needs equal shapes and dtypes, got {a.dtype}{a.shape} and {b.dtype}{b.shape}")
   axis = _axis(a, axis, "concat2")
-  s = move_axis(UOp(Ops.STACK, (a, b)), 0, axis)        # (..., 2, n, ...)
-  shape = list(a.shape)
-  shape[axis] *= 2
-  return s.reshape(tuple(shape))
+  pair = move_axis(UOp(Ops.STACK, (a, b)), 0, axis)        # (..., 2, n, ...)
+  return pair.reshape(a.shape[:axis] + (2 * a.shape[axis],) + a.shape[axis + 1:])
 
 
 def _shrink_axis(x: UOp, axis: int, begin: int, end: int) -> UOp:
@@ -54,39 +53,44 @@ def _shrink_axis(x: UOp, axis: int, begin: int, end: int) -> UOp:
 
 
 def pad_axis(x: UOp, axis: int, before: int, after: int) -> UOp:
-  """Zero-pad one axis: concatenate zeros (at most the axis' length at a time, so wide padding doubles) and shrink."""
+  """Zero-pad one axis. Each round concatenates a block of zeros as long as the axis and shrinks away what isn't
+  needed, so padding wider than the axis takes several rounds, doubling the axis each time."""
   axis = _axis(x, axis, "pad_axis")
   if before < 0 or after < 0: raise UOpError(f"pad_axis: padding must be non-negative, got ({before}, {after})")
   if (before or after) and x.shape[axis] == 0: raise UOpError(f"pad_axis: can't pad an empty axis {axis} of {x.shape} by doubling")
-  while after > 0:
+  while after:
     n = x.shape[axis]
-    x = _shrink_axis(concat2(x, zeros_like(x), axis), axis, 0, n + min(after, n))
-    after -= min(after, n)
-  while before > 0:
+    step = min(after, n)
+    x = _shrink_axis(concat2(x, zeros_like(x), axis), axis, 0, n + step)          # keep x and `step` zeros after it
+    after -= step
+  while before:
     n = x.shape[axis]
-    x = _shrink_axis(concat2(zeros_like(x), x, axis), axis, n - min(before, n), 2 * n)
-    before -= min(before, n)
+    step = min(before, n)
+    x = _shrink_axis(concat2(zeros_like(x), x, axis), axis, n - step, 2 * n)      # keep `step` zeros and x
+    before -= step
   return x
 
 
 def pad(x: UOp, arg: tuple[tuple[int, int], ...]) -> UOp:
   """Zero-pad every axis: arg holds one (before, after) pair per axis, like numpy.pad."""
   if len(arg) != len(x.shape): raise UOpError(f"pad: {len(arg)} (before, after) pairs for shape {x.shape}")
-  for axis, (before, after) in enumerate(arg): x = pad_axis(x, axis, before, after)
+  for axis, widths in enumerate(arg): x = pad_axis(x, axis, *widths)
   return x
 
 
 def anti_eye(n: int, dtype: DType) -> UOp:
   """M[i, j] = (i + j == n - 1), from a one-hot vector and the expand/reshape/shrink diagonal trick.
 
-  u is one-hot at n-1 with length 2n-1. Expand it to (n+1, 2n-1), flatten, keep n*2n elements and view them as
-  (n, 2n): element (i, j) is u[(2n*i + j) mod (2n-1)] = u[i + j], because 2n = 1 modulo 2n-1."""
+  u is one-hot at n-1 with length 2n-1. Expand it to n+1 rows, flatten, keep n*2n elements and read them as (n, 2n):
+  element (i, j) is u[(2n*i + j) mod (2n-1)] = u[i + j], because 2n = 1 modulo 2n-1. The first n columns are M."""
   if n < 1: raise UOpError(f"anti_eye: n must be at least 1, got {n}")
-  if n == 1: return UOp.const(1, dtype).reshape((1, 1))
-  u = pad_axis(UOp.const(1, dtype).reshape((1,)), 0, n - 1, n - 1)            # (2n-1,)
-  m = u.reshape((1, 2 * n - 1)).expand((n + 1, 2 * n - 1)).reshape(((n + 1) * (2 * n - 1),))
-  m = m.shrink(((0, n * 2 * n),)).reshape((n, 2 * n))
-  return m.shrink(((0, n), (0, n)))
+  one = UOp.const(1, dtype).reshape((1,))
+  if n == 1: return one.reshape((1, 1))
+  row = 2 * n - 1
+  u = pad_axis(one, 0, n - 1, n - 1)                                        # (2n-1,): 1 at n-1
+  flat = u.reshape((1, row)).expand((n + 1, row)).reshape(((n + 1) * row,))
+  sheared = flat.shrink(((0, 2 * n * n),)).reshape((n, 2 * n))
+  return sheared.shrink(((0, n), (0, n)))
 
 
 def flip_axis(x: UOp, axis: int) -> UOp:

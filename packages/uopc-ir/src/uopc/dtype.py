@@ -30,13 +30,13 @@ class DType:
     return d
 
   def __reduce__(self): return (DType, (self.name, self.itemsize, self.ctype, self.fmt))
-  def __repr__(self): return f"dtypes.{self.name}"
+  def __repr__(self): return "dtypes." + self.name
   __hash__ = object.__hash__   # interned, so identity hashing agrees with the dataclass equality (and is faster)
 
   @property
-  def is_float(self) -> bool: return self.name in ("f32", "f16")
+  def is_float(self) -> bool: return self.name[0] == "f"     # f32, f16
   @property
-  def is_int(self) -> bool: return self.name == "i32"
+  def is_int(self) -> bool: return self.name[0] == "i"       # i32
 
 
 class dtypes:
@@ -61,21 +61,23 @@ class dtypes:
     if isinstance(x, float): return dtypes.f32
     raise TypeError(f"no dtype for python value {x!r}")
 
+  # the smallest and largest value of each dtype (floats reach the infinities)
   @staticmethod
-  def min(d: DType):
-    return {"bool": False, "i32": -2**31}.get(d.name, -math.inf)
+  def min(d: DType): return _LIMITS[d.name][0] if d.name in _LIMITS else -math.inf
 
   @staticmethod
-  def max(d: DType):
-    return {"bool": True, "i32": 2**31 - 1}.get(d.name, math.inf)
+  def max(d: DType): return _LIMITS[d.name][1] if d.name in _LIMITS else math.inf
+
+
+_LIMITS = {"bool": (False, True), "i32": (-2**31, 2**31 - 1)}
 
 
 class AddrSpace(Enum):
-  """Where a UOp lives. ALU = a plain value in a register. The rest are memory."""
+  """Where a UOp lives: ALU is a value (a register, for a C compiler); GLOBAL, LOCAL and SHARED are kinds of memory."""
   ALU = auto()      # a value (week 1)
   GLOBAL = auto()   # device memory, a function argument (week 2)
   LOCAL = auto()    # call-scope storage: `float acc[4];` (week 2)
   SHARED = auto()   # GPU workgroup shared memory (week 7)
 
-  def __repr__(self): return f"AddrSpace.{self.name}"
+  def __repr__(self): return "AddrSpace." + self.name
   __hash__ = object.__hash__

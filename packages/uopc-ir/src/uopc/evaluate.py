@@ -186,11 +186,10 @@ def _fold_movement(u: UOp, ctx: dict) -> UOp:
   if u.op is Ops.RESHAPE: return literal(vals, u.shape, u.dtype)
   if u.op is Ops.EXPAND: fn = lambda idx: [0 if s == 1 else i for i, s in zip(idx, x.shape)]
   elif u.op is Ops.SHRINK: fn = lambda idx: [i + b for i, (b, _) in zip(idx, u.arg)]
-  else:   # PERMUTE: output axis k is input axis arg[k]
+  else:   # PERMUTE: output axis k is input axis arg[k], so input axis arg[k] is at idx[k]
     def fn(idx):
-      inv = [0] * len(idx)
-      for k, p in enumerate(u.arg): inv[p] = idx[k]
-      return inv
+      at = dict(zip(u.arg, idx))
+      return [at[a] for a in range(len(idx))]
   return literal(_gather(vals, x.shape, u.shape, fn), u.shape, u.dtype)
 
 def _fold_reduce(u: UOp, ctx: dict) -> UOp:
@@ -243,7 +242,9 @@ def bind_call(call: UOp) -> UOp:
       stack.append((u, True))
       stack.extend((s, False) for s in inner if s not in new)
       continue
-    if u in mapping: new[u] = mapping[u]; continue
+    if u in mapping:
+      new[u] = mapping[u]
+      continue
     src = ((u.src[0],) + tuple(new[s] for s in inner)) if u.op is Ops.CALL else tuple(new[s] for s in inner)
     new[u] = u if src == u.src else UOp(u.op, src, u.arg)
   return new[body]

@@ -47,16 +47,17 @@ _INT_RE = re.compile(r"[-+]?\d+")
 def parse(text: str) -> UOp:
   """The graph a .uir program describes (its last statement)."""
   if not isinstance(text, str): raise ParseError(f"parse takes the program text (a str), got {type(text).__name__}")
-  env: dict[str, UOp] = {}
-  last = None
-  for lineno, raw in enumerate(text.splitlines(), 1):
-    line = _strip_comment(raw).strip()
-    if not line: continue
-    try: last = _parse_line(line, env)
+  names: dict[str, UOp] = {}
+  program = None
+  for number, raw in enumerate(text.splitlines(), start=1):
+    statement = _strip_comment(raw).strip()
+    if not statement: continue
+    try: program = _parse_statement(statement, names)
     except (ParseError, UOpError, KeyError, ValueError, TypeError, IndexError, SyntaxError) as e:
-      raise ParseError(f"line {lineno}: {raw.strip()!r}: {_reason(e)}") from None
-  if last is None: raise ParseError("empty program")
-  return last
+      # every mistake is reported with its line, whatever layer found it (the type checker, a bad literal, ...)
+      raise ParseError(f"line {number}: {raw.strip()!r}: {_reason(e)}") from None
+  if program is None: raise ParseError("empty program")
+  return program
 
 
 def _reason(e: Exception) -> str:
@@ -94,14 +95,15 @@ def _split_top(s: str, sep: str) -> list[str]:
   return parts
 
 
-def _parse_line(line: str, env: dict[str, UOp]) -> UOp:
+def _parse_statement(line: str, env: dict[str, UOp]) -> UOp:
   lhs, eq, rhs = line.partition("=")
   lhs = lhs.strip()
   if not eq or not re.fullmatch(r"%\w+", lhs): raise ParseError("statement must start with %name =")
   if lhs[1:] in env: raise ParseError(f"{lhs} is defined twice")
   body, *attr_parts = _split_top(rhs, ":")
   if len(attr_parts) > 1: raise ParseError("more than one ':' before the attributes")
-  opname, _, ops_s = body.strip().partition(" ")
+  # `add %0, 1.0`: the op's name, then its operands
+  opname, ops_s = (body.strip().split(" ", 1) + [""])[:2]
   if not re.fullmatch(r"[a-z_0-9]+", opname) or opname.upper() not in Ops.__members__:
     raise ParseError(f"unknown op {opname!r}")
   op = Ops[opname.upper()]
@@ -115,14 +117,14 @@ def _parse_line(line: str, env: dict[str, UOp]) -> UOp:
   elif op in _TRAILING_LIT:
     if not toks: raise ParseError(f"{opname} needs a tuple as its last operand")
     lit, toks = _literal(toks[-1]), toks[:-1]
-  src: list = []
+  operands: list = []
   for t in toks:
-    if t.startswith("%"):
-      if t[1:] not in env: raise ParseError(f"undefined {t}")
-      src.append(env[t[1:]])
-    else: src.append(_literal(t))
-  env[lhs[1:]] = u = _build(op, src, lit, attrs)
-  return u
+    if not t.startswith("%"): operands.append(_literal(t)); continue
+    name = t[1:]
+    if name not in env: raise ParseError(f"undefined {t}")
+    operands.append(env[name])
+  node = env[lhs[1:]] = _node(op, operands, lit, attrs)
+  return node
 
 
 def _parse_attrs(op: Ops, s: str) -> dict:
@@ -179,54 +181,50 @@ def _literal(tok: str):
   raise ParseError(f"bad literal {tok!r}")
 
 
-def _build(op: Ops, src: list, lit, attrs: dict) -> UOp:
-  like = None
-  if op in _SAME_DTYPE: like = next((s for s in (src[1:] if op is Ops.WHERE else src) if isinstance(s, UOp)), None)
-  def const(v):
-    if isinstance(v, tuple) or isinstance(v, str): raise ParseError(f"a {type(v).__name__} literal can't be an operand of {op.name.lower()}")
+def _node(op: Ops, src: list, lit, attrs: dict) -> UOp:
+  """The node of one statement: its op, its operands (UOps, or python literals still to become CONSTs), the literal
+  peeled off for ops whose arg is positional, and the attributes."""
+  # a bare literal adopts the dtype of a neighbour in ops whose operands share one; a WHERE's neighbours are its
+  # branches, never its bool condition (the book's exercise 6: `where %c, 1, 0` must stay i32)
+  neighbours = (src[1:] if op is Ops.WHERE else src) if op in _SAME_DTYPE else []
+  like = next((s for s in neighbours if isinstance(s, UOp)), None)
+  def constant(v) -> UOp:
+    if isinstance(v, (tuple, str)): raise ParseError(f"a {type(v).__name__} literal can't be an operand of {op.name.lower()}")
     if like is None or isinstance(v, bool): return UOp.const(v)
     if isinstance(v, float) and not like.dtype.is_float:   # adopting would truncate: 1.5 next to an i32 is a mistake
       raise ParseError(f"float literal {v!r} next to a {like.dtype.name} operand")
     return UOp.const(v, like.dtype)
-  src = [s if isinstance(s, UOp) else const(s) for s in src]
+  operands = tuple(s if isinstance(s, UOp) else constant(s) for s in src)
+  get = attrs.get
   if op in (Ops.BUFFER, Ops.ALLOC):
     if type(lit) is not int: raise ParseError(f"{op.name.lower()} size must be an integer, got {lit!r}")
-    return UOp(op, (), ParamArg(attrs.get("slot", 0), attrs.get("dtype", dtypes.f32), (lit,), attrs.get("space")))
-  if op is Ops.PARAM: 
+    return UOp(op, (), ParamArg(get("slot", 0), get("dtype", dtypes.f32), (lit,), get("space")))
+  if op is Ops.PARAM:
     if "slot" not in attrs: raise ParseError("param needs slot=")
-    return UOp(op, (), ParamArg(attrs["slot"], attrs.get("dtype", dtypes.f32), tuple(attrs.get("shape", ())), attrs.get("space")))
+    return UOp(op, (), ParamArg(attrs["slot"], get("dtype", dtypes.f32), tuple(get("shape", ())), get("space")))
   if op is Ops.CONST:
-    if src: raise ParseError("const takes only its value")
-    return UOp.const(lit, attrs.get("dtype"))
-  if op is Ops.CALL: return UOp(op, tuple(src), CallArg(attrs.get("name", "f")))
-  if op is Ops.CAST:
-    if "dtype" not in attrs: raise ParseError("cast needs dtype=")
-    return UOp(op, tuple(src), attrs["dtype"])
-  if op is Ops.RANGE: return UOp(op, tuple(src), RangeArg(attrs.get("idx", 0), attrs.get("kind", AxisType.LOOP)))
-  if op is Ops.REDUCE: return UOp(op, tuple(src), (attrs.get("op", Ops.ADD), attrs.get("pop", 1)))
-  if op in MOVEMENT: return UOp(op, tuple(src), lit)
-  if op in BINARY and len(src) == 2:
-    a, b = _broadcast(*src)
-    return UOp(op, (a, b), attrs.get("arg"))
-  if op is Ops.WHERE and len(src) == 3:
-    c, a, b = src
-    a, b = _broadcast(a, b); c, a = _broadcast(c, a); c, b = _broadcast(c, b)
-    return UOp(op, (c, a, b), attrs.get("arg"))
-  return UOp(op, tuple(src), attrs.get("arg"))
+    if operands: raise ParseError("const takes only its value")
+    return UOp.const(lit, get("dtype"))
+  if op is Ops.CAST and "dtype" not in attrs: raise ParseError("cast needs dtype=")
+  arg = {Ops.CALL: lambda: CallArg(get("name", "f")), Ops.CAST: lambda: attrs["dtype"],
+         Ops.RANGE: lambda: RangeArg(get("idx", 0), get("kind", AxisType.LOOP)),
+         Ops.REDUCE: lambda: (get("op", Ops.ADD), get("pop", 1))}.get(op, lambda: lit if op in MOVEMENT else get("arg"))()
+  if op in BINARY and len(operands) == 2: operands = _broadcast(*operands)
+  if op is Ops.WHERE and len(operands) == 3: operands = _broadcast(*operands)
+  return UOp(op, operands, arg)
 
 
-def _broadcast(a: UOp, b: UOp) -> tuple[UOp, UOp]:
-  """NumPy broadcasting as sugar: prepend size-1 axes with RESHAPE, grow size-1 axes with EXPAND."""
-  if a.shape == b.shape: return a, b
-  n = max(len(a.shape), len(b.shape))
-  if len(a.shape) < n: a = a.reshape((1,) * (n - len(a.shape)) + a.shape)
-  if len(b.shape) < n: b = b.reshape((1,) * (n - len(b.shape)) + b.shape)
-  out = []
-  for x, y in zip(a.shape, b.shape):
-    if x != y and 1 not in (x, y): raise ParseError(f"can't broadcast {a.shape} with {b.shape}")
-    out.append(y if x == 1 else x)
-  out_t = tuple(out)
-  return (a if a.shape == out_t else a.expand(out_t)), (b if b.shape == out_t else b.expand(out_t))
+def _broadcast(*xs: UOp) -> tuple[UOp, ...]:
+  """NumPy broadcasting as sugar: missing leading axes are RESHAPEd in as 1s, then axes of size 1 are EXPANDed."""
+  if all(x.shape == xs[0].shape for x in xs): return xs
+  rank = max(len(x.shape) for x in xs)
+  xs = tuple(x.reshape((1,) * (rank - len(x.shape)) + x.shape) if len(x.shape) < rank else x for x in xs)
+  target = []
+  for sizes in zip(*(x.shape for x in xs)):
+    if len(set(sizes) - {1}) > 1: raise ParseError(f"can't broadcast {' with '.join(str(x.shape) for x in xs)}")
+    target.append(max(sizes) if 0 not in sizes else 0)
+  full = tuple(target)
+  return tuple(x if x.shape == full else x.expand(full) for x in xs)
 
 
 # ---- printing --------------------------------------------------------------------------------------------------
@@ -248,9 +246,10 @@ def to_uir(root: UOp) -> str:
   names: dict[UOp, str] = {}
   lines = []
   for u in root.toposort():
-    if u.op is Ops.CONST and u is not root: continue   # constants are printed inline where they are used
+    inline = u.op is Ops.CONST and u is not root        # a constant is written where it is used (unless it is the program)
+    if inline: continue
     names[u] = f"%{len(names)}"
-    ops = [_fmt_lit(s.arg) if s.op is Ops.CONST else names[s] for s in u.src]
+    ops = [names[s] if s.op is not Ops.CONST else _fmt_lit(s.arg) for s in u.src]
     attrs, a = [], u.arg
     if u.op in (Ops.BUFFER, Ops.ALLOC, Ops.PARAM):
       if u.op is Ops.PARAM: attrs = [f"slot={a.slot}", f"dtype={a.dtype.name}"] + ([f"shape={_fmt_lit(a.shape)}"] if a.shape else [])

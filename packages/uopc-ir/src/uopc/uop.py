@@ -20,7 +20,7 @@ from _weakref import _remove_dead_weakref
 from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any, Callable
-from uopc.dtype import DType, dtypes, AddrSpace
+from uopc.dtype import AddrSpace, DType, dtypes
 
 
 class Ops(Enum):
@@ -57,7 +57,7 @@ class Ops(Enum):
   BARRIER = auto()    # (*deps): __syncthreads()
   WMMA = auto()       # reserved for tensor cores (week 8 lowers GEMMs to WMMA by pattern instead)
 
-  def __repr__(self): return f"Ops.{self.name}"
+  def __repr__(self): return "Ops." + self.name
   __hash__ = object.__hash__   # members are singletons: identity hashing is correct and much faster
 
 
@@ -76,7 +76,7 @@ class AxisType(Enum):
   THREAD = auto()    # parallel across CPU threads
   GLOBAL = auto()    # GPU blockIdx
   LOCAL = auto()     # GPU threadIdx
-  def __repr__(self): return f"AxisType.{self.name}"
+  def __repr__(self): return "AxisType." + self.name
   __hash__ = object.__hash__
 
 
@@ -110,12 +110,16 @@ def _argkey(arg):
   return (t, arg)
 
 
+_KEEP = object()   # replace(arg=...) default: keep the arg (None is a real arg)
+
+
 class UOpError(Exception):
   """A malformed UOp: raised by the type checker when the node is built."""
 
 
 class UOp:
-  __slots__ = ("op", "src", "arg", "dtype", "shape", "addrspace", "__weakref__", "__dict__")
+  # the three defining fields, the three inferred ones, a weakref slot for the cache and a __dict__ for per-node memos
+  __slots__ = ("op", "src", "arg", "dtype", "shape", "addrspace", "__dict__", "__weakref__")
   op: Ops
   src: tuple[UOp, ...]
   arg: Any
@@ -152,8 +156,9 @@ class UOp:
 
   def __repr__(self): return _tree_repr(self)
 
-  def replace(self, **kw) -> UOp:
-    return UOp(kw.get("op", self.op), kw.get("src", self.src), kw.get("arg", self.arg))
+  def replace(self, op: Ops | None = None, src: tuple[UOp, ...] | None = None, arg: Any = _KEEP) -> UOp:
+    """This node with some fields changed (a new, hash-consed node: UOps are never mutated)."""
+    return UOp(self.op if op is None else op, self.src if src is None else src, self.arg if arg is _KEEP else arg)
 
   # ---- graph helpers ----------------------------------------------------
   def toposort(self) -> list[UOp]:
@@ -174,74 +179,67 @@ class UOp:
     return out
 
   def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
-    """Replace nodes (by identity) everywhere in the graph. Rebuilds only what changed."""
-    new: dict[UOp, UOp] = {}
-    for u in self.toposort():
-      if u in mapping: new[u] = mapping[u]; continue
-      src = tuple([new[s] for s in u.src])
-      new[u] = u if src == u.src else UOp(u.op, src, u.arg)
-    return new[self]
+    """The graph with each key of `mapping` (by identity) replaced by its value; only the users of a replaced node are
+    rebuilt, and rebuilding goes through UOp(), so subgraphs that become equal become one node."""
+    return _rebuild_graph([self], lambda old, rebuilt: mapping.get(old, rebuilt), mapped=mapping)[0]
 
   @staticmethod
   def wrap(roots: list[UOp], targets: set[UOp], fn: Callable[[UOp], UOp]) -> list[UOp]:
-    """Rebuild the graph bottom-up, replacing each node t in targets by fn(t'), where t' is t with *its*
-    sources already rebuilt. (substitute() would wrap the original, unrewritten t.)"""
-    new: dict[UOp, UOp] = {}
-    for u in UOp(Ops.SINK, tuple(roots)).toposort():
-      src = tuple([new[s] for s in u.src])
-      n = u if src == u.src else UOp(u.op, src, u.arg)
-      new[u] = fn(n) if u in targets else n
-    return [new[r] for r in roots]
+    """Rebuild the graphs of `roots` bottom-up, replacing each target t by fn(t'), where t' is t over its *rebuilt*
+    sources. (substitute() hands back the original t, whose sources may themselves have been replaced.)"""
+    return _rebuild_graph(list(roots), lambda old, rebuilt: fn(rebuilt) if old in targets else rebuilt)
 
   def ranges(self) -> list[UOp]:
-    return sorted((u for u in self.toposort() if u.op is Ops.RANGE), key=lambda u: u.arg)
+    """The RANGEs under this node, in loop order."""
+    return sorted([u for u in self.toposort() if u.op is Ops.RANGE], key=lambda r: r.arg)
 
-  # ---- constructors -----------------------------------------------------
+  # ---- constructors and sugar ----------------------------------------------
   @staticmethod
   def const(v, dtype: DType | None = None) -> UOp:
+    """A CONST of python value v, converted to `dtype` when one is given. f16 has no python values: an f16 constant
+    is the float CONST cast to f16."""
     v = _py_scalar(v)
-    if dtype is dtypes.f16: return UOp(Ops.CONST, (), float(v)).cast(dtypes.f16)   # python has no f16 values
-    if dtype is not None and dtype is not dtypes.from_py(v):
-      if dtype is dtypes.void: raise UOpError("a CONST can't have dtype void")
-      v = {"bool": bool, "i32": int}.get(dtype.name, float)(v)
-    return UOp(Ops.CONST, (), v)
+    if dtype is None or dtype is dtypes.from_py(v): return UOp(Ops.CONST, (), v)
+    if dtype is dtypes.f16: return UOp(Ops.CONST, (), float(v)).cast(dtypes.f16)
+    if dtype is dtypes.void: raise UOpError("a CONST can't have dtype void")
+    convert = bool if dtype is dtypes.bool else int if dtype is dtypes.i32 else float
+    return UOp(Ops.CONST, (), convert(v))
 
   def const_like(self, v) -> UOp:
-    """A constant with self's dtype *and shape* (broadcast with RESHAPE + EXPAND)."""
+    """v as a constant of this node's dtype *and shape*: a scalar CONST reshaped to all-ones and EXPANDed, so that
+    `x * 2` type-checks for a shaped x (pitfall 3 of the book)."""
     c = UOp.const(v, self.dtype)
-    return c.reshape((1,) * len(self.shape)).expand(self.shape) if self.shape else c
-  def _c(self, x) -> UOp: return x if isinstance(x, UOp) else self.const_like(x)
-  def alu(self, op: Ops, *src) -> UOp: return UOp(op, (self, *(self._c(s) for s in src)))
+    if not self.shape: return c
+    return c.reshape((1,) * len(self.shape)).expand(self.shape)
 
-  def __add__(self, x): return self.alu(Ops.ADD, x)
-  def __radd__(self, x): return self._c(x).alu(Ops.ADD, self)
-  def __mul__(self, x): return self.alu(Ops.MUL, x)
-  def __rmul__(self, x): return self._c(x).alu(Ops.MUL, self)
+  def _operand(self, x) -> UOp: return x if isinstance(x, UOp) else self.const_like(x)
+  def alu(self, op: Ops, *src) -> UOp:
+    """op applied to this node and `src` (python values become constants shaped and typed like this node)."""
+    return UOp(op, (self,) + tuple(self._operand(s) for s in src))
+
+  # x - y, -x, x > y and x == y have no ops of their own: they are built from ADD, MUL, CMPLT and CMPNE on the spot
   def __neg__(self): return self.alu(Ops.MUL, -1 if self.dtype is dtypes.i32 else -1.0)
-  def __sub__(self, x): return self + -self._c(x)
-  def __rsub__(self, x): return self._c(x) + -self
-  def __floordiv__(self, x): return self.alu(Ops.FLOORDIV, x)
-  def __rfloordiv__(self, x): return self._c(x).alu(Ops.FLOORDIV, self)
-  def __mod__(self, x): return self.alu(Ops.FLOORMOD, x)
-  def __rmod__(self, x): return self._c(x).alu(Ops.FLOORMOD, self)
-  def __lt__(self, x): return self.alu(Ops.CMPLT, x)
-  def __gt__(self, x): return self._c(x).alu(Ops.CMPLT, self)
-  def ne(self, x): return self.alu(Ops.CMPNE, x)
+  def __sub__(self, x): return self + -self._operand(x)
+  def __rsub__(self, x): return self._operand(x) + -self
   def eq(self, x): return self.ne(x).ne(True)
-  def maximum(self, x): return self.alu(Ops.MAX, x)
-  def recip(self): return UOp(Ops.RECIP, (self,))
+  def recip(self): return self.alu(Ops.RECIP)
   def cast(self, d: DType): return self if d is self.dtype else UOp(Ops.CAST, (self,), d)
   def where(self, a, b):
-    a = a if isinstance(a, UOp) else (b.const_like(a) if isinstance(b, UOp) else UOp.const(a))
-    b = b if isinstance(b, UOp) else a.const_like(b)
+    """WHERE(self, a, b). A python branch takes the dtype and shape of the other branch (or of its own value if both are)."""
+    if not isinstance(a, UOp): a = b.const_like(a) if isinstance(b, UOp) else UOp.const(a)
+    if not isinstance(b, UOp): b = a.const_like(b)
     return UOp(Ops.WHERE, (self, a, b))
 
   def index(self, *idx) -> UOp:
-    return UOp(Ops.INDEX, (self, *(i if isinstance(i, UOp) else UOp.const(int(i)) for i in idx)))
-  def load(self) -> UOp: return UOp(Ops.LOAD, (self,))
-  def store(self, v) -> UOp: return UOp(Ops.STORE, (self, v))
-  def after(self, *deps) -> UOp: return UOp(Ops.AFTER, (self, *deps)) if deps else self
-  def end(self, *rngs) -> UOp: return UOp(Ops.END, (self, *rngs)) if rngs else self
+    return UOp(Ops.INDEX, (self,) + tuple(i if isinstance(i, UOp) else UOp.const(int(i)) for i in idx))
+  def load(self) -> UOp: return self.alu(Ops.LOAD)
+  def store(self, v) -> UOp: return self.alu(Ops.STORE, v)
+  def after(self, *deps) -> UOp:
+    """This memory once `deps` have happened (itself when there are none)."""
+    return UOp(Ops.AFTER, (self,) + deps) if deps else self
+  def end(self, *rngs) -> UOp:
+    """Close the loops `rngs` after this statement (itself when there are none)."""
+    return UOp(Ops.END, (self,) + rngs) if rngs else self
 
   def reshape(self, shape): return UOp(Ops.RESHAPE, (self,), _ints(shape))
   def expand(self, shape): return UOp(Ops.EXPAND, (self,), _ints(shape))
@@ -253,12 +251,35 @@ class UOp:
 class _CacheRef(weakref.ref):
   __slots__ = ("key",)
 
+def _binary_sugar(op: Ops, swapped: bool = False):
+  """The python operator for a binary op: `x op y`, or `y op x` for the reflected (__radd__, ...) and swapped forms."""
+  if swapped: return lambda self, x: self._operand(x).alu(op, self)
+  return lambda self, x: self.alu(op, x)
+
+# x < y is CMPLT(x, y); x > y is CMPLT(y, x), the same op with its operands swapped
+for _name, _op, _swapped in [("__add__", Ops.ADD, False), ("__radd__", Ops.ADD, True), ("__mul__", Ops.MUL, False),
+                             ("__rmul__", Ops.MUL, True), ("__floordiv__", Ops.FLOORDIV, False), ("__rfloordiv__", Ops.FLOORDIV, True),
+                             ("__mod__", Ops.FLOORMOD, False), ("__rmod__", Ops.FLOORMOD, True), ("__lt__", Ops.CMPLT, False),
+                             ("__gt__", Ops.CMPLT, True), ("ne", Ops.CMPNE, False), ("maximum", Ops.MAX, False)]:
+  setattr(UOp, _name, _binary_sugar(_op, _swapped))
+
 _cache = UOp._cache
 _cache_get = _cache.get
 
 def _evict(ref: _CacheRef):
   # removes the entry only if it still holds a dead reference: a node rebuilt under the same key stays
   _remove_dead_weakref(_cache, ref.key)
+
+
+def _rebuild_graph(roots: list[UOp], visit: Callable[[UOp, UOp], UOp], mapped: dict | None = None) -> list[UOp]:
+  """Walk the graphs of `roots` sources first; each node is first rebuilt over its sources' results (itself when none
+  changed), then visit(original, rebuilt) gives its result. Nodes in `mapped` are not entered."""
+  done: dict[UOp, UOp] = {}
+  for old in (roots[0] if len(roots) == 1 else UOp(Ops.SINK, tuple(roots))).toposort():
+    if mapped is not None and old in mapped: done[old] = mapped[old]; continue
+    srcs = tuple([done[s] for s in old.src])
+    done[old] = visit(old, old if srcs == old.src else UOp(old.op, srcs, old.arg))
+  return [done[r] for r in roots]
 
 
 def _rebuild(nodes: list[tuple[Ops, tuple[int, ...], Any]]) -> UOp:
@@ -304,9 +325,14 @@ def _tree_repr(root: UOp, budget: int = 4000) -> str:
   return "".join(parts) + (" ..." if stack else "")
 
 
-def sink(*srcs: UOp) -> UOp: return UOp(Ops.SINK, tuple(srcs))
+def sink(*srcs: UOp) -> UOp:
+  """The root of a program: a SINK of its effects."""
+  return UOp(Ops.SINK, srcs)
+
 def range_(end: int | UOp, idx: int, kind: AxisType = AxisType.LOOP) -> UOp:
-  return UOp(Ops.RANGE, (end if isinstance(end, UOp) else UOp.const(int(end)),), RangeArg(idx, kind))
+  """A loop counter over [0, end): RANGE number `idx` (loops nest in idx order)."""
+  if not isinstance(end, UOp): end = UOp.const(int(end))
+  return UOp(Ops.RANGE, (end,), RangeArg(idx, kind))
 
 def stack(*xs) -> UOp:
   """STACK of the arguments: a new leading axis. Python literals become CONSTs typed like the first UOp
@@ -345,6 +371,8 @@ def _malformed(op, src, e: Exception) -> Exception:
     if type(s) is not UOp: return UOpError(f"{op!r}: sources must be UOps, got {type(s).__name__} {s!r}")
   return e
 
+def _same_as(x: UOp) -> tuple[DType, tuple[int, ...], AddrSpace]: return (x.dtype, x.shape, x.addrspace)
+
 def _nsrc(op: Ops, src, n: int):
   if len(src) != n: raise UOpError(f"{op!r} takes {n} source{'s' if n != 1 else ''}, got {len(src)}")
 
@@ -374,7 +402,7 @@ def _infer_buffer(op, src, arg):
   _paramarg(op, arg)
   _check(len(arg.shape) == 1, f"{op.name} is flat")
   if op is Ops.BUFFER: return arg.dtype, arg.shape, AddrSpace.GLOBAL
-  return arg.dtype, arg.shape, arg.addrspace or AddrSpace.LOCAL
+  return arg.dtype, arg.shape, AddrSpace.LOCAL if arg.addrspace is None else arg.addrspace
 
 def _infer_call(op, src, arg):
   _check(len(src) >= 1, "CALL needs a body")
@@ -382,11 +410,12 @@ def _infer_call(op, src, arg):
   for u in call_params(src[0]):
     if params.setdefault(u.arg.slot, u) is not u:
       raise UOpError(f"CALL body has two PARAMs with slot {u.arg.slot}: {params[u.arg.slot].arg} and {u.arg}")
-  _check(sorted(params) == list(range(len(src) - 1)), f"CALL needs params 0..{len(src)-2}, body has {sorted(params)}")
+  slots = sorted(params)
+  if slots != list(range(len(src) - 1)): raise UOpError(f"CALL needs params 0..{len(src)-2}, body has {slots}")
   for i, a in enumerate(src[1:]):
     p = params[i]
     if a.shape != p.shape or a.dtype is not p.dtype: raise UOpError(f"CALL arg {i}: {a.dtype}{a.shape} != param {p.dtype}{p.shape}")
-  return src[0].dtype, src[0].shape, src[0].addrspace
+  return _same_as(src[0])
 
 def _infer_stack(op, src, arg):
   if not src: raise UOpError("STACK of nothing")
@@ -447,7 +476,7 @@ def _infer_store(op, src, arg):
 
 def _infer_after(op, src, arg):
   if not src: raise UOpError("AFTER needs the memory it orders")
-  return src[0].dtype, src[0].shape, src[0].addrspace
+  return _same_as(src[0])
 
 def _infer_void(op, src, arg): return _void, (), _A
 
@@ -484,7 +513,8 @@ def _infer_expand(op, src, arg):
 def _infer_permute(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
   if type(arg) is not tuple or sorted(arg) != list(range(len(src[0].shape))): raise UOpError(f"PERMUTE {arg} of {src[0].shape}")
-  return src[0].dtype, tuple(src[0].shape[i] for i in arg), src[0].addrspace
+  x = src[0]
+  return x.dtype, tuple(x.shape[a] for a in arg), x.addrspace
 
 def _infer_shrink(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
@@ -492,7 +522,8 @@ def _infer_shrink(op, src, arg):
   if not (type(arg) is tuple and len(arg) == len(s) and all(type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int
                                                             and 0 <= p[0] <= p[1] <= n for p, n in zip(arg, s))):
     raise UOpError(f"SHRINK {arg} of {s}")
-  return src[0].dtype, tuple(e - b for b, e in arg), src[0].addrspace
+  x = src[0]
+  return x.dtype, tuple(end - begin for begin, end in arg), x.addrspace
 
 def _infer_reduce(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
@@ -521,12 +552,15 @@ _RULES: dict[Ops, Callable] = {
 
 
 def call_params(body: UOp) -> list[UOp]:
-  """PARAMs that belong to this body. A nested CALL's body is its own scope, so we don't look inside it."""
-  out, seen, stack = [], set(), [body]
-  while stack:
-    u = stack.pop()
-    if u in seen: continue
-    seen.add(u)
-    if u.op is Ops.PARAM: out.append(u)
-    stack.extend(u.src[1:] if u.op is Ops.CALL else u.src)
-  return out
+  """The PARAMs of this body's own scope. A CALL inside it is a scope of its own: its arguments (src[1:]) belong to this
+  body, its body (src[0]) does not, even though a hash-consed PARAM slot=0 may be the very node this body uses."""
+  found: list[UOp] = []
+  visited: set[UOp] = set()
+  todo = [body]
+  while todo:
+    u = todo.pop()
+    if u in visited: continue
+    visited.add(u)
+    if u.op is Ops.PARAM: found.append(u)
+    todo += u.src[1:] if u.op is Ops.CALL else u.src
+  return found

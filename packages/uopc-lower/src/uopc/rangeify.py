@@ -6,12 +6,12 @@ axis a RANGE, then ask each node "what is your value at index (i0, i1, ...)?" an
     BUFFER    value[i]               -> LOAD(INDEX(buf, i))
     ALU       f(a, b)[idx]           -> f(a[idx], b[idx])
     RESHAPE   x.reshape(s)[idx]      -> x[unravel(ravel(idx, s), x.shape)]      (simplified on the spot)
-    EXPAND    x.expand(s)[idx]       -> x[0 where x had size 1]
+    EXPAND    x.expand(s)[idx]       -> x[idx, with 0 on the axes that grew from size 1]
     PERMUTE   x.permute(p)[idx]      -> x[inv] with inv[p[k]] = idx[k]
     SHRINK    x.shrink(b)[idx]       -> x[idx + begin]
-    STACK     stack(a, b)[i, *rest]  -> where(i < 1, a[rest], b[rest])
+    STACK     stack(a, b)[k, *rest]  -> a[rest] if k < 1 else b[rest]       (a chain of WHEREs)
     INDEX     x.index(i)[idx]        -> x[i, *idx]
-    REDUCE    sum over the last n    -> new RANGEs, an accumulator, a loop
+    REDUCE    x.reduce(op, n)[idx]   -> op over the last n axes: new loops around an accumulator
 
 After rangeify no op has a shape: everything is a scalar in some loop, and the symbolic simplifier cleans
 up the index arithmetic (ravel . unravel == id). `lower(root, out)` wraps it into a program: output loops,
@@ -38,53 +38,60 @@ class LowerError(Exception):
 
 
 def ravel(idx: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
-  """The row-major flat position of index idx in shape (Horner's rule)."""
-  flat = UOp.const(0)
-  for i, s in zip(idx, shape): flat = flat * s + i
-  return flat
+  """The row-major position of index idx in shape, by Horner's rule: ((i0*s1 + i1)*s2 + i2)..."""
+  position = UOp.const(0)
+  for coord, size in zip(idx, shape): position = position * size + coord
+  return position
 
 
 def unravel(flat: UOp, shape: tuple[int, ...]) -> tuple[UOp, ...]:
-  """The index in shape of row-major flat position `flat`: coordinate k is (flat // stride_k) % size_k."""
-  out, stride = [], 1
-  for s in reversed(shape):
-    out.append((flat // stride) % s if s != 1 else UOp.const(0))
-    stride *= s
-  return tuple(reversed(out))
+  """The index in shape of row-major position `flat`. Axis k's coordinate is (flat // (product of the sizes after k))
+  % size_k; an axis of size 1 is always at 0, so it gets a CONST rather than a `% 1`."""
+  coords: list[UOp] = []
+  below = 1                    # the product of the sizes to the right of the axis being peeled
+  for size in shape[::-1]:
+    coords.insert(0, UOp.const(0) if size == 1 else (flat // below) % size)
+    below *= size
+  return tuple(coords)
 
 
 @dataclass
 class Opts:
   """How to map a kernel onto the machine. Chosen by uopc.opt, applied during rangeify."""
-  upcast: dict[int, int] = field(default_factory=dict)   # output axis -> unroll factor (register tile)
-  thread: int | None = None                              # output axis run in parallel (OpenMP)
-  unroll: int = 1                                        # unroll factor of the innermost reduce axis
-  tile: dict[int, int] = field(default_factory=dict)     # output axis -> cache block size (loop tiling)
-  gpu: bool = False                                      # output axes become GLOBAL (blockIdx) ranges
-  local: dict[int, int] = field(default_factory=dict)    # output axis -> threads per block on that axis (LOCAL)
+  upcast: dict[int, int] = field(default_factory=dict)   # {output axis: how many of its elements each iteration computes}
+  thread: int | None = None                              # the output axis OpenMP splits across threads
+  unroll: int = 1                                        # how far the innermost reduce loop is unrolled
+  tile: dict[int, int] = field(default_factory=dict)     # {output axis: cache block}: loop over blocks, then inside one
+  gpu: bool = False                                      # map the output axes to GLOBAL ranges (blockIdx), not loops
+  local: dict[int, int] = field(default_factory=dict)    # {output axis: threads per block on it} (LOCAL ranges)
 
 
 @dataclass
 class Ctx:
   """The state of one lowering: range and accumulator counters, the memos, the Opts."""
-  next_range: int = 0
-  next_alloc: int = 0
-  memo: dict = field(default_factory=dict)
-  reduce_ranges: dict = field(default_factory=dict)
+  next_range: int = 0                                    # the idx of the next RANGE: loops nest in this order
+  next_alloc: int = 0                                    # the slot of the next accumulator
+  memo: dict = field(default_factory=dict)               # (node, index) -> its scalar value
+  reduce_ranges: dict = field(default_factory=dict)      # (REDUCE, the ranges its index uses) -> its loops
   opts: Opts = field(default_factory=Opts)
 
   def rng(self, size: int, kind: AxisType = AxisType.LOOP) -> UOp:
+    """A fresh RANGE of `size` iterations."""
+    r = range_(size, self.next_range, kind)
     self.next_range += 1
-    return range_(size, self.next_range - 1, kind)
+    return r
 
   def alloc(self, d: DType, n: int = 1) -> UOp:
+    """A fresh accumulator: n elements of call-scope storage."""
+    a = UOp(Ops.ALLOC, (), ParamArg(self.next_alloc, d, (n,)))
     self.next_alloc += 1
-    return UOp(Ops.ALLOC, (), ParamArg(self.next_alloc - 1, d, (n,)))
+    return a
 
 
 def ranges_in(*us: UOp) -> list[UOp]:
   """The RANGEs the expressions mention (syntactically), in loop order."""
-  return sorted({r for u in us for r in u.toposort() if r.op is Ops.RANGE}, key=lambda r: r.arg)
+  found = {n for u in us for n in u.toposort() if n.op is Ops.RANGE}
+  return sorted(found, key=lambda r: r.arg)
 
 
 # ---- the rules: one generator per op, yielding the (node, index) values it needs ---------------------------------
@@ -112,10 +119,9 @@ def _rule(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
     return (yield [(u.src[0], tuple(simplify(i) for i in unravel(ravel(idx, u.shape), u.src[0].shape)))])[0]
   if op is Ops.EXPAND:
     return (yield [(u.src[0], tuple(UOp.const(0) if s == 1 and n != 1 else i for i, s, n in zip(idx, u.src[0].shape, u.shape)))])[0]
-  if op is Ops.PERMUTE:
-    inv: list[UOp] = [UOp.const(0)] * len(idx)
-    for k, p in enumerate(u.arg): inv[p] = idx[k]
-    return (yield [(u.src[0], tuple(inv))])[0]
+  if op is Ops.PERMUTE:   # output axis k is source axis arg[k], so the source's index puts idx[k] at position arg[k]
+    back = dict(zip(u.arg, idx))
+    return (yield [(u.src[0], tuple(back[a] for a in range(len(idx))))])[0]
   if op is Ops.SHRINK: return (yield [(u.src[0], tuple(i + b if b else i for i, (b, _) in zip(idx, u.arg)))])[0]
   if op is Ops.REDUCE: return (yield from _reduce(u, idx, ctx))
   raise LowerError(f"rangeify: no index rule for {op!r} (a shaped graph holds BUFFERs, CONSTs, ALU, movement ops, "
@@ -123,46 +129,52 @@ def _rule(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
 
 
 def _axis_parts(ctx: Ctx, size: int, factor: int, kind: AxisType) -> tuple[UOp, int]:
-  """An axis of `size` as (outer RANGE or CONST 0, unroll factor): index = outer * factor + c."""
-  if factor > 1 and size % factor == 0:
-    return (ctx.rng(size // factor, kind) if size > factor else UOp.const(0)), factor
-  return (ctx.rng(size, kind) if size > 1 else UOp.const(0)), 1
+  """How an axis of `size` is walked: (base, factor) with index = base * factor + c, c in 0..factor-1 unrolled. The base
+  is a RANGE, or CONST 0 when one step covers the axis; a factor that doesn't divide the size is not used."""
+  if factor <= 1 or size % factor: factor = 1
+  steps = size // factor
+  return (ctx.rng(steps, kind) if steps > 1 else UOp.const(0)), factor
 
 
 def _combos(parts: list[tuple[UOp, int]]) -> list[tuple[UOp, ...]]:
-  """Every index tuple obtained by fixing the unrolled part of each axis to a constant.
-  parts[k] = (base, f): the index of axis k is base * f + c for c in 0..f-1."""
-  out: list[tuple[UOp, ...]] = [()]
-  for b, f in parts:
-    known0 = b.op is Ops.CONST and b.arg == 0
-    out = [c + (UOp.const(k) if known0 else (b * f + k if f > 1 else b),) for c in out for k in range(f)]
-  return out
+  """Every index tuple the unrolled parts spell out: for parts [(base, f), ...], axis k takes base*f + c for each c < f,
+  and the tuples are all the combinations, in row-major order."""
+  combos: list[tuple[UOp, ...]] = [()]
+  for base, f in parts:
+    if base.op is Ops.CONST and base.arg == 0: choices = [UOp.const(c) for c in range(f)]
+    elif f == 1: choices = [base]
+    else: choices = [base * f + c for c in range(f)]
+    combos = [prefix + (c,) for prefix in combos for c in choices]
+  return combos
+
+
+def _tree(op: Ops, vals: list[UOp]) -> UOp:
+  """vals combined with op pairwise, level by level: a balanced tree, so unrolled terms don't form one long chain."""
+  while len(vals) > 1: vals = [UOp(op, tuple(vals[i:i + 2])) if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
+  return vals[0]
 
 
 def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
   rop, n = u.arg
-  x = u.src[0]
-  rshape = x.shape[len(x.shape) - n:]
-  # unrolled copies of the same reduce (they differ only by constants in idx) share one loop
-  rkey = (u, frozenset(ranges_in(*idx)))
-  if (parts := ctx.reduce_ranges.get(rkey)) is None:
-    parts = [_axis_parts(ctx, s, ctx.opts.unroll if k == n - 1 else 1, AxisType.REDUCE) for k, s in enumerate(rshape)]
-    ctx.reduce_ranges[rkey] = parts
-  real = [r for r, _ in parts if r.op is Ops.RANGE]
-  vals = yield [(x, idx + c) for c in _combos(parts)]
-  if 0 in rshape: vals = [UOp.const(identity(rop, u.dtype), u.dtype)]    # an empty reduction is its identity
-  while len(vals) > 1:                                    # an unrolled reduce axis: a balanced tree
-    vals = [UOp(rop, (vals[i], vals[i + 1])) if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
-  if not real or 0 in rshape: return vals[0]
+  src = u.src[0]
+  popped = src.shape[len(src.shape) - n:]
+  # the loops are shared by every request that uses the same output ranges: unrolled copies of one reduce (indices that
+  # differ only by constants) accumulate in one loop, which is what a register tile is
+  key = (u, frozenset(ranges_in(*idx)))
+  if key not in ctx.reduce_ranges:
+    ctx.reduce_ranges[key] = [_axis_parts(ctx, size, ctx.opts.unroll if k == n - 1 else 1, AxisType.REDUCE) for k, size in enumerate(popped)]
+  parts = ctx.reduce_ranges[key]
+  loops = [base for base, _ in parts if base.op is Ops.RANGE]
+  terms = yield [(src, idx + c) for c in _combos(parts)]
+  if 0 in popped: return UOp.const(identity(rop, u.dtype), u.dtype)     # a reduction over nothing is its identity
+  value = _tree(rop, list(terms))
+  if not loops: return value
   acc = ctx.alloc(u.dtype)
-  # the accumulator lives inside the loops the output index uses...
-  acc0 = acc.after(*ranges_in(*idx))
-  init = acc0.index(0).store(UOp.const(identity(rop, u.dtype), u.dtype))
-  # ...is re-read every iteration of the reduce loops...
-  accl = acc0.after(init, *real)
-  upd = accl.index(0).store(UOp(rop, (accl.index(0).load(), vals[0])))
-  # ...and is read once more after the loops end
-  return acc0.after(upd.end(*real)).index(0).load()
+  here = acc.after(*ranges_in(*idx))                    # one accumulator per iteration of the loops the output index uses
+  start = here.index(0).store(UOp.const(identity(rop, u.dtype), u.dtype))
+  inside = here.after(start, *loops)                    # in the reduce loops, once it has been initialized
+  update = inside.index(0).store(UOp(rop, (inside.index(0).load(), value)))
+  return here.after(update.end(*loops)).index(0).load()  # read after the loops are done
 
 
 def rangeify(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
@@ -195,23 +207,25 @@ def rangeify(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
 
 
 def merge_ends(root: UOp) -> UOp:
-  """Unrolled copies each END the same shared loop. Merge them into one END over a SINK."""
+  """One END per set of loops. Unrolled copies each close the same shared loop with an END of their own; those become a
+  single END over a SINK of what they closed."""
   while True:
-    groups: dict[tuple, list[UOp]] = {}
-    for u in root.toposort():
-      if u.op is Ops.END: groups.setdefault(u.src[1:], []).append(u)
-    dup = next((g for g in groups.values() if len(g) > 1), None)
-    if dup is None: return root
-    merged = UOp(Ops.END, (UOp(Ops.SINK, tuple(e.src[0] for e in dup)), *dup[0].src[1:]))
-    root = root.substitute({e: merged for e in dup})
+    ends = [u for u in root.toposort() if u.op is Ops.END]
+    by_loops: dict[tuple, list[UOp]] = {}
+    for e in ends: by_loops.setdefault(e.src[1:], []).append(e)
+    same = [group for group in by_loops.values() if len(group) > 1]
+    if not same: return root
+    group = same[0]
+    joined = UOp(Ops.SINK, tuple(e.src[0] for e in group)).end(*group[0].src[1:])
+    root = root.substitute(dict.fromkeys(group, joined))
 
 
 def _gpu_axis(ctx: Ctx, size: int, local: int, factor: int) -> tuple[UOp, int]:
-  """size = blocks * local * factor: index = (gidx * local + lidx) * factor + c."""
+  """A GPU axis: blocks of `local` threads, each computing `factor` elements: index = (block * local + thread) * factor + c."""
   if size % (local * factor) != 0: raise LowerError(f"gpu axis of size {size} is not divisible by local {local} * upcast {factor}")
-  g = ctx.rng(size // (local * factor), AxisType.GLOBAL) if size // (local * factor) > 1 else UOp.const(0)
-  if local == 1: return g, factor
-  return g * local + ctx.rng(local, AxisType.LOCAL), factor
+  blocks = size // (local * factor)
+  block = ctx.rng(blocks, AxisType.GLOBAL) if blocks > 1 else UOp.const(0)
+  return (block if local == 1 else block * local + ctx.rng(local, AxisType.LOCAL)), factor
 
 
 def _check_lower_args(root: UOp, out: UOp, o: Opts):
@@ -227,38 +241,39 @@ def _check_lower_args(root: UOp, out: UOp, o: Opts):
   if o.unroll < 1: raise LowerError(f"Opts.unroll must be >= 1, got {o.unroll}")
 
 
+def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[tuple[UOp, int]]:
+  """(base, factor) for each output axis, creating the output RANGEs in loop order."""
+  o = ctx.opts
+  if o.gpu: return [_gpu_axis(ctx, s, o.local.get(k, 1), o.upcast.get(k, 1)) for k, s in enumerate(shape)]
+  kind = lambda k: AxisType.THREAD if k == o.thread else AxisType.LOOP
+  # a cache tile must split its axis evenly and hold whole register tiles
+  tiles = {k: t for k, t in o.tile.items() if 1 < t < shape[k] and shape[k] % t == 0 and t % o.upcast.get(k, 1) == 0}
+  # the loops over tiles come first (outermost), so a block of outputs reuses the same rows of each operand while they
+  # are in cache; the THREAD axis goes before everything, as the loop OpenMP splits
+  blocks = {k: ctx.rng(shape[k] // t, kind(k)) for k, t in tiles.items()}
+  axes = ([o.thread] if o.thread is not None else []) + [k for k in range(len(shape)) if k != o.thread]
+  parts: dict[int, tuple[UOp, int]] = {}
+  for k in axes:
+    f = o.upcast.get(k, 1)
+    if k not in tiles: parts[k] = _axis_parts(ctx, shape[k], f, kind(k)); continue
+    within = tiles[k] // f          # iterations inside one tile
+    parts[k] = (blocks[k] * within + ctx.rng(within) if within > 1 else blocks[k], f)
+  return [parts[k] for k in range(len(shape))]
+
+
 def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   """Lower one shaped value into a SINK that stores it, element by element, into BUFFER `out` (row-major)."""
   ctx = ctx or Ctx()
-  o = ctx.opts
-  _check_lower_args(root, out, o)
+  _check_lower_args(root, out, ctx.opts)
   if prod(root.shape) == 0: return sink()                   # nothing to compute
-  if o.gpu:
-    # each output axis gets a GLOBAL range and (optionally) a LOCAL one; neither becomes a loop on a GPU
-    plist = [_gpu_axis(ctx, s, o.local.get(k, 1), o.upcast.get(k, 1)) for k, s in enumerate(root.shape)]
-  else:
-    # the THREAD axis gets the lowest range index, so it is the outermost loop
-    order = ([o.thread] if o.thread is not None else []) + [k for k in range(len(root.shape)) if k != o.thread]
-    tiled = {k: t for k, t in o.tile.items() if 1 < t < root.shape[k] and root.shape[k] % t == 0 and t % o.upcast.get(k, 1) == 0}
-    parts: dict[int, tuple[UOp, int]] = {}
-    # tiled axes: first every block loop (outer), then the loops inside a block. A block of outputs reuses
-    # the same rows of each operand, so they stay in cache while the block is computed
-    outer = {k: ctx.rng(root.shape[k] // t, AxisType.THREAD if k == o.thread else AxisType.LOOP) for k, t in tiled.items()}
-    for k in order:
-      f = o.upcast.get(k, 1)
-      if k in tiled:
-        inner = tiled[k] // f
-        parts[k] = (outer[k] * inner + ctx.rng(inner) if inner > 1 else outer[k], f)
-      else:
-        parts[k] = _axis_parts(ctx, root.shape[k], f, AxisType.THREAD if k == o.thread else AxisType.LOOP)
-    plist = [parts[k] for k in range(len(root.shape))]
+  parts = _output_parts(ctx, root.shape)
   stores = []
-  for idx in _combos(plist):
-    val = rangeify(root, idx, ctx)
-    stores.append(out.index(ravel(idx, root.shape) if root.shape else UOp.const(0)).store(val))
-  loops = ranges_in(*(b for b, _ in plist))
+  for idx in _combos(parts):
+    address = ravel(idx, root.shape) if root.shape else UOp.const(0)   # outputs are contiguous, row-major
+    stores.append(out.index(address).store(rangeify(root, idx, ctx)))
   body = stores[0] if len(stores) == 1 else UOp(Ops.SINK, tuple(stores))
-  return simplify(merge_ends(sink(body.end(*loops))))
+  program = sink(body.end(*ranges_in(*(base for base, _ in parts))))
+  return simplify(merge_ends(program))
 
 
 __all__ = ["ravel", "unravel", "identity", "Opts", "Ctx", "ranges_in", "rangeify", "lower", "merge_ends", "LowerError"]

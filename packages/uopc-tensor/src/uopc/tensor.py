@@ -482,12 +482,13 @@ class Tensor:
     return d % max(n, 1)
 
   def _reduce(self, op: Ops, axis=None, keepdim: bool = False) -> Tensor:
+    """REDUCE pops the last axes, so the reduced axes are PERMUTEd to the end first (a free index map)."""
     axes = self._axes(axis)
-    keep = [i for i in range(self.ndim) if i not in axes]
-    t = self.permute(keep + axes) if keep + axes != list(range(self.ndim)) else self
-    r = self._new(t.uop.reduce(op, len(axes)))
-    if keepdim: r = r.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)))
-    return r
+    order = [a for a in range(self.ndim) if a not in axes] + axes
+    t = self.permute(order) if order != list(range(self.ndim)) else self
+    out = self._new(t.uop.reduce(op, len(axes)))
+    if not keepdim: return out
+    return out.reshape(tuple(1 if a in axes else n for a, n in enumerate(self.shape)))
 
   def sum(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
     t = self.cast(dtype) if dtype is not None else (self.cast(dtypes.i32) if self.dtype is dtypes.bool else self)
