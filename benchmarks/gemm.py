@@ -4,26 +4,20 @@ NumPy's matmul measured in the same run. The ratio is the figure; the optimizati
     python benchmarks/gemm.py [--sizes 256 512 1024] [--repeat 3] [--opts '{"thread": 0, "upcast": {"1": 4}}']
 """
 from __future__ import annotations
-import argparse, json, time
+import argparse, json, pathlib, sys, time
 import numpy as np
 from uopc.uop import buf
 from uopc.uir import parse
 from uopc.rangeify import lower, Ctx, Opts
 from uopc.linearize import linearize
-from uopc.backends.c import CRenderer, compiler, check_buffers, has_thread_axis, CBackend
+from uopc.backends.c import CRenderer, compiler, check_buffers, CBackend
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "testing"))
+from seed_programs import gemm_uir  # noqa: E402  (the same program the tests check against NumPy)
 
 
 def gemm_program(n: int):
-  """C = A @ B with A, B row-major (n, n): A as (n, 1, n), B transposed as (1, n, n), multiply, sum the last axis."""
-  return parse(f"""
-  %0 = buffer {n*n} : dtype=f32 slot=0
-  %1 = buffer {n*n} : dtype=f32 slot=1
-  %2 = reshape %0, ({n}, 1, {n})
-  %3 = reshape %1, ({n}, {n})
-  %4 = permute %3, (1, 0)
-  %5 = reshape %4, (1, {n}, {n})
-  %6 = mul %2, %5
-  %7 = reduce %6 : op=add pop=1""")
+  """C = A @ B with A, B row-major (n, n): the tests' movement-op GEMM (testing/seed_programs.py), at size n."""
+  return parse(gemm_uir(n))
 
 
 def best_of(fn, repeat: int) -> float:
@@ -52,7 +46,7 @@ def main():
     t0 = time.perf_counter()
     sink = lower(gemm_program(n), buf(2, n * n), Ctx(opts=opts))
     lin = linearize(sink)
-    prog = compiler.compile(CRenderer().render(lin, f"gemm{n}"), f"gemm{n}", openmp=has_thread_axis(lin))
+    prog = compiler.compile(CRenderer().render(lin, f"gemm{n}"), f"gemm{n}")
     compile_s = time.perf_counter() - t0
     arrays = check_buffers(sink, {0: a.ravel(), 1: b.ravel(), 2: out})
     t_ours = best_of(lambda: CBackend.launch_program(prog, arrays), args.repeat)

@@ -8,7 +8,7 @@ import pytest
 import uopc.backends.c as C
 import uopc.rangeify, uopc.uop
 from uopc.uop import buf
-from uopc.rangeify import lower
+from uopc.rangeify import lower, Ctx, Opts
 from uopc.backends.c import CBackend, CCompiler, render_c, run_c
 
 
@@ -110,11 +110,22 @@ def test_the_compiler_flags_are_part_of_the_cache_key(tmp_path, monkeypatch):
   monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
   builds = count_gcc_builds(monkeypatch)
   src = render_c(scale_program(fresh_scale()), "scale")
-  compiler = CCompiler()
-  compiler.compile(src, "scale")
-  compiler.compile(src, "scale", openmp=True)
-  assert len(builds) == 2 and "-fopenmp" in builds[1] and "-fopenmp" not in builds[0]
+  CCompiler().compile(src, "scale")
+  monkeypatch.setattr(C, "CFLAGS", C.CFLAGS + ["-fno-unroll-loops"])
+  CCompiler().compile(src, "scale")                            # the same source, other flags: a build of its own
+  assert len(builds) == 2 and "-fno-unroll-loops" in builds[1] and "-fno-unroll-loops" not in builds[0]
   assert len(list(tmp_path.glob("*.so"))) == 2
+
+
+def test_openmp_is_used_exactly_when_the_kernel_has_a_thread_axis(tmp_path, monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
+  builds = count_gcc_builds(monkeypatch)
+  g = buf(0, 64).reshape((8, 8)) * 2.0
+  for opts in (Opts(), Opts(thread=0)):
+    out = np.zeros(64, np.float32)
+    run_c(lower(g, buf(1, 64), Ctx(opts=opts)), {0: np.arange(64, dtype=np.float32), 1: out})
+    np.testing.assert_array_equal(out, np.arange(64) * 2)
+  assert len(builds) == 2 and "-fopenmp" not in builds[0] and "-fopenmp" in builds[1]
 
 
 def test_run_c_reads_the_cache_dir_from_the_environment_at_call_time(tmp_path, monkeypatch):
@@ -129,7 +140,7 @@ RUN = r'''
 import pathlib, sys, time
 import numpy as np
 from uopc.uop import buf
-from uopc.rangeify import lower
+from uopc.rangeify import lower, Ctx, Opts
 from uopc.backends.c import run_c
 scale = float(sys.argv[1])
 if len(sys.argv) > 2:   # a start line: every process has imported everything before any of them compiles

@@ -156,10 +156,14 @@ def _gather(vals: list, shape: tuple[int, ...], out_shape: tuple[int, ...], src_
 
 # ---- the evaluation rules ------------------------------------------------------------------------------------------
 
+def const_value(c: UOp):
+  """The value a CONST stands for. An f32 CONST holds a python float (a double); its value is that float rounded to f32,
+  as `0.1f` is in C. Every consumer of constants (run, the simplifier's folding) reads them through here."""
+  return round_f32(c.arg) if c.dtype is dtypes.f32 else c.arg
+
 def _fold_const(u: UOp, ctx: dict) -> UOp | None:
-  # an f32 CONST holds a python float (a double); its value is that float rounded to f32, as `1.0f` in C
-  if u.dtype is dtypes.f32 and (r := round_f32(u.arg)) != u.arg and u.arg == u.arg: return UOp.const(r)
-  return None
+  v = const_value(u)
+  return UOp.const(v) if v != u.arg and u.arg == u.arg else None
 
 def _fold_alu(u: UOp, ctx: dict) -> UOp:
   if u.op is Ops.CAST:
@@ -272,4 +276,4 @@ def to_python(u: UOp):
 
 
 __all__ = ["run", "to_python", "EvalError", "exec_alu", "cast_value", "truncate", "wrap_i32", "round_f32", "round_f16",
-           "literal", "bind_call", "identity", "UOpError"]
+           "literal", "bind_call", "identity", "const_value", "UOpError"]

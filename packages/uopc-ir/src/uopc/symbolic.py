@@ -25,7 +25,7 @@ import math, zlib
 from uopc.uop import UOp, Ops, RangeArg, ParamArg, CallArg
 from uopc.dtype import DType, dtypes
 from uopc.rewrite import UPat, PatternMatcher, graph_rewrite, _Memo
-from uopc.evaluate import exec_alu, cast_value, round_f32, EvalError, identity
+from uopc.evaluate import exec_alu, cast_value, const_value, wrap_i32 as _wrap, EvalError, identity
 
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
 # module aliases: `Ops.X` is slow in python 3.11 (EnumType's __getattr__ hook), and these run per node
@@ -156,12 +156,12 @@ def _key(u: UOp) -> tuple:
 
 _MAX_TERMS = 16   # index sums are short; a cap keeps a 200,000-term chain linear instead of quadratic
 
-def _terms(u: UOp) -> list[UOp] | None:
-  """The leaves of the ADD tree under u (scalar i32), or None past _MAX_TERMS."""
+def _leaves(u: UOp, op: Ops) -> list[UOp] | None:
+  """The operands of the tree of i32 `op` nodes (ADD for a sum, MUL for a product) under u, or None past _MAX_TERMS."""
   out, stack = [], [u]
   while stack:
     n = stack.pop()
-    if n.op is _ADD and n.dtype is _i32: stack.append(n.src[1]); stack.append(n.src[0])
+    if n.op is op and n.dtype is _i32: stack.append(n.src[1]); stack.append(n.src[0])
     else: out.append(n)
     # each pending entry is at least one more leaf: counting only `out` walked a left-deep chain's whole spine first
     if len(out) + len(stack) > _MAX_TERMS: return None
@@ -175,7 +175,7 @@ def _split(t: UOp) -> tuple[UOp | None, int]:
 
 def _collect(u: UOp) -> tuple[dict[UOp, int], int] | None:
   """u as ({base: coefficient}, constant), like terms collected (coefficients kept modulo 2**32), or None."""
-  if (ts := _terms(u)) is None: return None
+  if (ts := _leaves(u, _ADD)) is None: return None
   coeffs: dict[UOp, int] = {}
   const = 0
   for t in ts:
@@ -192,8 +192,6 @@ def _collect(u: UOp) -> tuple[dict[UOp, int], int] | None:
       coeffs[x] = coeffs.get(x, 0) + k
   return {b: _wrap(k) for b, k in coeffs.items() if _wrap(k) != 0}, _wrap(const)
 
-def _wrap(k: int) -> int: return ((k + 2**31) & 0xFFFFFFFF) - 2**31
-
 def _build_sum(coeffs: dict[UOp, int], const: int) -> UOp:
   """The canonical sum: terms ordered by _key, left-associated, the constant last."""
   terms = [b if k == 1 else UOp(_MUL, (b, UOp.const(k))) for b, k in sorted(coeffs.items(), key=lambda bk: _key(bk[0]))]
@@ -206,17 +204,8 @@ def _norm_add(u: UOp) -> UOp | None:
   if u.shape or u.dtype is not _i32 or (col := _collect(u)) is None: return None
   return _build_sum(*col)
 
-def _factors(u: UOp) -> list[UOp] | None:
-  out, stack = [], [u]
-  while stack:
-    n = stack.pop()
-    if n.op is _MUL and n.dtype is _i32: stack.append(n.src[1]); stack.append(n.src[0])
-    else: out.append(n)
-    if len(out) + len(stack) > _MAX_TERMS: return None     # as in _terms: stop before walking a long spine
-  return out
-
 def _norm_mul(u: UOp) -> UOp | None:
-  if u.shape or u.dtype is not _i32 or (fs := _factors(u)) is None: return None
+  if u.shape or u.dtype is not _i32 or (fs := _leaves(u, _MUL)) is None: return None
   const, rest = 1, []
   for f in fs:
     if f.op is _CONST: const = _wrap(const * f.arg)
@@ -286,8 +275,7 @@ def _mod(x: UOp, c: int) -> UOp | None:
 def _fold(u: UOp) -> UOp | None:
   """Constant folding with the evaluator's semantics; a division by a constant 0 stays for the backend to refuse."""
   if u.shape or not all(s.op is _CONST for s in u.src): return None
-  # an f32 CONST's value is its python float rounded to f32 (as in run): folding the unrounded double disagrees
-  args = [round_f32(s.arg) if s.dtype is _f32 else s.arg for s in u.src]
+  args = [const_value(s) for s in u.src]
   try:
     if u.op is _CAST: return UOp.const(cast_value(args[0], u.dtype), u.dtype) if u.dtype is not dtypes.f16 else None
     return UOp.const(exec_alu(u.op, u.dtype, *args), u.dtype)

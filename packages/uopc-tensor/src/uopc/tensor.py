@@ -114,6 +114,11 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(out)
 
 
+def _pair(v) -> tuple[int, int]:
+  """A (height, width) argument given as one int or a pair."""
+  return (v, v) if isinstance(v, int) else tuple(v)
+
+
 def _promote(*ds: DType) -> DType: return max(ds, key=_PROMOTION.index)
 
 
@@ -672,10 +677,9 @@ class Tensor:
         n = t.shape[axis]
         start, stop, step = i.indices(n)
         if step > 0: t = t._strided(axis, start, max(start, stop), step)
-        else:   # a negative step: flip the axis and take the mirrored positive slice
-          cnt = len(range(start, stop, step))
-          t = t.flip(axis)._strided(axis, n - 1 - start, n - 1 - start + (cnt - 1) * (-step) + 1 if cnt else n - 1 - start, -step) if cnt else \
-              t.shrink(tuple((0, 0) if a == axis else None for a in range(t.ndim)))
+        else:   # a negative step: the mirrored positive slice of the flipped axis (or nothing)
+          count, first = len(range(start, stop, step)), n - 1 - start
+          t = t.flip(axis)._strided(axis, first, first + (count - 1) * -step + 1, -step) if count else t._strided(axis, 0, 0, 1)
         axis += 1
         continue
       raise TensorError(f"can't index a Tensor with {type(i).__name__} {i!r}")
@@ -775,8 +779,7 @@ class Tensor:
 
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """2-D convolution (cross-correlation) of (N, C, H, W) with weight (O, C/groups, KH, KW), as torch.nn.functional.conv2d."""
-    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
-    stride, dilation = pair(stride), pair(dilation)
+    stride, dilation = _pair(stride), _pair(dilation)
     if self.ndim != 4 or weight.ndim != 4: raise TensorError(f"conv2d: input {self.shape} and weight {weight.shape} must both be 4-D")
     N, C, H, W = self.shape
     O, Cg, KH, KW = weight.shape
@@ -784,7 +787,7 @@ class Tensor:
       raise TensorError(f"conv2d: input {self.shape} with {groups} group(s) needs weight (O, {C // max(groups, 1)}, KH, KW) with O divisible "
                         f"by {groups}, got {weight.shape}")
     if isinstance(padding, str): raise TensorError("conv2d: give padding as numbers")
-    ph, pw = pair(padding)
+    ph, pw = _pair(padding)
     x = self.pad((None, None, (ph, ph), (pw, pw))) if ph or pw else self
     win = x._windows((KH, KW), stride, dilation)                         # (N, C, Ho, Wo, KH, KW)
     Ho, Wo = win.shape[2], win.shape[3]
@@ -794,10 +797,9 @@ class Tensor:
     return out + bias.reshape(1, O, 1, 1) if bias is not None else out
 
   def _pool(self, kernel, stride, padding, value: float) -> Tensor:
-    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
-    kernel = pair(kernel)
-    stride = pair(stride) if stride is not None else kernel
-    ph, pw = pair(padding)
+    kernel = _pair(kernel)
+    stride = _pair(stride) if stride is not None else kernel
+    ph, pw = _pair(padding)
     if self.ndim < 2: raise TensorError(f"pooling needs at least 2 dimensions, got {self.shape}")
     x = self.pad(tuple(None for _ in range(self.ndim - 2)) + ((ph, ph), (pw, pw)), value=value) if ph or pw else self
     return x._windows(kernel, stride, (1, 1))

@@ -231,8 +231,9 @@ class CCompiler:
       self._ident = repr((ver, march))
     return self._ident
 
-  def compile(self, src: str, name: str, openmp: bool = False) -> CProgram:
-    flags = CFLAGS + (["-fopenmp"] if openmp else [])
+  def compile(self, src: str, name: str) -> CProgram:
+    """The loaded function `name` of C source `src` (with -fopenmp when the source has an OpenMP pragma)."""
+    flags = CFLAGS + (["-fopenmp"] if "#pragma omp" in src else [])
     key = hashlib.sha256("\0".join([src, " ".join(flags), self.identity()]).encode()).hexdigest()[:32]
     with self._lock:
       if (p := self._loaded.get(key)) is not None: return p
@@ -333,16 +334,11 @@ def check_buffers(sink: UOp, buffers: dict[int, np.ndarray]) -> list[np.ndarray]
   return args
 
 
-def has_thread_axis(sink_or_lin) -> bool:
-  nodes = sink_or_lin.toposort() if isinstance(sink_or_lin, UOp) else sink_or_lin
-  return any(u.op is Ops.RANGE and u.arg.kind is AxisType.THREAD for u in nodes)
-
-
 def run_c(sink: UOp, buffers: dict[int, np.ndarray], name: str = "kernel") -> None:
   """Render, compile (cached) and run a lowered program on NumPy arrays keyed by BUFFER slot, in place."""
   args = check_buffers(sink, buffers)
   lin = linearize(sink)
-  prog = compiler.compile(CRenderer().render(lin, name), sanitize_name(name), openmp=has_thread_axis(lin))
+  prog = compiler.compile(CRenderer().render(lin, name), sanitize_name(name))
   CBackend.launch_program(prog, args)
 
 
@@ -352,8 +348,7 @@ class CBackend:
   renderer = CRenderer()
 
   def render(self, linear_program: list[UOp], name: str = "kernel") -> str: return self.renderer.render(linear_program, name)
-  def compile(self, src: str, name: str = "kernel", openmp: bool | None = None) -> CProgram:
-    return compiler.compile(src, sanitize_name(name), openmp="#pragma omp" in src if openmp is None else openmp)
+  def compile(self, src: str, name: str = "kernel") -> CProgram: return compiler.compile(src, sanitize_name(name))
   def alloc(self, n: int, dtype: DType) -> np.ndarray: return np.zeros(n, np_dtype(dtype))
   def copyin(self, buf: np.ndarray, arr) -> None: buf[...] = np.asarray(arr, buf.dtype).reshape(buf.shape)
   def copyout(self, buf: np.ndarray) -> np.ndarray: return buf.copy()
