@@ -1,5 +1,5 @@
-"""The seed's programs that several test files run: the lowered rowsum listing, the movement-op GEMM, the syllabus program,
-and the example programs of chapter 6 as shaped UOps."""
+"""The seed's example programs, shared by the packages' test suites: the lowered rowsum listing, the movement-op GEMM,
+the syllabus program (.uir text), and the chapter-6 programs as shaped UOps over BUFFERs."""
 from uopc.uop import UOp, Ops, buf
 
 # seed 6.7: the row sum of a 3x4 matrix, already lowered: data1[i] = sum_j data0[i*4 + j]

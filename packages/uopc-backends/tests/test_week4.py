@@ -10,7 +10,7 @@ from uopc.evaluate import to_python
 from uopc.composite import pad, flip_axis, anti_eye
 from uopc.rangeify import Opts
 from uopc.testing import run_shaped
-from programs import gemm_uir, syllabus_uir
+from seed_programs import gemm_uir, syllabus_uir
 
 
 def random_matrices(n: int, count: int, seed: int) -> list[np.ndarray]:

@@ -5,7 +5,7 @@ from uopc.uop import UOp, Ops, AxisType, buf, range_, sink
 from uopc.rangeify import lower, Ctx, Opts
 from uopc.linearize import linearize, LinearizeError
 from uopc.uir import parse
-from seed_programs import sub_max, sub_max_through_a_flatten, neighbors, conv1d
+from seed_programs import gemm_uir, sub_max, sub_max_through_a_flatten, neighbors, conv1d
 
 
 def nesting(lin: list[UOp]) -> dict[UOp, tuple[int, ...]]:
@@ -35,15 +35,7 @@ def test_accumulator_lives_in_the_loops_its_output_index_uses():
 
 def test_gemm_accumulator_in_the_column_loop_and_row_offset_hoisted():
   N = 4
-  g = parse(f"""
-  %0 = buffer {N*N} : dtype=f32 slot=0
-  %1 = buffer {N*N} : dtype=f32 slot=1
-  %2 = reshape %0, ({N}, 1, {N})
-  %3 = reshape %1, ({N}, {N})
-  %4 = permute %3, (1, 0)
-  %5 = reshape %4, (1, {N}, {N})
-  %6 = mul %2, %5
-  %7 = reduce %6 : op=add pop=1""")
+  g = parse(gemm_uir(N))
   lin = linearize(lower(g, buf(2, N * N)))
   nest = nesting(lin)
   [acc] = allocs(lin)

@@ -8,7 +8,7 @@ from uopc.symbolic import simplify
 from uopc.composite import pad, flip_axis
 from uopc.rangeify import ravel, unravel, identity, Opts, Ctx, ranges_in, rangeify, lower, merge_ends, LowerError
 from loopvm import run_program
-from seed_programs import view_chain, sub_max_through_a_flatten, neighbors, conv1d
+from seed_programs import ROWSUM_UIR, view_chain, sub_max_through_a_flatten, neighbors, conv1d
 
 NP = {dtypes.f32: np.float32, dtypes.i32: np.int32, dtypes.bool: np.bool_}
 
@@ -75,33 +75,6 @@ def test_rowsum_lowering_has_the_three_afters():
   assert np.array_equal(run_lowered(x.reduce(Ops.ADD, 1), [a]), a.reshape(3, 4).sum(1))
 
 
-ROWSUM_UIR = """
-%0 = buffer 3 : dtype=f32 slot=1
-%1 = range 3 : idx=0 kind=loop
-%2 = index %0, %1
-%3 = alloc 1 : dtype=f32 slot=0
-%4 = after %3, %1
-%5 = index %4, 0
-%6 = store %5, 0.0
-%7 = range 4 : idx=1 kind=reduce
-%8 = after %4, %6, %7
-%9 = index %8, 0
-%10 = load %9
-%11 = buffer 12 : dtype=f32 slot=0
-%12 = mul %1, 4
-%13 = add %12, %7
-%14 = index %11, %13
-%15 = load %14
-%16 = add %10, %15
-%17 = store %9, %16
-%18 = end %17, %7
-%19 = after %4, %18
-%20 = index %19, 0
-%21 = load %20
-%22 = store %2, %21
-%23 = end %22, %1
-%24 = sink %23
-"""
 
 def test_the_seeds_lowered_rowsum_runs():
   sink = parse(ROWSUM_UIR)
