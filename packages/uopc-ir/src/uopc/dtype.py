@@ -69,7 +69,8 @@ class dtypes:
   def max(d: DType): return _LIMITS[d.name][1] if d.name in _LIMITS else math.inf
 
 
-_LIMITS = {"bool": (False, True), "i32": (-2**31, 2**31 - 1)}
+I32_MIN, I32_MAX = -2**31, 2**31 - 1   # the one spelling of the i32 range; everything else imports these
+_LIMITS = {"bool": (False, True), "i32": (I32_MIN, I32_MAX)}
 
 
 class AddrSpace(Enum):

@@ -17,7 +17,7 @@ zero, MAX propagates NaN like NumPy. The simplifier folds constants with the sam
 from __future__ import annotations
 import copy, math, struct
 from uopc.uop import UOp, Ops, ALU, MOVEMENT, UOpError, call_params, prod
-from uopc.dtype import DType, dtypes
+from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.rewrite import UPat, PatternMatcher, graph_rewrite
 
 
@@ -27,7 +27,7 @@ class EvalError(Exception):
 
 # ---- scalar semantics ------------------------------------------------------------------------------------------
 
-def wrap_i32(x: int) -> int: return ((x + 2**31) & 0xFFFFFFFF) - 2**31
+def wrap_i32(x: int) -> int: return ((x - I32_MIN) & 0xFFFFFFFF) + I32_MIN
 
 def _round(fmt: str, x: float) -> float:
   try: return struct.unpack(fmt, struct.pack(fmt, x))[0]
@@ -100,9 +100,9 @@ def cast_value(x, to: DType):
   if to is dtypes.bool: return x != 0
   if to is dtypes.i32:
     if isinstance(x, float):
-      if x != x or math.isinf(x): return -2**31
+      if x != x or math.isinf(x): return I32_MIN
       x = math.trunc(x)
-      return x if -2**31 <= x < 2**31 else -2**31
+      return x if I32_MIN <= x <= I32_MAX else I32_MIN
     return int(x)
   return truncate(to, float(x))
 

@@ -23,11 +23,10 @@ simplify is memoized globally: each node keeps its result in its own __dict__, s
 from __future__ import annotations
 import math, zlib
 from uopc.uop import UOp, Ops, RangeArg, ParamArg, CallArg
-from uopc.dtype import DType, dtypes
+from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.rewrite import UPat, PatternMatcher, graph_rewrite, _Memo
-from uopc.evaluate import exec_alu, cast_value, const_value, wrap_i32 as _wrap, EvalError, identity
+from uopc.evaluate import exec_alu, cast_value, const_value, wrap_i32 as _wrap, EvalError
 
-I32_MIN, I32_MAX = -2**31, 2**31 - 1
 # module aliases: `Ops.X` is slow in python 3.11 (EnumType's __getattr__ hook), and these run per node
 _ADD, _MUL, _CONST, _RANGE, _FLOORDIV, _FLOORMOD = Ops.ADD, Ops.MUL, Ops.CONST, Ops.RANGE, Ops.FLOORDIV, Ops.FLOORMOD
 _CMPLT, _CMPNE, _MAX, _WHERE, _CAST = Ops.CMPLT, Ops.CMPNE, Ops.MAX, Ops.WHERE, Ops.CAST
@@ -348,4 +347,4 @@ def simplify(u: UOp) -> UOp:
 
 _simplified = _Memo("_simp")
 
-__all__ = ["simplify", "bounds", "vmin", "vmax", "symbolic", "identity", "I32_MIN", "I32_MAX"]
+__all__ = ["simplify", "bounds", "vmin", "vmax", "symbolic"]

@@ -22,6 +22,7 @@ arg and edge. Errors name the line: `ParseError: line 3: '%2 = add %0, %1': can'
 """
 from __future__ import annotations
 import json, re
+from typing import Any, Callable, NamedTuple
 from uopc.uop import UOp, Ops, ParamArg, CallArg, RangeArg, AxisType, UOpError, BINARY, MOVEMENT
 from uopc.dtype import AddrSpace, dtypes
 
@@ -30,19 +31,94 @@ class ParseError(Exception):
   """A .uir program that can't be read; the message names the line."""
 
 
-# ---- parsing ---------------------------------------------------------------------------------------------------
+# ---- each op's arg, written once: how it is read from a statement and written back -----------------------------
 
-_ATTRS = {   # the attributes each op takes; every other op takes at most a generic `arg`
-  Ops.BUFFER: {"dtype", "slot", "space"}, Ops.ALLOC: {"dtype", "slot", "space"}, Ops.PARAM: {"slot", "dtype", "shape", "space"},
-  Ops.CONST: {"dtype"}, Ops.CALL: {"name"}, Ops.CAST: {"dtype"}, Ops.RANGE: {"idx", "kind"}, Ops.REDUCE: {"op", "pop"},
+def _int(k: str, v: str) -> int:
+  if not _INT_RE.fullmatch(v): raise ParseError(f"{k} must be an integer, got {v!r}")
+  return int(v)
+
+def _enum(cls, k: str, v: str):
+  if v.upper() not in cls.__members__: raise ParseError(f"{k} must be one of {', '.join(m.lower() for m in cls.__members__)}, got {v!r}")
+  return cls[v.upper()]
+
+def _reduce_op(k: str, v: str) -> Ops:
+  if v not in ("add", "max"): raise ParseError(f"reduce op must be add or max, got {v!r}")
+  return Ops[v.upper()]
+
+def _tuple(k: str, v: str) -> tuple:
+  t = _literal(v)
+  if not isinstance(t, tuple): raise ParseError(f"{k} must be a tuple, got {v!r}")
+  return t
+
+# attribute -> its value reader
+_READ = {"dtype": lambda k, v: dtypes.from_name(v), "slot": _int, "pop": _int, "idx": _int, "op": _reduce_op,
+         "kind": lambda k, v: _enum(AxisType, k, v), "space": lambda k, v: _enum(AddrSpace, k, v), "shape": _tuple,
+         "name": lambda k, v: json.loads(v) if v.startswith('"') else v, "arg": lambda k, v: _literal(v)}
+
+
+class _ArgForm(NamedTuple):
+  """How one op's arg appears in a statement. `literal` says where a positional literal sits ("first": the size of a
+  buffer or the value of a const; "last": a movement op's tuple); `attrs` are the key=value attributes it takes;
+  build(op, operands, literal, attrs) makes the node and write(node, operands) gives (operands, attributes) back."""
+  literal: str | None
+  attrs: tuple[str, ...]
+  build: Callable[[Ops, tuple, Any, dict], UOp]
+  write: Callable[[UOp, list[str]], tuple[list[str], list[str]]]
+
+
+def _space(a) -> list[str]: return [f"space={a.addrspace.name.lower()}"] if a.addrspace is not None else []
+
+def _build_memory(op, src, lit, attrs) -> UOp:
+  if type(lit) is not int: raise ParseError(f"{op.name.lower()} size must be an integer, got {lit!r}")
+  return UOp(op, (), ParamArg(attrs.get("slot", 0), attrs.get("dtype", dtypes.f32), (lit,), attrs.get("space")))
+
+def _build_param(op, src, lit, attrs) -> UOp:
+  if "slot" not in attrs: raise ParseError("param needs slot=")
+  return UOp(op, (), ParamArg(attrs["slot"], attrs.get("dtype", dtypes.f32), tuple(attrs.get("shape", ())), attrs.get("space")))
+
+def _build_const(op, src, lit, attrs) -> UOp:
+  if src: raise ParseError("const takes only its value")
+  return UOp.const(lit, attrs.get("dtype"))
+
+def _build_cast(op, src, lit, attrs) -> UOp:
+  if "dtype" not in attrs: raise ParseError("cast needs dtype=")
+  return UOp(op, src, attrs["dtype"])
+
+def _build_generic(op, src, lit, attrs) -> UOp:
+  # the broadcasting sugar: binary ops and WHERE line their operands up like NumPy
+  if (op in BINARY and len(src) == 2) or (op is Ops.WHERE and len(src) == 3): src = _broadcast(*src)
+  return UOp(op, src, lit if op in MOVEMENT else attrs.get("arg"))
+
+def _write_generic(u: UOp, ops: list[str]) -> tuple[list[str], list[str]]:
+  if u.op in MOVEMENT: return ops + [_fmt_lit(u.arg)], []
+  return ops, ([f"arg={_fmt_lit(u.arg)}"] if u.arg is not None else [])
+
+_MEMORY = _ArgForm("first", ("dtype", "slot", "space"), _build_memory,
+                   lambda u, ops: ([str(u.arg.shape[0])], [f"dtype={u.arg.dtype.name}", f"slot={u.arg.slot}"] + _space(u.arg)))
+_FORMS: dict[Ops, _ArgForm] = {
+  Ops.BUFFER: _MEMORY, Ops.ALLOC: _MEMORY,
+  Ops.PARAM: _ArgForm(None, ("slot", "dtype", "shape", "space"), _build_param,
+                      lambda u, ops: ([], [f"slot={u.arg.slot}", f"dtype={u.arg.dtype.name}"] +
+                                      ([f"shape={_fmt_lit(u.arg.shape)}"] if u.arg.shape else []) + _space(u.arg))),
+  Ops.CONST: _ArgForm("first", ("dtype",), _build_const, lambda u, ops: ([_fmt_lit(u.arg)], [])),
+  Ops.CALL: _ArgForm(None, ("name",), lambda op, src, lit, a: UOp(op, src, CallArg(a.get("name", "f"))),
+                     lambda u, ops: (ops, [f"name={_fmt_name(u.arg.name)}"])),
+  Ops.CAST: _ArgForm(None, ("dtype",), _build_cast, lambda u, ops: (ops, [f"dtype={u.arg.name}"])),
+  Ops.RANGE: _ArgForm(None, ("idx", "kind"), lambda op, src, lit, a: UOp(op, src, RangeArg(a.get("idx", 0), a.get("kind", AxisType.LOOP))),
+                      lambda u, ops: (ops, [f"idx={u.arg.idx}", f"kind={u.arg.kind.name.lower()}"])),
+  Ops.REDUCE: _ArgForm(None, ("op", "pop"), lambda op, src, lit, a: UOp(op, src, (a.get("op", Ops.ADD), a.get("pop", 1))),
+                       lambda u, ops: (ops, [f"op={u.arg[0].name.lower()}", f"pop={u.arg[1]}"])),
+  **{op: _ArgForm("last", (), _build_generic, _write_generic) for op in MOVEMENT},
 }
-_LEADING_LIT = {Ops.BUFFER, Ops.ALLOC, Ops.CONST}       # `buffer 16`, `const 1.0`
-_TRAILING_LIT = MOVEMENT                                # `reshape %x, (4, 4)`
+_GENERIC = _ArgForm(None, ("arg",), _build_generic, _write_generic)
+
 _SAME_DTYPE = BINARY | {Ops.WHERE, Ops.STACK, Ops.STORE}  # ops whose bare literals adopt a neighbour's dtype
 _STRING = r'"(?:[^"\\]|\\.)*"'
 _ATTR_RE = re.compile(rf"\s*(\w+)=({_STRING}|\([^=]*?\)(?=\s|$)|\S+)")
 _INT_RE = re.compile(r"[-+]?\d+")
 
+
+# ---- parsing ---------------------------------------------------------------------------------------------------
 
 def parse(text: str) -> UOp:
   """The graph a .uir program describes (its last statement)."""
@@ -107,14 +183,15 @@ def _parse_statement(line: str, env: dict[str, UOp]) -> UOp:
   if not re.fullmatch(r"[a-z_0-9]+", opname) or opname.upper() not in Ops.__members__:
     raise ParseError(f"unknown op {opname!r}")
   op = Ops[opname.upper()]
-  attrs = _parse_attrs(op, attr_parts[0] if attr_parts else "")
+  form = _FORMS.get(op, _GENERIC)
+  attrs = _parse_attrs(op, form, attr_parts[0] if attr_parts else "")
   toks = [t.strip() for t in _split_top(ops_s, ",")] if ops_s.strip() else []
   if any(not t for t in toks): raise ParseError("empty operand")
   lit = None
-  if op in _LEADING_LIT:
+  if form.literal == "first":
     if not toks: raise ParseError(f"{opname} needs its {'value' if op is Ops.CONST else 'size'} as the first operand")
     lit, toks = _literal(toks[0]), toks[1:]
-  elif op in _TRAILING_LIT:
+  elif form.literal == "last":
     if not toks: raise ParseError(f"{opname} needs a tuple as its last operand")
     lit, toks = _literal(toks[-1]), toks[:-1]
   operands: list = []
@@ -123,44 +200,21 @@ def _parse_statement(line: str, env: dict[str, UOp]) -> UOp:
     name = t[1:]
     if name not in env: raise ParseError(f"undefined {t}")
     operands.append(env[name])
-  node = env[lhs[1:]] = _node(op, operands, lit, attrs)
+  node = env[lhs[1:]] = form.build(op, _operands(op, operands), lit, attrs)
   return node
 
 
-def _parse_attrs(op: Ops, s: str) -> dict:
+def _parse_attrs(op: Ops, form: _ArgForm, s: str) -> dict:
   attrs, pos = {}, 0
-  allowed = _ATTRS.get(op, {"arg"})
   while pos < len(s.rstrip()):
     m = _ATTR_RE.match(s, pos)
     if m is None: raise ParseError(f"can't read the attributes {s[pos:].strip()!r} (expected key=value)")
     k, v = m.group(1), m.group(2)
-    if k not in allowed: raise ParseError(f"{op.name.lower()} takes no attribute {k!r} (it takes {', '.join(sorted(allowed))})")
-    attrs[k] = _attr_value(k, v)
+    if k not in form.attrs:
+      raise ParseError(f"{op.name.lower()} takes no attribute {k!r}" + (f" (it takes {', '.join(sorted(form.attrs))})" if form.attrs else ""))
+    attrs[k] = _READ[k](k, v)
     pos = m.end()
   return attrs
-
-
-def _attr_value(k: str, v: str):
-  if k == "dtype": return dtypes.from_name(v)
-  if k in ("slot", "pop", "idx"):
-    if not _INT_RE.fullmatch(v): raise ParseError(f"{k} must be an integer, got {v!r}")
-    return int(v)
-  if k == "op":
-    if v not in ("add", "max"): raise ParseError(f"reduce op must be add or max, got {v!r}")
-    return Ops[v.upper()]
-  if k == "kind": return _enum(AxisType, v, k)
-  if k == "space": return _enum(AddrSpace, v, k)
-  if k == "shape":
-    t = _literal(v)
-    if not isinstance(t, tuple): raise ParseError(f"shape must be a tuple, got {v!r}")
-    return t
-  if k == "name": return json.loads(v) if v.startswith('"') else v
-  return _literal(v)   # arg
-
-
-def _enum(cls, v: str, k: str):
-  if v.upper() not in cls.__members__: raise ParseError(f"{k} must be one of {', '.join(m.lower() for m in cls.__members__)}, got {v!r}")
-  return cls[v.upper()]
 
 
 def _literal(tok: str):
@@ -181,11 +235,10 @@ def _literal(tok: str):
   raise ParseError(f"bad literal {tok!r}")
 
 
-def _node(op: Ops, src: list, lit, attrs: dict) -> UOp:
-  """The node of one statement: its op, its operands (UOps, or python literals still to become CONSTs), the literal
-  peeled off for ops whose arg is positional, and the attributes."""
-  # a bare literal adopts the dtype of a neighbour in ops whose operands share one; a WHERE's neighbours are its
-  # branches, never its bool condition (the book's exercise 6: `where %c, 1, 0` must stay i32)
+def _operands(op: Ops, src: list) -> tuple[UOp, ...]:
+  """The operands of one statement as UOps: python literals become CONSTs. A bare literal adopts the dtype of a neighbour
+  in ops whose operands share one; a WHERE's neighbours are its branches, never its bool condition (the book's
+  exercise 6: `where %c, 1, 0` must stay i32)."""
   neighbours = (src[1:] if op is Ops.WHERE else src) if op in _SAME_DTYPE else []
   like = next((s for s in neighbours if isinstance(s, UOp)), None)
   def constant(v) -> UOp:
@@ -194,24 +247,7 @@ def _node(op: Ops, src: list, lit, attrs: dict) -> UOp:
     if isinstance(v, float) and not like.dtype.is_float:   # adopting would truncate: 1.5 next to an i32 is a mistake
       raise ParseError(f"float literal {v!r} next to a {like.dtype.name} operand")
     return UOp.const(v, like.dtype)
-  operands = tuple(s if isinstance(s, UOp) else constant(s) for s in src)
-  get = attrs.get
-  if op in (Ops.BUFFER, Ops.ALLOC):
-    if type(lit) is not int: raise ParseError(f"{op.name.lower()} size must be an integer, got {lit!r}")
-    return UOp(op, (), ParamArg(get("slot", 0), get("dtype", dtypes.f32), (lit,), get("space")))
-  if op is Ops.PARAM:
-    if "slot" not in attrs: raise ParseError("param needs slot=")
-    return UOp(op, (), ParamArg(attrs["slot"], get("dtype", dtypes.f32), tuple(get("shape", ())), get("space")))
-  if op is Ops.CONST:
-    if operands: raise ParseError("const takes only its value")
-    return UOp.const(lit, get("dtype"))
-  if op is Ops.CAST and "dtype" not in attrs: raise ParseError("cast needs dtype=")
-  arg = {Ops.CALL: lambda: CallArg(get("name", "f")), Ops.CAST: lambda: attrs["dtype"],
-         Ops.RANGE: lambda: RangeArg(get("idx", 0), get("kind", AxisType.LOOP)),
-         Ops.REDUCE: lambda: (get("op", Ops.ADD), get("pop", 1))}.get(op, lambda: lit if op in MOVEMENT else get("arg"))()
-  if op in BINARY and len(operands) == 2: operands = _broadcast(*operands)
-  if op is Ops.WHERE and len(operands) == 3: operands = _broadcast(*operands)
-  return UOp(op, operands, arg)
+  return tuple(s if isinstance(s, UOp) else constant(s) for s in src)
 
 
 def _broadcast(*xs: UOp) -> tuple[UOp, ...]:
@@ -246,22 +282,9 @@ def to_uir(root: UOp) -> str:
   names: dict[UOp, str] = {}
   lines = []
   for u in root.toposort():
-    inline = u.op is Ops.CONST and u is not root        # a constant is written where it is used (unless it is the program)
-    if inline: continue
+    if u.op is Ops.CONST and u is not root: continue    # a constant is written where it is used (unless it is the program)
     names[u] = f"%{len(names)}"
-    ops = [names[s] if s.op is not Ops.CONST else _fmt_lit(s.arg) for s in u.src]
-    attrs, a = [], u.arg
-    if u.op in (Ops.BUFFER, Ops.ALLOC, Ops.PARAM):
-      if u.op is Ops.PARAM: attrs = [f"slot={a.slot}", f"dtype={a.dtype.name}"] + ([f"shape={_fmt_lit(a.shape)}"] if a.shape else [])
-      else: ops, attrs = [str(a.shape[0])], [f"dtype={a.dtype.name}", f"slot={a.slot}"]
-      if a.addrspace is not None: attrs.append(f"space={a.addrspace.name.lower()}")
-    elif u.op is Ops.CONST: ops = [_fmt_lit(a)]
-    elif u.op is Ops.CALL: attrs = [f"name={_fmt_name(a.name)}"]
-    elif u.op is Ops.CAST: attrs = [f"dtype={a.name}"]
-    elif u.op is Ops.RANGE: attrs = [f"idx={a.idx}", f"kind={a.kind.name.lower()}"]
-    elif u.op is Ops.REDUCE: attrs = [f"op={a[0].name.lower()}", f"pop={a[1]}"]
-    elif u.op in MOVEMENT: ops.append(_fmt_lit(a))
-    elif a is not None: attrs = [f"arg={_fmt_lit(a)}"]
+    ops, attrs = _FORMS.get(u.op, _GENERIC).write(u, [names[s] if s.op is not Ops.CONST else _fmt_lit(s.arg) for s in u.src])
     line = f"{names[u]} = {u.op.name.lower()}"
     if ops: line += " " + ", ".join(ops)
     if attrs: line += " : " + " ".join(attrs)

@@ -7,9 +7,9 @@ Every program is a DAG of UOps, from the week-1 arithmetic circuit to the GPT tr
 Python object. That gives O(1) structural equality (`is`), free common-subexpression elimination and
 cheap memoization keyed on nodes (equality and hashing stay object's identity versions, written in C).
 
-dtype, shape and addrspace are *recursive properties*: `_infer` computes them from the op, the arg and
-the sources when the node is built. `_infer` is the type checker of the IR: a malformed UOp never exists,
-it dies at construction with an error that says what was wrong.
+dtype, shape and addrspace are *recursive properties*: the inference rules (`_RULES`, one per op; the book's
+`_infer`) compute them from the op, the arg and the sources when the node is built. They are the type checker
+of the IR: a malformed UOp never exists, it dies at construction with an error that says what was wrong.
 
 Nothing here recurses on graph depth: toposort, substitute, wrap, call_params, repr and pickling all
 walk with explicit stacks, because chains of a million nodes happen.
@@ -20,7 +20,7 @@ from _weakref import _remove_dead_weakref
 from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any, Callable
-from uopc.dtype import AddrSpace, DType, dtypes
+from uopc.dtype import AddrSpace, DType, dtypes, I32_MIN, I32_MAX
 
 
 class Ops(Enum):
@@ -325,6 +325,15 @@ def _tree_repr(root: UOp, budget: int = 4000) -> str:
   return "".join(parts) + (" ..." if stack else "")
 
 
+def users_of(nodes: list[UOp]) -> dict[UOp, list[UOp]]:
+  """The inverse edges of a graph: for each node of `nodes` that something uses, its users among `nodes`, in order (a
+  user appears once per edge, so x*x lists MUL twice)."""
+  users: dict[UOp, list[UOp]] = {}
+  for u in nodes:
+    for s in u.src: users.setdefault(s, []).append(u)
+  return users
+
+
 def sink(*srcs: UOp) -> UOp:
   """The root of a program: a SINK of its effects."""
   return UOp(Ops.SINK, srcs)
@@ -359,11 +368,6 @@ _void, _bool, _i32 = dtypes.void, dtypes.bool, dtypes.i32
 # module aliases of ops: `Ops.X` costs ~70ns in python 3.11 (EnumType's __getattr__ hook slows every class attribute)
 _CAST, _FLOORDIV, _FLOORMOD, _CMPLT, _CMPNE, _BUFFER = Ops.CAST, Ops.FLOORDIV, Ops.FLOORMOD, Ops.CMPLT, Ops.CMPNE, Ops.BUFFER
 
-def _infer(op: Ops, src: tuple[UOp, ...], arg) -> tuple[DType, tuple[int, ...], AddrSpace]:
-  """(dtype, shape, addrspace) of UOp(op, src, arg), or a UOpError saying why there is no such node."""
-  try: return _RULES[op](op, src, arg)
-  except (KeyError, AttributeError, TypeError) as e: raise _malformed(op, src, e) from None
-
 def _malformed(op, src, e: Exception) -> Exception:
   # the rules assume UOp sources and a known op; a python error inside them means one of those did not hold
   if op not in _RULES: return UOpError(f"no inference rule for {op!r}")
@@ -387,7 +391,7 @@ def _infer_const(op, src, arg):
   t = type(arg)
   if t is float: return dtypes.f32, (), _A
   if t is int:
-    if not -2**31 <= arg < 2**31: raise UOpError(f"CONST {arg} does not fit in i32")
+    if not I32_MIN <= arg <= I32_MAX: raise UOpError(f"CONST {arg} does not fit in i32")
     return _i32, (), _A
   if t is bool: return _bool, (), _A
   raise UOpError(f"CONST holds a python bool, int or float, got {arg!r}")

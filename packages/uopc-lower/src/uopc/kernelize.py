@@ -25,7 +25,7 @@ backend's kernel cache keyed on them compiles each structure once.
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
-from uopc.uop import UOp, Ops, ParamArg, ALU, MOVEMENT, buf, prod
+from uopc.uop import UOp, Ops, ParamArg, ALU, MOVEMENT, buf, prod, users_of
 from uopc.dtype import DType
 
 MAX_SHARED_READS = 4
@@ -89,9 +89,7 @@ def _staged(roots: list[UOp]) -> set[UOp]:
       if _expands(u): staged |= c
     else: carried[u] = empty
   # shared values: a node used by several kernels is materialized if recomputing it is costly
-  users: dict[UOp, list[UOp]] = {}
-  for u in nodes:
-    for s in u.src: users.setdefault(s, []).append(u)
+  users = users_of(nodes)
   root_set = set(roots)
   while True:
     cut = staged | {u.src[0] for u in staged if u.op is Ops.STAGE}

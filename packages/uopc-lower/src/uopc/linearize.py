@@ -21,7 +21,8 @@ and ties go to the node's position in the graph's toposort, so the same graph al
 """
 from __future__ import annotations
 import heapq
-from uopc.uop import UOp, Ops
+from uopc.uop import UOp, Ops, users_of
+from uopc.rangeify import merge_ends
 
 
 class LinearizeError(Exception):
@@ -29,8 +30,8 @@ class LinearizeError(Exception):
 
 
 def _normalize_ends(sink: UOp) -> UOp:
-  """One END per RANGE: END(x, r0, r1) becomes END(END(x, r1), r0) (inner loop closed first), and several ENDs of one
-  range become a single END over a SINK of what they close."""
+  """One END per RANGE: END(x, r0, r1) becomes END(END(x, r1), r0) (inner loop closed first), then merge_ends makes
+  the several ENDs of one range a single END over a SINK of what they close."""
   ends = [u for u in sink.toposort() if u.op is Ops.END and len(u.src) > 2]
   if ends:
     def split(e: UOp) -> UOp:
@@ -38,14 +39,7 @@ def _normalize_ends(sink: UOp) -> UOp:
       for r in sorted(e.src[1:], key=lambda r: r.arg, reverse=True): x = UOp(Ops.END, (x, r))
       return x
     [sink] = UOp.wrap([sink], set(ends), split)
-  while True:
-    by_range: dict[UOp, list[UOp]] = {}
-    for u in sink.toposort():
-      if u.op is Ops.END and len(u.src) == 2: by_range.setdefault(u.src[1], []).append(u)
-    dup = next((g for g in by_range.values() if len(g) > 1), None)
-    if dup is None: return sink
-    merged = UOp(Ops.END, (UOp(Ops.SINK, tuple(e.src[0] for e in dup)), dup[0].src[1]))
-    sink = sink.substitute({e: merged for e in dup})
+  return merge_ends(sink)
 
 
 def linearize(sink: UOp) -> list[UOp]:
@@ -88,9 +82,7 @@ def linearize(sink: UOp) -> list[UOp]:
 
   # where each node sits: its position is the path of loops down to it, then the node (or, for RANGE/END, the loop)
   pos: dict[UOp, tuple] = {}
-  users: dict[UOp, list[UOp]] = {}
-  for u in nodes:
-    for x in u.src: users.setdefault(x, []).append(u)
+  users = users_of(nodes)
   for u in nodes:
     if u.op is Ops.RANGE: pos[u] = path[parent[u]] + (("loop", u),)
     elif u.op is Ops.END: pos[u] = path[parent[u.src[1]]] + (("loop", u.src[1]),)

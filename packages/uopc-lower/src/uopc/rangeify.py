@@ -25,6 +25,7 @@ and receives their values, driven by an explicit stack. The memo is keyed on (no
 two indices is two computations, and hash consing makes the index tuple an exact, cheap key.
 """
 from __future__ import annotations
+import operator
 from dataclasses import dataclass, field
 from typing import Generator
 from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink, range_, prod
@@ -55,15 +56,38 @@ def unravel(flat: UOp, shape: tuple[int, ...]) -> tuple[UOp, ...]:
   return tuple(coords)
 
 
-@dataclass
+def _pairs(field_name: str, v) -> tuple[tuple[int, int], ...]:
+  """{axis: n} or ((axis, n), ...) as a sorted tuple of int pairs: the hashable form Opts keeps."""
+  items = v.items() if isinstance(v, dict) else v
+  try: pairs = tuple(sorted((operator.index(k), operator.index(n)) for k, n in items))
+  except (TypeError, ValueError): raise LowerError(f"Opts.{field_name} takes {{axis: size}}, got {v!r}") from None
+  if len({k for k, _ in pairs}) != len(pairs): raise LowerError(f"Opts.{field_name} names an axis twice: {v!r}")
+  return pairs
+
+
+@dataclass(frozen=True)
 class Opts:
-  """How to map a kernel onto the machine. Chosen by uopc.opt, applied during rangeify."""
-  upcast: dict[int, int] = field(default_factory=dict)   # {output axis: how many of its elements each iteration computes}
-  thread: int | None = None                              # the output axis OpenMP splits across threads
-  unroll: int = 1                                        # how far the innermost reduce loop is unrolled
-  tile: dict[int, int] = field(default_factory=dict)     # {output axis: cache block}: loop over blocks, then inside one
-  gpu: bool = False                                      # map the output axes to GLOBAL ranges (blockIdx), not loops
-  local: dict[int, int] = field(default_factory=dict)    # {output axis: threads per block on it} (LOCAL ranges)
+  """How to map a kernel onto the machine. Chosen by uopc.opt, applied during rangeify.
+
+  A value: frozen, hashable, equal when equal, so it can key a program cache and a search can't time one choice
+  twice under two names. The per-axis fields take a dict ({axis: size}) and keep it as sorted (axis, size) pairs;
+  `dict(opts.upcast)` reads one back. `lower` checks every entry against the kernel (`check_opts`): a factor that
+  doesn't divide its axis, an axis that doesn't exist or unroll < 1 is an error, never silently dropped."""
+  upcast: tuple[tuple[int, int], ...] = ()   # {output axis: how many of its elements each iteration computes}
+  thread: int | None = None                 # the output axis OpenMP splits across threads
+  unroll: int = 1                           # how far the innermost reduce loop is unrolled
+  tile: tuple[tuple[int, int], ...] = ()     # {output axis: cache block}: loop over blocks, then inside one
+  gpu: bool = False                         # map the output axes to GLOBAL ranges (blockIdx), not loops
+  local: tuple[tuple[int, int], ...] = ()    # {output axis: threads per block on it} (LOCAL ranges)
+
+  def __post_init__(self):
+    for name in ("upcast", "tile", "local"): object.__setattr__(self, name, _pairs(name, getattr(self, name)))
+    # an upcast or a block of 1 is no upcast: one kernel, one Opts (a cache or a search must not see two)
+    object.__setattr__(self, "upcast", tuple(p for p in self.upcast if p[1] != 1))
+    object.__setattr__(self, "local", tuple(p for p in self.local if p[1] != 1))
+    if self.thread is not None and type(self.thread) is not int: raise LowerError(f"Opts.thread is an axis number, got {self.thread!r}")
+    if type(self.unroll) is not int: raise LowerError(f"Opts.unroll is an int, got {self.unroll!r}")
+    if type(self.gpu) is not bool: raise LowerError(f"Opts.gpu is a bool, got {self.gpu!r}")
 
 
 @dataclass
@@ -130,8 +154,8 @@ def _rule(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
 
 def _axis_parts(ctx: Ctx, size: int, factor: int, kind: AxisType) -> tuple[UOp, int]:
   """How an axis of `size` is walked: (base, factor) with index = base * factor + c, c in 0..factor-1 unrolled. The base
-  is a RANGE, or CONST 0 when one step covers the axis; a factor that doesn't divide the size is not used."""
-  if factor <= 1 or size % factor: factor = 1
+  is a RANGE, or CONST 0 when one step covers the axis. check_opts has made sure the factor divides the size."""
+  if factor <= 1: factor = 1
   steps = size // factor
   return (ctx.rng(steps, kind) if steps > 1 else UOp.const(0)), factor
 
@@ -234,27 +258,57 @@ def _check_lower_args(root: UOp, out: UOp, o: Opts):
   if out.dtype is not root.dtype: raise LowerError(f"lower: output BUFFER is {out.dtype}, the value is {root.dtype}")
   if out.shape[0] < prod(root.shape):
     raise LowerError(f"lower: output BUFFER has {out.shape[0]} elements, the value {root.shape} needs {prod(root.shape)}")
-  for name, d in (("upcast", o.upcast), ("tile", o.tile), ("local", o.local)):
-    for k, f in d.items():
-      if not 0 <= k < len(root.shape) or f < 1: raise LowerError(f"Opts.{name}: bad entry {k}: {f} for shape {root.shape}")
-  if o.thread is not None and not 0 <= o.thread < len(root.shape): raise LowerError(f"Opts.thread: no axis {o.thread} in shape {root.shape}")
-  if o.unroll < 1: raise LowerError(f"Opts.unroll must be >= 1, got {o.unroll}")
+  if not isinstance(o, Opts): raise LowerError(f"lower: Ctx.opts must be an Opts, got {type(o).__name__}")
+  check_opts(root, o)
+
+
+def check_opts(root: UOp, o: Opts) -> None:
+  """Refuse Opts that don't fit the kernel computing `root`, naming the field and the kernel's shape. Every entry must
+  change the program: an Opts that lower() would have to ignore in part is an error, never silently dropped."""
+  shape = root.shape
+  def bad(field_name: str, why: str): raise LowerError(f"Opts.{field_name}: {why} (kernel shape {shape})")
+  up = dict(o.upcast)
+  for name, pairs in (("upcast", o.upcast), ("tile", o.tile), ("local", o.local)):
+    for k, f in pairs:
+      if not 0 <= k < len(shape): bad(name, f"there is no axis {k}")
+      if f < 1: bad(name, f"axis {k}: {f} must be at least 1")
+  for k, f in o.upcast:
+    if shape[k] % f: bad("upcast", f"{f} does not divide axis {k} of size {shape[k]}")
+  if o.unroll < 1: bad("unroll", f"must be at least 1, got {o.unroll}")
+  if o.unroll > 1:
+    inner = {u.src[0].shape[-1] for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0}
+    if not inner: bad("unroll", f"{o.unroll}, but the kernel has no reduction to unroll")
+    if wrong := sorted(n for n in inner if n % o.unroll): bad("unroll", f"{o.unroll} does not divide the reduced axis of size {wrong[0]}")
+  if o.gpu:
+    if o.thread is not None or o.tile: bad("thread" if o.thread is not None else "tile", "a GPU kernel has no CPU threads or cache tiles")
+    for k, n in o.local:
+      if shape[k] % (n * up.get(k, 1)): bad("local", f"axis {k} of size {shape[k]} is not divisible by local {n} * upcast {up.get(k, 1)}")
+    return
+  if o.local: bad("local", "threads per block need gpu=True")
+  for k, t in o.tile:
+    if not 1 < t < shape[k] or shape[k] % t: bad("tile", f"{t} must divide axis {k} of size {shape[k]} and lie strictly between 1 and it")
+    if t % up.get(k, 1): bad("tile", f"{t} on axis {k} must hold whole register tiles of upcast {up[k]}")
+  if o.thread is not None:
+    k = o.thread
+    if not 0 <= k < len(shape): bad("thread", f"there is no axis {k}")
+    if shape[k] // up.get(k, 1) < 2: bad("thread", f"axis {k} of size {shape[k]} (upcast {up.get(k, 1)}) leaves no loop to split")
 
 
 def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[tuple[UOp, int]]:
   """(base, factor) for each output axis, creating the output RANGEs in loop order."""
   o = ctx.opts
-  if o.gpu: return [_gpu_axis(ctx, s, o.local.get(k, 1), o.upcast.get(k, 1)) for k, s in enumerate(shape)]
+  up, tiles = dict(o.upcast), dict(o.tile)          # check_opts has made sure every entry fits the shape
+  if o.gpu:
+    local = dict(o.local)
+    return [_gpu_axis(ctx, s, local.get(k, 1), up.get(k, 1)) for k, s in enumerate(shape)]
   kind = lambda k: AxisType.THREAD if k == o.thread else AxisType.LOOP
-  # a cache tile must split its axis evenly and hold whole register tiles
-  tiles = {k: t for k, t in o.tile.items() if 1 < t < shape[k] and shape[k] % t == 0 and t % o.upcast.get(k, 1) == 0}
   # the loops over tiles come first (outermost), so a block of outputs reuses the same rows of each operand while they
   # are in cache; the THREAD axis goes before everything, as the loop OpenMP splits
   blocks = {k: ctx.rng(shape[k] // t, kind(k)) for k, t in tiles.items()}
   axes = ([o.thread] if o.thread is not None else []) + [k for k in range(len(shape)) if k != o.thread]
   parts: dict[int, tuple[UOp, int]] = {}
   for k in axes:
-    f = o.upcast.get(k, 1)
+    f = up.get(k, 1)
     if k not in tiles: parts[k] = _axis_parts(ctx, shape[k], f, kind(k)); continue
     within = tiles[k] // f          # iterations inside one tile
     parts[k] = (blocks[k] * within + ctx.rng(within) if within > 1 else blocks[k], f)
@@ -276,4 +330,4 @@ def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   return simplify(merge_ends(program))
 
 
-__all__ = ["ravel", "unravel", "identity", "Opts", "Ctx", "ranges_in", "rangeify", "lower", "merge_ends", "LowerError"]
+__all__ = ["ravel", "unravel", "identity", "Opts", "check_opts", "Ctx", "ranges_in", "rangeify", "lower", "merge_ends", "LowerError"]
