@@ -103,7 +103,7 @@ def test_a_compile_writes_one_entry_that_a_fresh_compiler_loads_without_gcc(tmp_
   assert len(builds) == 1
   after = entry.stat()
   assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-  check_scale(lambda arrays: CBackend.launch_program(again, [arrays[0], arrays[1]]), scale)
+  check_scale(lambda arrays: CBackend().launch(again, [arrays[0], arrays[1]]), scale)
 
 
 def test_the_compiler_flags_are_part_of_the_cache_key(tmp_path, monkeypatch):

@@ -7,8 +7,9 @@ from uopc.dtype import dtypes
 from uopc.uop import Ops, buf
 from uopc.rangeify import lower, Opts
 from uopc.linearize import linearize
-from uopc.backends import BackendError, get_backend, available_backends
-from uopc.backends.c import CBackend, kernel_buffers
+from uopc.backends import BackendError, LinearProgram, get_backend, available_backends
+from uopc.backends.c import CBackend
+from uopc.runtime import program_buffers
 from uopc.testing import np_dtype, run_shaped
 
 
@@ -26,11 +27,12 @@ def test_the_c_backend_is_found_by_name_in_any_case():
 def test_the_c_backends_verbs_run_a_kernel_end_to_end():
   be = get_backend("C")
   x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
-  sink = lower(buf(0, 12).reshape((3, 4)).reduce(Ops.MAX, 1), buf(1, 3))
-  prog = be.compile(be.render(linearize(sink), "rowmax"), "rowmax")
-  bufs = [be.alloc(b.shape[0], b.dtype) for b in kernel_buffers(sink)]
+  lin = tuple(linearize(lower(buf(0, 12).reshape((3, 4)).reduce(Ops.MAX, 1), buf(1, 3))))
+  params = tuple(program_buffers(lin))
+  prog = be.compile(be.renderer.render(LinearProgram("rowmax", lin, params)), "rowmax")
+  bufs = [be.alloc(b.shape[0], b.dtype) for b in params]
   assert [(a.shape, a.dtype) for a in bufs] == [((12,), np.float32), ((3,), np.float32)]
-  be.copyin(bufs[0], x)
+  be.copyin(bufs[0], x.reshape(-1))                    # the contract: flat arrays of the buffer's dtype and size
   be.launch(prog, bufs)
   out = be.copyout(bufs[1])
   assert np.array_equal(out, x.max(1))

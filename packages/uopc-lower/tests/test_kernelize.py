@@ -5,7 +5,8 @@ from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, buf, prod
 from uopc.rangeify import lower
 from uopc.kernelize import kernelize, Kernel, KernelizeError, canonicalize
-from loopvm import run_program
+from uopc.linearize import linearize
+from uopc.interpret import run_linear
 
 
 def run_schedule(kernels: list[Kernel], inputs: dict[int, np.ndarray]) -> dict[int, list]:
@@ -15,7 +16,8 @@ def run_schedule(kernels: list[Kernel], inputs: dict[int, np.ndarray]) -> dict[i
     slots = {b: i for i, b in enumerate(k.buffers)}
     args = {i: data[b.arg.slot] for b, i in slots.items() if b is not k.out}
     args[slots[k.out]] = [0.0] * k.out.shape[0]
-    data[k.out.arg.slot] = run_program(lower(k.canonical_root, k.canonical_out), args)[slots[k.out]]
+    run_linear(linearize(lower(k.canonical_root, k.canonical_out)), args)
+    data[k.out.arg.slot] = args[slots[k.out]]
   return data
 
 

@@ -7,7 +7,8 @@ from uopc.uir import parse, to_uir
 from uopc.symbolic import simplify
 from uopc.composite import pad, flip_axis
 from uopc.rangeify import ravel, unravel, identity, Opts, Ctx, ranges_in, rangeify, lower, merge_ends, LowerError
-from loopvm import run_program
+from uopc.linearize import linearize
+from uopc.interpret import run_linear
 from seed_programs import ROWSUM_UIR, view_chain, sub_max_through_a_flatten, neighbors, conv1d
 
 NP = {dtypes.f32: np.float32, dtypes.i32: np.int32, dtypes.bool: np.bool_}
@@ -19,7 +20,8 @@ def run_lowered(root: UOp, inputs: list[np.ndarray], opts: Opts | None = None) -
   sink = lower(root, buf(len(inputs), n, root.dtype), Ctx(opts=opts or Opts()))
   bufs = {i: [x.item() for x in np.asarray(a).ravel()] for i, a in enumerate(inputs)}
   bufs[len(inputs)] = [0] * n
-  out = run_program(sink, bufs)[len(inputs)]
+  run_linear(linearize(sink), bufs)
+  out = bufs[len(inputs)]
   return np.array(out[:prod(root.shape)], dtype=NP[root.dtype]).reshape(root.shape)
 
 
@@ -79,8 +81,9 @@ def test_rowsum_lowering_has_the_three_afters():
 def test_the_seeds_lowered_rowsum_runs():
   sink = parse(ROWSUM_UIR)
   a = np.arange(12, dtype=np.float32)
-  out = run_program(sink, {0: list(map(float, a)), 1: [0.0] * 3})[1]
-  assert out == list(a.reshape(3, 4).sum(1))
+  mem = {0: list(map(float, a)), 1: [0.0] * 3}
+  run_linear(linearize(sink), mem)
+  assert mem[1] == list(a.reshape(3, 4).sum(1))
   assert parse(to_uir(sink)) is sink
 
 
@@ -241,5 +244,6 @@ def test_deep_shaped_chain_lowers_without_recursion():
   for _ in range(20_000): c = c + 1.0
   sink = lower(c, buf(1, 4))
   assert sink.op is Ops.SINK
-  out = run_program(sink, {0: [0.0, 1.0, 2.0, 3.0], 1: [0.0] * 4})[1]
-  assert out == [20000.0, 20001.0, 20002.0, 20003.0]
+  mem = {0: [0.0, 1.0, 2.0, 3.0], 1: [0.0] * 4}
+  run_linear(linearize(sink), mem)
+  assert mem[1] == [20000.0, 20001.0, 20002.0, 20003.0]

@@ -70,7 +70,7 @@ def test_realized_values_are_not_recomputed():
 @pytest.mark.parametrize("n", [1, 3])
 def test_one_kernel_structure_compiles_once(n):
   """Kernels with the same structure (different buffers) share one compiled program."""
-  from uopc.tensor import _programs
+  from uopc.runtime import _programs
   a = rand(5, 7)
   (a * 3 + n).realize()
   before = len(_programs)

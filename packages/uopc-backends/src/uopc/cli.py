@@ -1,13 +1,16 @@
 """The `uopc` command: look at and run .uir programs.
 
-    uopc render PROGRAM.uir                      the generated C
-    uopc run PROGRAM.uir [--input SLOT=F.npy]    compile and run it (random inputs by default), print the result
-    uopc graph PROGRAM.uir -o FILE               draw the UOp graph: Graphviz DOT, or SVG/PNG when `dot` is installed
+    uopc render PROGRAM.uir [--device NAME]                     the generated source (C by default)
+    uopc run PROGRAM.uir [--input SLOT=F.npy] [--device NAME]   compile and run it (random inputs by default), print the result
+    uopc graph PROGRAM.uir -o FILE                              draw the UOp graph: Graphviz DOT, or SVG/PNG when `dot` is installed
 
-A program that is already lowered (its last statement is a SINK) is used as it is; a shaped program is lowered
-to a new output BUFFER in the first free slot. Other distributions add subcommands through the entry point
-group "uopc.commands": each entry point is a function that receives argparse's subparsers and adds its own
-parser with `set_defaults(func=...)`, where func(args) returns an exit status. Errors print one line and exit
+A program that is already lowered (its last statement is a SINK) is compiled as it is; a shaped program is one
+kernel into a new output BUFFER in the first free slot, compiled with the Opts uopc.opt chooses. Both go through
+uopc.runtime, like Tensor code. --device picks the backend (default: $UOPC_DEVICE, and C when that is empty).
+
+Other distributions add subcommands through the entry point group "uopc.commands": each entry point is a function
+that receives argparse's subparsers and adds its own parser with `set_defaults(func=...)`, where func(args)
+returns an exit status. Errors print one line and exit
 with status 1; --debug shows the traceback instead.
 """
 from __future__ import annotations
@@ -16,13 +19,15 @@ from pathlib import Path
 import numpy as np
 from uopc.uop import UOp, Ops, UOpError, buf, prod
 from uopc.uir import parse, ParseError
-from uopc.rangeify import lower, LowerError
+from uopc.rangeify import LowerError
 from uopc.linearize import LinearizeError
+from uopc.kernelize import KernelizeError, make_kernel
 from uopc.evaluate import EvalError
-from uopc.backends import BackendError
-from uopc.backends.c import render_c, run_c, np_dtype, sanitize_name, stored_buffers, kernel_buffers
+from uopc.backends import BackendError, get_backend
+from uopc.backends.c import sanitize_name
+from uopc.runtime import Buffer, Program, compile_kernel, compile_program, np_dtype, format_linear
 
-USER_ERRORS = (ParseError, UOpError, LowerError, LinearizeError, EvalError, BackendError, OSError, ValueError)
+USER_ERRORS = (ParseError, UOpError, LowerError, LinearizeError, KernelizeError, EvalError, BackendError, OSError, ValueError)
 
 
 class CLIError(Exception):
@@ -37,19 +42,24 @@ def load_program(path: str) -> tuple[UOp, str]:
   return parse(text), sanitize_name(p.stem)
 
 
-def as_kernel(root: UOp) -> tuple[UOp, UOp | None]:
-  """(the lowered SINK, the output BUFFER it was lowered into, or None when the program was already a SINK)."""
-  if root.op is Ops.SINK: return root, None
+def compile_file(root: UOp, name: str, device: str | None) -> tuple[Program, list[UOp], UOp | None]:
+  """(the Program, the program's BUFFERs in parameter order, the output BUFFER a shaped program was given or None when
+  the program was already a lowered SINK)."""
+  backend = get_backend(device if device is not None else os.environ.get("UOPC_DEVICE"))
+  if root.op is Ops.SINK:
+    prog = compile_program(root, backend, name)
+    slots = {p.slot for p in prog.params}
+    return prog, sorted((u for u in root.toposort() if u.op is Ops.BUFFER and u.arg.slot in slots), key=lambda b: b.arg.slot), None
   if root.dtype.fmt is None: raise CLIError(f"the program's value is {root.dtype}, which can't be stored")
-  slots = [u.arg.slot for u in root.toposort() if u.op in (Ops.BUFFER,)]
-  out = buf(max(slots, default=-1) + 1, max(1, prod(root.shape)), root.dtype)
-  return lower(root, out), out
+  slots = [u.arg.slot for u in root.toposort() if u.op is Ops.BUFFER]
+  kernel = make_kernel(root, buf(max(slots, default=-1) + 1, max(1, prod(root.shape)), root.dtype), canonical=False)
+  return compile_kernel(kernel, backend, name=name), list(kernel.buffers), kernel.out
 
 
 def cmd_render(args) -> int:
   root, name = load_program(args.program)
-  sink, _ = as_kernel(root)
-  sys.stdout.write(render_c(sink, args.name or name))
+  prog, _, _ = compile_file(root, sanitize_name(args.name) if args.name else name, args.device)
+  sys.stdout.write(prog.src if prog.src is not None else format_linear(prog.uops) + "\n")
   return 0
 
 
@@ -80,12 +90,12 @@ def _summary(name: str, a: np.ndarray) -> str:
 
 def cmd_run(args) -> int:
   root, name = load_program(args.program)
-  sink, out = as_kernel(root)
+  prog, params, out = compile_file(root, name, args.device)
   given = _parse_inputs(args.input)
   rng = np.random.default_rng(args.seed)
-  written = stored_buffers(sink)
+  written = {p.slot for p in prog.params if p.written}
   arrays: dict[int, np.ndarray] = {}
-  for b in kernel_buffers(sink):
+  for b in params:
     slot, n = b.arg.slot, b.shape[0]
     if slot in given:
       a = given[slot]
@@ -95,13 +105,14 @@ def cmd_run(args) -> int:
     elif slot in written: arrays[slot] = np.zeros(n, np_dtype(b.dtype))
     else: arrays[slot] = _random_input(b, rng)
   if unknown := sorted(set(given) - set(arrays)): raise CLIError(f"--input: the program has no buffer slot {unknown[0]}")
-  run_c(sink, arrays, name)
+  buffers = [Buffer.from_numpy(arrays[b.arg.slot], prog.backend, b.dtype) for b in params]
+  prog(buffers)
   np.set_printoptions(threshold=64, edgeitems=3, linewidth=120)
   for slot in sorted(set(arrays) - written):
     if slot not in given: print(_summary(f"input {slot} (random, seed {args.seed})", arrays[slot]))
-  if out is None: results = {s: arrays[s] for s in sorted(written)}
-  else:   # a value with no elements lowers to a kernel that has no output BUFFER
-    flat = arrays.get(out.arg.slot, np.zeros(0, np_dtype(out.dtype)))
+  results = {b.arg.slot: d.numpy() for b, d in zip(params, buffers) if b.arg.slot in written}
+  if out is not None:   # a value with no elements lowers to a kernel that writes nothing
+    flat = results.get(out.arg.slot, np.zeros(0, np_dtype(out.dtype)))
     results = {out.arg.slot: flat[:prod(root.shape)].reshape(root.shape)}
   for slot, a in results.items():
     print(_summary(f"output {slot}", a))
@@ -144,13 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
   sub = ap.add_subparsers(dest="command", metavar="COMMAND")
   r = sub.add_parser("render", help="print the generated C of a program")
   r.add_argument("program", help="a .uir file")
-  r.add_argument("--name", help="the C function's name (default: the file's name)")
+  r.add_argument("--name", help="the function's name (default: the file's name)")
+  r.add_argument("--device", help="the backend to render for (default: $UOPC_DEVICE, or C)")
   r.set_defaults(func=cmd_render)
   x = sub.add_parser("run", help="compile and run a program, printing its result")
   x.add_argument("program", help="a .uir file")
   x.add_argument("--input", action="append", default=[], metavar="SLOT=FILE.npy", help="the array for a BUFFER slot (default: random)")
   x.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
   x.add_argument("--save", metavar="FILE.npy", help="also save the result as .npy")
+  x.add_argument("--device", help="the backend to run on (default: $UOPC_DEVICE, or C)")
   x.set_defaults(func=cmd_run)
   g = sub.add_parser("graph", help="draw the UOp graph of a program")
   g.add_argument("program", help="a .uir file")

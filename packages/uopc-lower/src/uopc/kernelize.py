@@ -72,10 +72,34 @@ def _regions(roots: list[UOp], cut: set[UOp]) -> list[set[UOp]]:
   return out
 
 
+def _stored_form(u: UOp, live: set[UOp]) -> UOp | None:
+  """What to store when u must be materialized: never a view. Walk down from u through movement ops, STAGE marks and
+  ops with a single non-constant source (a pad's STACK with zeros, a mask's WHERE, x*2) and keep the node with the
+  fewest elements: an EXPAND of a (B, T, C) activation to (B, T, C, 4C) stores the activation, and its consumers read
+  it through the view. Between nodes of equal size only movement ops are passed (store x, not flip(x); but exp(x), not
+  x, or every consumer would recompute the exp). None when nothing needs storing: a BUFFER is read as it is, and a
+  value made of constants alone is recomputed."""
+  best, cur, moves_only = u, u, True
+  while True:
+    if cur.op in MOVEMENT or cur.op is Ops.STAGE: nxt = cur.src[0]
+    elif cur.op in _LOCAL and cur.src:
+      inputs = [s for s in cur.src if s in live]
+      if len(inputs) != 1: break
+      nxt, moves_only = inputs[0], False
+    else: break
+    cur = nxt
+    if prod(cur.shape) < prod(best.shape) or (moves_only and prod(cur.shape) == prod(best.shape)): best, moves_only = cur, True
+  return best if best in live and best.op is not Ops.BUFFER else None
+
+
 def _staged(roots: list[UOp]) -> set[UOp]:
-  """The nodes to materialize, by the rules of the module docstring."""
+  """The nodes to materialize, by the rules of the module docstring, each in its stored form (never a view)."""
   nodes = UOp(Ops.SINK, tuple(roots)).toposort()
-  staged = {u for u in nodes if u.op is Ops.STAGE}
+  live: set[UOp] = set()     # nodes that read memory or reduce; the rest are constants, recomputed wherever used
+  for u in nodes:
+    if u.op in (Ops.BUFFER, Ops.REDUCE) or any(s in live for s in u.src): live.add(u)
+  def stored(us) -> set[UOp]: return {f for u in us if (f := _stored_form(u, live)) is not None}
+  staged = stored(u.src[0] for u in nodes if u.op is Ops.STAGE)
   # a REDUCE broadcast by an EXPAND: carry each value's kernel-local REDUCEs up the graph until an EXPAND meets them
   carried: dict[UOp, frozenset] = {}
   empty: frozenset = frozenset()
@@ -92,18 +116,17 @@ def _staged(roots: list[UOp]) -> set[UOp]:
   users = users_of(nodes)
   root_set = set(roots)
   while True:
-    cut = staged | {u.src[0] for u in staged if u.op is Ops.STAGE}
-    kroots = list(roots) + [u.src[0] if u.op is Ops.STAGE else u for u in staged]
     owners: dict[UOp, set[int]] = {}
-    for k, reg in enumerate(_regions(kroots, cut)):
+    for k, reg in enumerate(_regions(list(roots) + list(staged), staged)):
       for u in reg: owners.setdefault(u, set()).add(k)
-    new = set()
+    costly = []
     for u, ks in owners.items():
-      if len(ks) < 2 or u in cut or u.op in (Ops.CONST, Ops.BUFFER, Ops.SINK): continue
+      if len(ks) < 2 or u in staged or u.op in (Ops.CONST, Ops.BUFFER, Ops.SINK): continue
       # sharing starts at the topmost shared node: one that is a kernel root, or has a user in fewer kernels
       if u not in root_set and all(owners.get(v, set()) >= ks for v in users.get(u, ()) if v in owners): continue
-      local = _regions([u], cut)[0]
-      if any(x.op is Ops.REDUCE for x in local) or len(_reads(local)) > MAX_SHARED_READS: new.add(u)
+      local = _regions([u], staged)[0]
+      if any(x.op is Ops.REDUCE for x in local) or len(_reads(local)) > MAX_SHARED_READS: costly.append(u)
+    new = stored(costly) - staged
     if not new: break
     staged |= new
   # an output that would be materialized is simply computed into its own buffer, unless something else reads it
@@ -140,20 +163,35 @@ def kernelize(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType],
     new_buffer = lambda n, d: buf(next(counter), n, d)
   staged = _staged(roots)
   kernels: list[Kernel] = []
-
-  def make(root: UOp, out: UOp) -> None:
-    canon_root, canon_out, inputs = canonicalize(root, out)
-    kernels.append(Kernel(root, out, inputs, canon_root, canon_out))
+  # a materialized value that is also an output is computed straight into the output's buffer (no copy kernel after)
+  into = {root: out for root, out in reversed(outputs) if out.shape[0] == max(1, prod(root.shape))}
 
   def materialize(u: UOp) -> UOp:
-    value = u.src[0] if u.op is Ops.STAGE else u
-    tmp = new_buffer(max(1, prod(value.shape)), value.dtype)
-    make(value, tmp)
-    return tmp.reshape(value.shape) if value.shape != tmp.shape else tmp
+    if u.op is Ops.STAGE: return u.src[0]           # a STAGE's value was materialized in its stored form below it
+    if prod(u.shape) == 0: return u.const_like(0)   # nothing to store: every view of it is empty too
+    out = into.pop(u, None) or new_buffer(max(1, prod(u.shape)), u.dtype)
+    kernels.append(make_kernel(u, out))
+    return out.reshape(u.shape) if u.shape != out.shape else out
 
-  new_roots = UOp.wrap(roots, staged, materialize)
-  for root, (_, out) in zip(new_roots, outputs): make(root, out)
+  stages = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.STAGE}
+  new_roots = UOp.wrap(roots, staged | stages, materialize)
+  for root, (_, out) in zip(new_roots, outputs):
+    if root is not (out.reshape(root.shape) if root.shape != out.shape else out): kernels.append(make_kernel(root, out))
   return kernels
 
 
-__all__ = ["kernelize", "Kernel", "KernelizeError", "canonicalize", "MAX_SHARED_READS"]
+def make_kernel(root: UOp, out: UOp, canonical: bool = True) -> Kernel:
+  """The Kernel that stores shaped `root` row-major into BUFFER `out`, with its canonical form. With canonical=False the
+  buffers keep their slots (inputs in slot order): a hand-written program compiles with the names its author gave."""
+  if not isinstance(root, UOp) or not isinstance(out, UOp) or out.op is not Ops.BUFFER or out.dtype is not root.dtype \
+     or out.shape[0] < prod(root.shape):
+    raise KernelizeError(f"a kernel stores a shaped UOp into a BUFFER of its dtype and size, got {root!r:.80} into {out!r:.80}")
+  if not canonical:
+    inputs = tuple(sorted((u for u in root.toposort() if u.op is Ops.BUFFER), key=lambda b: b.arg.slot))
+    if len({b.arg.slot for b in inputs + (out,)}) != len(inputs) + 1: raise KernelizeError("two BUFFERs of this kernel share a slot")
+    return Kernel(root, out, inputs, root, out)
+  canon_root, canon_out, inputs = canonicalize(root, out)
+  return Kernel(root, out, inputs, canon_root, canon_out)
+
+
+__all__ = ["kernelize", "make_kernel", "Kernel", "KernelizeError", "canonicalize", "MAX_SHARED_READS"]

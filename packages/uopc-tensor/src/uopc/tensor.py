@@ -24,10 +24,8 @@ from uopc.dtype import DType, dtypes
 from uopc.uop import UOp, Ops, ParamArg, prod
 from uopc.composite import pad as _pad_uop, flip_axis
 from uopc.kernelize import kernelize, Kernel
-from uopc.rangeify import lower, Ctx, Opts
-from uopc.linearize import linearize
-from uopc.backends import get_backend, Backend
-from uopc.backends.c import np_dtype
+from uopc.backends import get_backend
+from uopc.runtime import Buffer, run_schedule, np_dtype
 from uopc.grad import gradient as grad_of
 
 _PROMOTION = (dtypes.bool, dtypes.i32, dtypes.f16, dtypes.f32)
@@ -42,9 +40,10 @@ class TensorError(ValueError):
 
 
 # ---- storage: the data behind realized BUFFERs -------------------------------------------------------------------
-# the only state here is keyed by UOps: a BUFFER's array dies with the last graph that mentions the BUFFER
+# the only state here is keyed by UOps: a BUFFER's memory (a uopc.runtime.Buffer on the tensor's backend) dies with the
+# last graph that mentions the BUFFER. Data stays on the backend between kernels and crosses to NumPy only in numpy().
 
-_storage: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
+_storage: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 # a realized tensor that depends on gradient leaves keeps the graph it came from, so backward() can still see through it
 _history: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 _buffer_ids = itertools.count(1 << 20)   # BUFFER slots of tensors; kernels renumber their own buffers from 0
@@ -54,28 +53,7 @@ def _new_buffer(n: int, dtype: DType) -> UOp:
   return UOp(Ops.BUFFER, (), ParamArg(next(_buffer_ids), dtype, (max(1, n),)))
 
 
-def _default_device() -> str: return os.environ.get("UOPC_DEVICE", "C").upper()
-
-
-# ---- running kernels -----------------------------------------------------------------------------------------------
-
-_programs: dict[tuple, Any] = {}   # (backend, canonical root, canonical out) -> compiled program: one compile per structure
-
-
-def _run_kernel(backend: Backend, k: Kernel) -> None:
-  key = (backend.name, k.canonical_root, k.canonical_out)
-  prog = _programs.get(key)
-  if prog is None:
-    name = f"k{len(_programs)}"
-    sink = lower(k.canonical_root, k.canonical_out, Ctx(opts=Opts()))
-    prog = _programs[key] = backend.compile(backend.render(linearize(sink), name), name)
-  args = []
-  for b in k.inputs:
-    if (a := _storage.get(b)) is None: raise TensorError(f"a kernel reads a buffer that holds no data ({b.dtype.name}[{b.shape[0]}])")
-    args.append(a)
-  out = backend.alloc(k.out.shape[0], k.out.dtype)
-  _storage[k.out] = out
-  backend.launch(prog, args + [out])
+def _default_device() -> str: return os.environ.get("UOPC_DEVICE", "").strip().upper() or "C"
 
 
 def _realized(u: UOp) -> bool:
@@ -146,14 +124,14 @@ class Tensor:
       if arr.dtype.kind in "iu" and arr.size and (arr.max() > 2**31 - 1 or arr.min() < -2**31) and dtype is dtypes.i32:
         raise TensorError("integer data doesn't fit in i32")
       # not np.ascontiguousarray, which makes a 0-d array 1-d
-      self.uop = Tensor._from_numpy(np.asarray(arr, dtype=np_dtype(dtype), order="C"), dtype)
+      self.uop = Tensor._from_numpy(np.asarray(arr, dtype=np_dtype(dtype), order="C"), dtype, self.device)
     self.requires_grad = False
     if requires_grad: self.requires_grad_(True)
 
   @staticmethod
-  def _from_numpy(arr: np.ndarray, dtype: DType) -> UOp:
+  def _from_numpy(arr: np.ndarray, dtype: DType, device: str) -> UOp:
     b = _new_buffer(arr.size, dtype)
-    _storage[b] = arr.reshape(-1).copy() if arr.size else np.zeros(1, arr.dtype)
+    _storage[b] = Buffer.from_numpy(arr.reshape(-1) if arr.size else np.zeros(1, arr.dtype), get_backend(device), dtype)
     if not arr.size: return b.shrink(((0, 0),)).reshape(arr.shape)   # a BUFFER holds at least one element: view none of it
     return b.reshape(arr.shape) if arr.shape != b.shape else b
 
@@ -195,8 +173,7 @@ class Tensor:
       if not _realized(t.uop): todo.setdefault(t.uop, []).append(t)
     if not todo: return self
     outs = [(u, _new_buffer(prod(u.shape), u.dtype)) for u in todo]
-    backend = get_backend(self.device)
-    for k in kernelize(outs, _new_buffer): _run_kernel(backend, k)
+    run_schedule(kernelize(outs, _new_buffer), get_backend(self.device), _storage)
     for (u, b) in outs:
       view = b.reshape(u.shape) if u.shape != b.shape else b
       # a value computed from gradient leaves (not a leaf itself: an optimizer's update is a fresh start) keeps its graph
@@ -208,7 +185,7 @@ class Tensor:
     if self.numel() == 0: return np.zeros(self.shape, np_dtype(self.dtype))
     self.realize()
     b = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
-    return np.asarray(get_backend(self.device).copyout(_storage[b]))[:self.numel()].reshape(self.shape)
+    return _storage[b].numpy()[:self.numel()].reshape(self.shape)
 
   def item(self):
     if self.numel() != 1: raise TensorError(f"item() needs a tensor with one element, this one has shape {self.shape}")

@@ -1,72 +1,118 @@
-"""Backends: where lowered programs become machine code and run.
+"""Backends: where linearized programs become machine code and run. This docstring is the backend contract.
 
-A backend has a name and five verbs: `render(linear_program, name) -> source`, `compile(source) -> program`
-(cached), `alloc(n, dtype)` and `copyin`/`copyout` between its buffers and NumPy arrays, and
-`launch(program, buffers)`. The C backend (gcc, OpenMP) is the default and needs nothing but gcc. Backends
-are found by name: the built-in ones, and any that another distribution registers under the entry point
-group "uopc.backends" (`get_backend("C")`, or UOPC_DEVICE=... at the API boundary).
+A backend is an object with a name, a renderer, the capabilities uopc.opt reads, and six verbs:
 
-This module also holds what every backend must check before native code sees a program (DESIGN 5.3): each
-LOAD and STORE index is proven in range from the symbolic bounds, or the kernel is refused with an error
-naming the buffer, the index and its bounds. Division by zero needs no proof: the renderers emit C's / and %
-only where bounds show a positive divisor and a non-negative dividend, and otherwise call helpers that give
-NumPy's answer (x // 0 == x % 0 == 0) instead of trapping.
+    name                          "C", "CUDA", "PYTHON", ...: how users pick it (get_backend, UOPC_DEVICE, device=)
+    renderer                      turns a LinearProgram into source text: render(program) -> str. None for a backend
+                                  that runs the linearized program itself (an interpreter, an emulator)
+    caps                          a uopc.opt.Caps: threads, vector width, caches, GPU or not
+    compile(src, name)            the rendered source (or, with no renderer, the LinearProgram itself) -> a handle the
+                                  backend can launch; `name` is the function the source defines. Caching on disk is
+                                  the backend's business
+    alloc(n, dtype)               memory for n elements of dtype -> a handle
+    copyin(handle, array)         fill it from a flat, C-contiguous NumPy array of exactly its dtype and size
+    copyout(handle)               -> a flat NumPy array: a copy of its contents
+    launch(program, handles, global_size=None, local_size=None)
+                                  run a compiled program on memory handles given in the program's parameter order
+                                  (LinearProgram.params); GPU backends get the grid and block sizes
+    synchronize()                 return when everything launched so far has finished
+
+Nothing else may be assumed: uopc.runtime is the only caller of these verbs, and it does everything that is the
+same for all backends (choosing Opts, lowering, linearizing, the memory-safety proof below, the program cache,
+checking every launch's buffers, profiling). A backend never sees a program the proof refused, and it never gets
+a parameter list that disagrees with the program it compiled: both come from the one LinearProgram.
+
+Backends are found by name: the built-in ones, those registered in-process with `register_backend(name, factory)`,
+and those another distribution declares under the entry point group "uopc.backends".
+
+The memory-safety proof (DESIGN 5.3): each LOAD and STORE index is proven in range from the symbolic bounds, or the
+kernel is refused with an error naming the buffer, the index and its bounds. Division by zero needs no proof: the
+renderers emit C's / and % only where bounds show a positive divisor and a non-negative dividend, and otherwise
+call helpers that give NumPy's answer (x // 0 == x % 0 == 0) instead of trapping.
 """
 from __future__ import annotations
 import importlib.metadata
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
 from uopc.uop import UOp, Ops
-from uopc.dtype import AddrSpace
+from uopc.dtype import AddrSpace, DType
 from uopc.symbolic import bounds
 
 
 class BackendError(Exception):
-  """An unknown backend, or a program a backend refuses before running it."""
+  """An unknown backend, or a program or buffer a backend refuses before running it."""
 
 
 class UnsafeKernelError(BackendError):
   """A LOAD or STORE whose index can't be proven inside its buffer."""
 
 
+@dataclass(frozen=True)
+class LinearProgram:
+  """What a renderer (or a backend without one) is given: the function's name, the linearized statements, and its
+  parameters: the BUFFERs in launch order. A parameter the statements never mention (an input that lowering found
+  unread) is still a parameter, so the compiled signature and the launch arguments can't drift apart."""
+  name: str
+  uops: tuple[UOp, ...]
+  params: tuple[UOp, ...]
+
+
 class Backend(Protocol):
   name: str
-  def render(self, linear_program: list[UOp], name: str) -> str: ...
-  def compile(self, src: str) -> Any: ...
-  def alloc(self, n: int, dtype) -> Any: ...
-  def copyin(self, buf: Any, arr) -> None: ...
-  def copyout(self, buf: Any): ...
-  def launch(self, program: Any, buffers: list[Any], launch_dims: Any = None) -> None: ...
+  renderer: Any
+  caps: Any
+  def compile(self, src: Any, name: str) -> Any: ...
+  def alloc(self, n: int, dtype: DType) -> Any: ...
+  def copyin(self, handle: Any, array) -> None: ...
+  def copyout(self, handle: Any): ...
+  def launch(self, program: Any, handles: list[Any], global_size: tuple[int, ...] | None = None,
+             local_size: tuple[int, ...] | None = None) -> None: ...
+  def synchronize(self) -> None: ...
 
 
-def _builtin() -> dict[str, str]:
-  return {"C": "uopc.backends.c:CBackend"}
+_BUILTIN: dict[str, str] = {"C": "uopc.backends.c:CBackend"}
+_registered: dict[str, Callable[[], Backend]] = {}
+_instances: dict[str, Backend] = {}
+
+
+def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+  """Make `factory()` the backend called `name` (case-insensitive) in this process, replacing one of that name."""
+  if not isinstance(name, str) or not name.strip(): raise BackendError(f"a backend needs a non-empty name, got {name!r}")
+  if not callable(factory): raise BackendError(f"register_backend({name!r}, ...) needs a factory (a class or a function), got {factory!r}")
+  key = name.strip().upper()
+  _registered[key] = factory
+  _instances.pop(key, None)
+
+
+def _entry_points() -> dict[str, Any]:
+  try: return {ep.name.upper(): ep for ep in importlib.metadata.entry_points(group="uopc.backends")}
+  except Exception: return {}   # a broken third-party installation must not hide the built-in backends
 
 
 def available_backends() -> list[str]:
-  names = set(_builtin())
-  try: names.update(ep.name for ep in importlib.metadata.entry_points(group="uopc.backends"))
-  except Exception: pass   # a broken third-party installation must not hide the built-in backends
-  return sorted(names)
+  names = {n.upper(): n for n in _BUILTIN}
+  for key, ep in _entry_points().items(): names.setdefault(key, ep.name)
+  names.update({k: k for k in _registered})
+  return sorted(names.values())
 
 
-_instances: dict[str, Backend] = {}
-
-def get_backend(name: str = "C") -> Backend:
-  """The backend called `name` (case-insensitive): built in, or registered under the entry point group uopc.backends."""
-  key = str(name).upper()
-  if key in _instances: return _instances[key]
-  target = _builtin().get(key)
-  if target is None:
-    try: eps = {ep.name.upper(): ep for ep in importlib.metadata.entry_points(group="uopc.backends")}
-    except Exception: eps = {}
-    if key not in eps: raise BackendError(f"unknown backend {name!r}; available: {', '.join(available_backends())}")
-    cls = eps[key].load()
-  else:
-    mod, _, attr = target.partition(":")
-    cls = getattr(importlib.import_module(mod), attr)
-  _instances[key] = backend = cls()
+def get_backend(name: str | None = "C") -> Backend:
+  """The backend called `name` (case-insensitive; None or "" is the default, C): registered in this process, built in,
+  or declared under the entry point group uopc.backends."""
+  key = str(name or "C").strip().upper() or "C"
+  if (b := _instances.get(key)) is not None: return b
+  if key in _registered: factory = _registered[key]
+  elif key in _BUILTIN:
+    mod, _, attr = _BUILTIN[key].partition(":")
+    import importlib
+    factory = getattr(importlib.import_module(mod), attr)
+  elif key in (eps := _entry_points()): factory = eps[key].load()
+  else: raise BackendError(f"unknown backend {name!r}; available: {', '.join(available_backends())}")
+  _instances[key] = backend = factory()
   return backend
 
+
+# ---- what every backend relies on -----------------------------------------------------------------------------------
 
 def base_memory(u: UOp) -> UOp:
   """The BUFFER or ALLOC behind a chain of AFTERs."""
@@ -78,7 +124,7 @@ def memory_name(m: UOp) -> str:
   return f"data{m.arg.slot}" if m.op is Ops.BUFFER else f"acc{m.arg.slot}"
 
 
-def check_memory_safety(program: UOp | list[UOp]) -> None:
+def check_memory_safety(program: UOp | list[UOp] | tuple[UOp, ...]) -> None:
   """Refuse a kernel with a LOAD or STORE whose index bounds aren't inside its buffer (DESIGN 5.3)."""
   nodes = program.toposort() if isinstance(program, UOp) else program
   for u in nodes:
@@ -95,21 +141,11 @@ def check_memory_safety(program: UOp | list[UOp]) -> None:
 
 
 def run_on(backend: Backend, sink: UOp, buffers: dict, name: str = "kernel") -> None:
-  """Run a lowered program on any backend through its five verbs: the NumPy arrays in `buffers` (by slot) are copied
-  in, the kernel launched, and every array copied back out (so outputs land in them, as with run_c)."""
-  import numpy as np
-  from uopc.linearize import linearize
-  from uopc.backends.c import check_buffers, kernel_buffers
-  arrays = check_buffers(sink, buffers)
-  prog = backend.compile(backend.render(linearize(sink), name))
-  devbufs = []
-  for b, a in zip(kernel_buffers(sink), arrays):
-    d = backend.alloc(b.shape[0], b.dtype)
-    backend.copyin(d, a[:b.shape[0]])
-    devbufs.append(d)
-  backend.launch(prog, devbufs)
-  for d, a, b in zip(devbufs, arrays, kernel_buffers(sink)): a[:b.shape[0]] = np.asarray(backend.copyout(d)).reshape(-1)
+  """Run a lowered program on any backend: the NumPy arrays in `buffers` (by BUFFER slot) are checked, copied in, the
+  kernel launched through uopc.runtime, and the arrays it writes copied back (so outputs land in them, as with run_c)."""
+  from uopc.runtime import run_lowered
+  run_lowered(sink, buffers, backend, name)
 
 
-__all__ = ["run_on", "Backend", "BackendError", "UnsafeKernelError", "get_backend", "available_backends", "check_memory_safety",
-           "base_memory", "memory_name"]
+__all__ = ["run_on", "Backend", "BackendError", "UnsafeKernelError", "LinearProgram", "get_backend", "register_backend",
+           "available_backends", "check_memory_safety", "base_memory", "memory_name"]

@@ -1,16 +1,20 @@
-"""The C backend: render a lowered program as one C function, compile it with gcc (cached on disk), run it.
+"""The C backend: render a linearized program as one C function, compile it with gcc (cached on disk), run it.
 
-    render_c(sink, name)       -> C source: a prelude and `void name(float* restrict data0, ...)`
-    run_c(sink, {slot: array}) -> runs the kernel on NumPy arrays, after checking every buffer
+    CRenderer().render(program)  -> C source: a prelude and `void name(float* restrict data0, ...)`
+    render_c(sink, name)         -> the same for the SINK that lower() returns (linearized and proven safe first)
+    run_c(sink, {slot: array})   -> runs a lowered program on NumPy arrays in place, through uopc.runtime
 
-Rendering walks the linearized program once. The renderer is a table (`CRenderer.code_for_op`: op -> a
-small format function) plus a handful of strings a subclass changes (CUDA swaps the kernel prefix, the
-barrier and the loop openers). Names follow the book: `dataN` is the BUFFER in slot N, `ridxN` the counter of
-RANGE N, `accN` an accumulator (ALLOC), `valN` a loaded value, `aluN` an expression that gets a variable
-because it is used more than once or inside a deeper loop than where it is computed (everything else is
-inlined). C's / and % appear only where bounds prove the operands non-negative (and the divisor positive);
-elsewhere the prelude's floordiv_i32/floormod_i32 give floor semantics, NumPy's 0 for a zero divisor, and wrap
-INT_MIN / -1 instead of trapping.
+The renderer is tables over every op a linearized program can hold: `code_for_op` (ALU: op -> a small format
+function), `range_code` (a RANGE by its AxisType: LOOP and REDUCE as `for` loops, THREAD as a `for` under
+OpenMP's pragma, GLOBAL and LOCAL as index expressions a GPU subclass supplies), `alloc_code` (an ALLOC by its
+address space), `barrier`, and the `prelude` and `signature` hooks. A CUDA renderer is a subclass that changes a
+handful of those entries. Names follow the book: `dataN` is the BUFFER in slot N, `ridxN` the counter of RANGE N,
+`accN` an accumulator (ALLOC), `valN` a loaded value, `aluN` an expression that gets a variable because it is
+used more than once, inside a deeper loop than where it is computed, or is long (so the source stays linear in
+the size of the program: inlining a chain of 20,000 multiplies would copy each prefix into the next). C's / and %
+appear only where bounds prove the operands non-negative (and the divisor positive); elsewhere the prelude's
+floordiv_i32/floormod_i32 give floor semantics, NumPy's 0 for a zero divisor, and wrap INT_MIN / -1 instead of
+trapping.
 
 Compilation keeps IEEE semantics (no -ffast-math, no contraction of a*b+c into an fma, -fwrapv for the i32
 wrap-around the IR defines) and caches shared objects on disk under $UOPC_CACHE_DIR (default ~/.cache/uopc),
@@ -25,12 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 import numpy as np
-from uopc.uop import UOp, Ops, AxisType
-from uopc.dtype import DType, dtypes
+from uopc.uop import UOp, Ops, AxisType, users_of
+from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.symbolic import vmin
 from uopc.evaluate import round_f32, round_f16
 from uopc.linearize import linearize
-from uopc.backends import BackendError, check_memory_safety, base_memory, memory_name
+from uopc.backends import BackendError, LinearProgram, check_memory_safety, base_memory, memory_name
+from uopc.runtime import program_buffers, run_lowered
 
 
 class CompileError(BackendError):
@@ -93,10 +98,16 @@ def render_const(v, dtype: DType) -> str:
 
 
 def _fmax(a: str, b: str) -> str: return f"((({a}>{b})||({a}!={a}))?{a}:{b})"   # NaN propagates, as numpy.maximum
+def _loop(var: str, end: str) -> str: return f"for (int {var} = 0; {var} < {end}; {var}++) {{"
+def _array(ctype: str, name: str, n: int) -> str: return f"{ctype} {name}{f'[{n}]' if n != 1 else ''};"
+
+# an expression longer than this gets a variable instead of being pasted into its users: the source stays linear in the
+# program's size (a chain of inlined multiplies would copy every prefix into the next: quadratic memory and time)
+MAX_INLINE = 200
 
 
 class CRenderer:
-  """One kernel as C. Subclasses change the strings and the few table entries that differ."""
+  """One kernel as C. Subclasses change the strings and the table entries that differ (see the module docstring)."""
   kernel_prefix = "void"
   buffer_qualifier = " restrict"
   barrier = "/* barrier: one thread, nothing to wait for */"
@@ -113,19 +124,40 @@ class CRenderer:
     Ops.SQRT: lambda d, x: f"sqrtf({x})" if d is dtypes.f32 else f"((_Float16)sqrtf((float){x}))",
     Ops.SIN: lambda d, x: f"sinf({x})" if d is dtypes.f32 else f"((_Float16)sinf((float){x}))",
   }
+  # a RANGE by its kind: (renderer, counter, end, its position among the ranges of its kind) -> the lines that open it.
+  # LOOP, REDUCE and THREAD open a block that their END closes; GLOBAL and LOCAL are the launch grid's coordinates.
+  range_code: dict[AxisType, Callable[[CRenderer, str, str, int], list[str]]] = {
+    AxisType.LOOP: lambda rn, var, end, dim: [_loop(var, end)],
+    AxisType.REDUCE: lambda rn, var, end, dim: [_loop(var, end)],
+    AxisType.THREAD: lambda rn, var, end, dim: ["#pragma omp parallel for", _loop(var, end)],
+    AxisType.GLOBAL: lambda rn, var, end, dim: [f"int {var} = {rn.grid_index(AxisType.GLOBAL, dim)};"],
+    AxisType.LOCAL: lambda rn, var, end, dim: [f"int {var} = {rn.grid_index(AxisType.LOCAL, dim)};"],
+  }
+  opens_block = {AxisType.LOOP, AxisType.REDUCE, AxisType.THREAD}
+  # an ALLOC by its address space: (C type, name, elements) -> its declaration. On a CPU one thread is the whole
+  # "block", so shared memory is an ordinary array
+  alloc_code: dict[AddrSpace, Callable[[str, str, int], str]] = {AddrSpace.LOCAL: _array, AddrSpace.SHARED: _array}
+
+  def grid_index(self, kind: AxisType, dim: int) -> str:
+    raise BackendError(f"the C renderer has no GPU grid for a {kind.name} range: lower with Opts(gpu=False) for a CPU backend")
 
   def render_cast(self, x: UOp, to: DType, xs: str) -> str:
     if x.op is Ops.CONST and to is dtypes.f16: return render_const(x.arg, dtypes.f16)
     if to is dtypes.i32 and x.dtype.is_float: return f"cast_f32_i32({xs})"
     return f"(({to.ctype})({xs}))"
 
-  def render(self, lin: list[UOp], name: str = "kernel") -> str:
-    """C source for the linearized program `lin` (see uopc.linearize)."""
-    name = sanitize_name(name)
-    check_memory_safety(lin)
-    users: dict[UOp, list[UOp]] = {}
-    for u in lin:
-      for s in u.src: users.setdefault(s, []).append(u)
+  def prelude(self, program: LinearProgram) -> str: return PRELUDE
+  def signature(self, program: LinearProgram) -> str:
+    params = ", ".join(f"{b.dtype.ctype}*{self.buffer_qualifier} {memory_name(b)}" for b in program.params)
+    return f"{self.kernel_prefix} {sanitize_name(program.name)}({params})"   # a name is never pasted in unchecked
+
+  def render(self, program: LinearProgram) -> str:
+    """C source for `program` (see uopc.backends.LinearProgram): prelude, signature, then the statements in order."""
+    lin = program.uops
+    if len({b.arg.slot for b in program.params}) != len(program.params): raise BackendError("two parameters of this kernel share a slot")
+    if missing := {u for u in lin if u.op is Ops.BUFFER} - set(program.params):
+      raise BackendError(f"the program uses BUFFER slots {sorted(b.arg.slot for b in missing)} that are not among its parameters")
+    users = users_of(list(lin))
     # the loop depth of every node, to see which values are used deeper than where they are computed
     depth: dict[UOp, int] = {}
     d = 0
@@ -138,10 +170,9 @@ class CRenderer:
     r: dict[UOp, str] = {}
     lines: list[str] = []
     counter = {"v": 1, "acc": 0}
-    buffers = sorted({u for u in lin if u.op is Ops.BUFFER}, key=lambda b: b.arg.slot)
-    if len({b.arg.slot for b in buffers}) != len(buffers): raise BackendError("two BUFFERs of this kernel share a slot")
-    pad = lambda: "  " * (len(indent) + 1)
-    indent: list[UOp] = []
+    dims = {AxisType.GLOBAL: 0, AxisType.LOCAL: 0}
+    blocks: list[bool] = []       # for each open RANGE: did it open a { block
+    pad = lambda: "  " * (sum(blocks) + 1)
     def var(prefix: str, u: UOp, expr: str) -> None:
       r[u] = f"{prefix}{counter['v']}"
       counter["v"] += 1
@@ -151,18 +182,18 @@ class CRenderer:
       if op is Ops.BUFFER: r[u] = memory_name(u)
       elif op is Ops.CONST: r[u] = render_const(u.arg, u.dtype)
       elif op is Ops.RANGE:
+        kind = u.arg.kind
         r[u] = f"ridx{u.arg.idx}"
-        if u.arg.kind is AxisType.THREAD: lines.append(f"{pad()}#pragma omp parallel for")
-        lines.append(f"{pad()}for (int {r[u]} = 0; {r[u]} < {r[u.src[0]]}; {r[u]}++) {{")
-        indent.append(u)
+        dim = dims.get(kind, 0)
+        if kind in dims: dims[kind] += 1
+        lines.extend(pad() + line for line in self.range_code[kind](self, r[u], r[u.src[0]], dim))
+        blocks.append(kind in self.opens_block)
       elif op is Ops.END:
-        indent.pop()
-        lines.append(f"{pad()}}}")
+        if blocks.pop(): lines.append(f"{pad()}}}")
       elif op is Ops.ALLOC:
         r[u] = f"acc{counter['acc']}"
         counter["acc"] += 1
-        n = u.arg.shape[0]
-        lines.append(f"{pad()}{u.dtype.ctype} {r[u]}{f'[{n}]' if n != 1 else ''};")
+        lines.append(pad() + self.alloc_code[u.addrspace](u.dtype.ctype, r[u], u.arg.shape[0]))
       elif op is Ops.AFTER: r[u] = r[u.src[0]]
       elif op is Ops.INDEX:
         mem = base_memory(u.src[0])
@@ -180,15 +211,17 @@ class CRenderer:
       else: raise BackendError(f"the C renderer has no rule for {op!r} (is the program lowered?)")
       if op in self.code_for_op or op in (Ops.CAST, Ops.FLOORDIV, Ops.FLOORMOD):
         us = uses(u)
-        if len(us) > 1 or any(depth[w] > depth[u] for w in us): var("alu", u, r[u])
-    params = ", ".join(f"{b.dtype.ctype}*{self.buffer_qualifier} {r[b]}" for b in buffers)
-    return PRELUDE + f"{self.kernel_prefix} {name}({params}) {{\n" + "\n".join(lines) + "\n}\n"
+        if len(us) > 1 or len(r[u]) > MAX_INLINE or any(depth[w] > depth[u] for w in us): var("alu", u, r[u])
+    return self.prelude(program) + self.signature(program) + " {\n" + "\n".join(lines) + "\n}\n"
 
 
 def render_c(sink: UOp, name: str = "kernel") -> str:
-  """C source for the output of lower(): the prelude and one function `void name(T* restrict dataN, ...)`."""
+  """C source for the output of lower(): the prelude and one function `void name(T* restrict dataN, ...)`, one parameter
+  per BUFFER of the program in slot order. The program is linearized and proven memory-safe first."""
   if not isinstance(sink, UOp) or sink.op is not Ops.SINK: raise BackendError("render_c takes the SINK that lower() returns")
-  return CRenderer().render(linearize(sink), name)
+  lin = linearize(sink)
+  check_memory_safety(lin)
+  return CRenderer().render(LinearProgram(name, tuple(lin), tuple(program_buffers(lin))))
 
 
 # ---- compiling, with a content-addressed cache on disk -----------------------------------------------------------
@@ -254,7 +287,9 @@ class CCompiler:
       so, tag, digest = data[:-_SEAL_LEN], data[-_SEAL_LEN:-32], data[-32:]
       if tag != _SEAL_TAG or hashlib.sha256(so).digest() != digest: raise OSError(f"{path}: damaged cache entry")
       lib = ctypes.CDLL(str(path))
-      return CProgram(name, src, path, getattr(lib, name), lib)
+      fn = getattr(lib, name)
+      fn.restype = None
+      return CProgram(name, src, path, fn, lib)
     except (OSError, AttributeError):
       # a corrupt or foreign entry (a truncated file, the wrong symbol): remove it, and the caller rebuilds it
       try: path.unlink()
@@ -288,78 +323,61 @@ class CCompiler:
 compiler = CCompiler()
 
 
-# ---- running -------------------------------------------------------------------------------------------------------
+# ---- the backend ---------------------------------------------------------------------------------------------------
 
-def np_dtype(dtype: DType) -> np.dtype:
-  """The NumPy dtype that holds values of `dtype`."""
-  if dtype.fmt is None: raise BackendError(f"no NumPy dtype for {dtype}")
-  return np.dtype(dtype.fmt)
-
-
-def kernel_buffers(sink: UOp) -> list[UOp]:
-  """The BUFFERs of a lowered program, in slot order (the order of the C function's parameters)."""
-  bufs = sorted({u for u in sink.toposort() if u.op is Ops.BUFFER}, key=lambda b: b.arg.slot)
-  if len({b.arg.slot for b in bufs}) != len(bufs):
-    raise BackendError(f"two BUFFERs share a slot: {sorted((b.arg.slot, b.dtype.name, b.shape[0]) for b in bufs)}")
-  return bufs
+def _native_vector_width() -> int:
+  """f32 lanes of the widest vector unit -march=native targets (from the CPU flags; 4 when they can't be read)."""
+  try: flags = set(Path("/proc/cpuinfo").read_text().split("flags")[1].split("\n")[0].split())
+  except (OSError, IndexError): return 4
+  return 16 if "avx512f" in flags else 8 if "avx2" in flags or "avx" in flags else 4
 
 
-def stored_buffers(sink: UOp) -> set[int]:
-  return {base_memory(u.src[0].src[0]).arg.slot for u in sink.toposort()
-          if u.op is Ops.STORE and base_memory(u.src[0].src[0]).op is Ops.BUFFER}
+def _threads() -> int:
+  """The threads an OpenMP loop gets: OMP_NUM_THREADS when set, else the CPUs this process may run on."""
+  try: return max(1, int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0]))
+  except ValueError: pass
+  try: return max(1, len(os.sched_getaffinity(0)))
+  except (AttributeError, OSError): return os.cpu_count() or 1
 
 
-def check_buffers(sink: UOp, buffers: dict[int, np.ndarray]) -> list[np.ndarray]:
-  """The arrays for the kernel's parameters, after checking each: present, a NumPy array of the BUFFER's dtype,
-  C-contiguous, large enough, writeable where the kernel stores, and not overlapping an array it writes."""
-  args = []
-  written = stored_buffers(sink)
-  bufs = kernel_buffers(sink)
-  for b in bufs:
-    slot, n, want = b.arg.slot, b.shape[0], np_dtype(b.dtype)
-    if slot not in buffers: raise BackendError(f"no array for buffer slot {slot} ({b.dtype.name}[{n}]); got slots {sorted(buffers)}")
-    a = buffers[slot]
-    if not isinstance(a, np.ndarray): raise BackendError(f"buffer slot {slot}: expected a numpy array, got {type(a).__name__}")
-    if a.dtype != want: raise BackendError(f"buffer slot {slot}: expected dtype {want} ({b.dtype.name}), got {a.dtype}")
-    if not a.flags.c_contiguous: raise BackendError(f"buffer slot {slot}: the array must be C-contiguous (use np.ascontiguousarray)")
-    if a.size < n: raise BackendError(f"buffer slot {slot}: the kernel uses {n} elements, the array has {a.size}")
-    if slot in written and not a.flags.writeable: raise BackendError(f"buffer slot {slot}: the kernel writes it, but the array is read-only")
-    args.append(a)
-  for i, bi in enumerate(bufs):
-    for j in range(i):
-      bj = bufs[j]
-      if (bi.arg.slot in written or bj.arg.slot in written) and np.may_share_memory(args[i], args[j]):
-        raise BackendError(f"buffers {bj.arg.slot} and {bi.arg.slot} overlap in memory and the kernel writes one of them "
-                           "(its pointers are restrict)")
-  return args
-
-
-def run_c(sink: UOp, buffers: dict[int, np.ndarray], name: str = "kernel") -> None:
-  """Render, compile (cached) and run a lowered program on NumPy arrays keyed by BUFFER slot, in place."""
-  args = check_buffers(sink, buffers)
-  lin = linearize(sink)
-  prog = compiler.compile(CRenderer().render(lin, name), sanitize_name(name))
-  CBackend.launch_program(prog, args)
+def _aligned(n: int, dtype: np.dtype, alignment: int = 64) -> np.ndarray:
+  """Zeros for n elements starting on a 64-byte boundary (a cache line; NumPy's 16-byte default made the same kernel
+  vary by 30% from run to run)."""
+  raw = np.zeros(n * dtype.itemsize + alignment, np.uint8)
+  offset = (-raw.ctypes.data) % alignment
+  return raw[offset:offset + n * dtype.itemsize].view(dtype)
 
 
 class CBackend:
-  """The default backend: C functions over NumPy arrays."""
+  """The default backend: C functions compiled by gcc, over host memory (64-byte aligned NumPy arrays)."""
   name = "C"
   renderer = CRenderer()
 
-  def render(self, linear_program: list[UOp], name: str = "kernel") -> str: return self.renderer.render(linear_program, name)
-  def compile(self, src: str, name: str = "kernel") -> CProgram: return compiler.compile(src, sanitize_name(name))
-  def alloc(self, n: int, dtype: DType) -> np.ndarray: return np.zeros(n, np_dtype(dtype))
-  def copyin(self, buf: np.ndarray, arr) -> None: buf[...] = np.asarray(arr, buf.dtype).reshape(buf.shape)
-  def copyout(self, buf: np.ndarray) -> np.ndarray: return buf.copy()
-  def launch(self, program: CProgram, buffers: list[np.ndarray], launch_dims=None) -> None: self.launch_program(program, buffers)
+  def __init__(self):
+    from uopc.opt import Caps
+    self.caps = Caps(threads=_threads(), vector_width=_native_vector_width())
 
-  @staticmethod
-  def launch_program(program: CProgram, arrays: list[np.ndarray]) -> None:
-    program.fn.argtypes = [ctypes.c_void_p] * len(arrays)
-    program.fn.restype = None
-    program.fn(*(a.ctypes.data for a in arrays))
+  def compile(self, src: str, name: str) -> CProgram: return compiler.compile(src, sanitize_name(name))   # as the signature has it
+  def alloc(self, n: int, dtype: DType) -> np.ndarray:
+    if dtype.fmt is None: raise BackendError(f"can't allocate {dtype} memory")
+    return _aligned(n, np.dtype(dtype.fmt))
+  def copyin(self, handle: np.ndarray, array: np.ndarray) -> None: handle[...] = array
+  def copyout(self, handle: np.ndarray) -> np.ndarray: return handle.copy()
+  def launch(self, program: CProgram, handles: list[np.ndarray], global_size=None, local_size=None) -> None:
+    if global_size or local_size: raise BackendError(f"{program.name}: the C backend has no launch grid (got {global_size}, {local_size})")
+    fn = program.fn
+    # pointers travel as c_void_p: without argtypes ctypes would pass a python int as a 32-bit C int
+    if fn.argtypes is None: fn.argtypes = [ctypes.c_void_p] * len(handles)
+    fn(*[h.ctypes.data for h in handles])
+  def synchronize(self) -> None: pass   # a C call returns when the kernel is done
 
 
-__all__ = ["render_c", "run_c", "CRenderer", "CBackend", "CCompiler", "CompileError", "compiler", "np_dtype", "sanitize_name",
-           "render_const", "PRELUDE", "CFLAGS", "cache_dir", "kernel_buffers", "check_buffers"]
+def run_c(sink: UOp, buffers: dict[int, np.ndarray], name: str = "kernel") -> None:
+  """Render, compile (cached) and run a lowered program on NumPy arrays keyed by BUFFER slot, in place (through
+  uopc.runtime, like every other way of running a kernel)."""
+  from uopc.backends import get_backend
+  run_lowered(sink, buffers, get_backend("C"), name)
+
+
+__all__ = ["render_c", "run_c", "CRenderer", "CBackend", "CCompiler", "CompileError", "compiler", "sanitize_name",
+           "render_const", "PRELUDE", "CFLAGS", "cache_dir", "MAX_INLINE"]

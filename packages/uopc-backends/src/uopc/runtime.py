@@ -1,0 +1,370 @@
+"""uopc.runtime: the one road from a kernel to a running program.
+
+    compile_kernel(kernel, backend, opts=None) -> Program    choose Opts, lower, linearize, prove safe, render, compile
+    compile_program(sink, backend, name) -> Program          the same road for a SINK that is already lowered
+    program(buffers)                                         launch it on Buffers, each checked against its parameter
+    run_schedule(kernels, backend, buffers)                  a schedule's kernels in order, allocating their outputs
+    Buffer(backend, n, dtype)                                memory a backend owns: filled from NumPy, read by .numpy()
+
+Everything that runs a kernel goes through here: Tensor.realize, testing.run_shaped, run_c and run_on, the `uopc`
+command, benchmarks, and later the JIT, which records the (Program, Buffers) launches that run_schedule makes.
+What is the same for every backend lives here once, so no backend can forget it:
+
+  * Opts: asked from uopc.opt when none are given, validated against the kernel and the backend (GPU Opts on a CPU
+    backend are an error, as is any entry lower() would have to ignore);
+  * the memory-safety proof (uopc.backends.check_memory_safety) on every program, before it is rendered;
+  * one parameter list: a Program's parameters (slot, dtype, element count) are fixed when it is compiled, from the
+    same LinearProgram the renderer turns into the signature. A kernel's parameters are all its buffers, in canonical
+    order, even an input that lowering found unread (`Tensor.zeros(4, 0).sum(1)` reads nothing), so the arguments of
+    a launch can't shift; a launch passes exactly those Buffers, and each one's backend, dtype and size is checked
+    before native code runs;
+  * the program cache: in-process by (backend, canonical kernel, Opts), so each kernel structure compiles once per
+    process; across processes the backend's compiler caches on disk;
+  * profiling, in the convention tinygrad and PyTorch users know: UOPC_DEBUG=1 prints a line per launch to stderr
+    (program, output shape, time, GFLOP/s and GB/s, with FLOPs and bytes counted once per program), =2 also each
+    program's source when it is first compiled, =3 also its linearized UOps; any level prints a summary at exit.
+"""
+from __future__ import annotations
+import atexit, os, sys, time, warnings
+from dataclasses import dataclass
+from typing import Any, MutableMapping, Sequence
+import numpy as np
+from uopc.dtype import DType
+from uopc.uop import UOp, Ops, AxisType, ALU, prod
+from uopc.rangeify import Opts, Ctx, lower, LowerError
+from uopc.linearize import linearize
+from uopc.kernelize import Kernel
+from uopc.symbolic import bounds
+from uopc.opt import Caps, choose_opts
+from uopc.backends import Backend, BackendError, LinearProgram, check_memory_safety, base_memory
+
+
+def np_dtype(dtype: DType) -> np.dtype:
+  """The NumPy dtype that holds values of `dtype`."""
+  if dtype.fmt is None: raise BackendError(f"no NumPy dtype for {dtype}")
+  return np.dtype(dtype.fmt)
+
+
+def debug_level() -> int:
+  """UOPC_DEBUG as a number (0 when unset or empty); read where a program is compiled or launched."""
+  v = os.environ.get("UOPC_DEBUG", "").strip()
+  if not v: return 0
+  try: return int(v)
+  except ValueError:
+    warnings.warn(f"UOPC_DEBUG={v!r} is not a number (0 = quiet, 1 = a line per kernel, 2 = + source, 3 = + UOps); using 0", stacklevel=3)
+    os.environ["UOPC_DEBUG"] = "0"
+    return 0
+
+
+# ---- memory ------------------------------------------------------------------------------------------------------
+
+class Buffer:
+  """`size` elements of `dtype` in memory owned by `backend` (its alloc's handle). Data crosses to and from NumPy only
+  through copyin and numpy()."""
+  __slots__ = ("backend", "size", "dtype", "handle", "__weakref__")
+
+  def __init__(self, backend: Backend, size: int, dtype: DType):
+    if type(size) is not int or size < 0: raise BackendError(f"a Buffer holds a non-negative number of elements, got {size!r}")
+    np_dtype(dtype)
+    self.backend, self.size, self.dtype = backend, size, dtype
+    self.handle = backend.alloc(size, dtype)
+
+  @property
+  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+
+  def copyin(self, data) -> Buffer:
+    """Fill the buffer from array-like `data` with exactly `size` elements (converted to the buffer's dtype)."""
+    arr = np.asarray(data)
+    if arr.size != self.size: raise BackendError(f"copyin: {arr.size} values into a {self.dtype.name} buffer of {self.size}")
+    self.backend.copyin(self.handle, np.ascontiguousarray(arr.reshape(-1), dtype=np_dtype(self.dtype)))
+    return self
+
+  def numpy(self) -> np.ndarray:
+    """A flat NumPy copy of the buffer's contents."""
+    arr = np.asarray(self.backend.copyout(self.handle)).reshape(-1)
+    if arr.size != self.size or arr.dtype != np_dtype(self.dtype):
+      raise BackendError(f"backend {self.backend.name}: copyout gave {arr.dtype}[{arr.size}] for a {self.dtype.name} buffer of {self.size}")
+    return arr
+
+  @staticmethod
+  def from_numpy(data, backend: Backend, dtype: DType | None = None) -> Buffer:
+    arr = np.asarray(data)
+    if dtype is None:
+      from uopc.dtype import dtypes
+      dtype = next((d for d in dtypes.all if d.fmt is not None and np.dtype(d.fmt) == arr.dtype), None)
+      if dtype is None: raise BackendError(f"no uopc dtype holds NumPy {arr.dtype} values")
+    return Buffer(backend, arr.size, dtype).copyin(arr)
+
+  def __repr__(self): return f"<Buffer {self.dtype.name}[{self.size}] on {self.backend.name}>"
+
+
+# ---- programs ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Param:
+  """One parameter of a compiled program: the BUFFER slot, its dtype, how many elements it needs, and whether the
+  program writes it."""
+  slot: int
+  dtype: DType
+  size: int
+  written: bool
+
+
+class Program:
+  """A compiled kernel. `src` is the rendered source (None for a backend that renders none); `params` are fixed at
+  compile time; calling it launches it on a list of Buffers, one per parameter, in order."""
+  __slots__ = ("name", "src", "opts", "params", "backend", "handle", "global_size", "local_size", "shape", "flops", "nbytes", "uops")
+
+  def __init__(self, name: str, src: str | None, opts: Opts | None, params: tuple[Param, ...], backend: Backend, handle: Any,
+               global_size: tuple[int, ...] | None, local_size: tuple[int, ...] | None, shape: tuple[int, ...], flops: int, nbytes: int,
+               uops: tuple[UOp, ...]):
+    self.name, self.src, self.opts, self.params, self.backend, self.handle = name, src, opts, params, backend, handle
+    self.global_size, self.local_size, self.shape, self.flops, self.nbytes, self.uops = global_size, local_size, shape, flops, nbytes, uops
+
+  def __repr__(self): return f"<Program {self.name} on {self.backend.name}: {len(self.params)} params>"
+
+  def check(self, buffers: Sequence[Buffer]) -> None:
+    """Refuse buffers that don't match the parameters: their number, backend, dtype or size, or a written one passed twice."""
+    if len(buffers) != len(self.params):
+      want = ", ".join(f"data{p.slot} {p.dtype.name}[{p.size}]" for p in self.params)
+      raise BackendError(f"{self.name}: takes {len(self.params)} buffers ({want}), got {len(buffers)}")
+    for i, (p, b) in enumerate(zip(self.params, buffers)):
+      if not isinstance(b, Buffer): raise BackendError(f"{self.name}: argument {i} (data{p.slot}) must be a Buffer, got {type(b).__name__}")
+      if b.backend is not self.backend:
+        raise BackendError(f"{self.name}: argument {i} (data{p.slot}) lives on backend {b.backend.name}, the program runs on {self.backend.name}")
+      if b.dtype is not p.dtype or b.size < p.size:
+        raise BackendError(f"{self.name}: argument {i} (data{p.slot}) must be {p.dtype.name}[{p.size}], got a buffer {b.dtype.name}[{b.size}]")
+      if p.written and any(o is b for j, o in enumerate(buffers) if j != i):
+        raise BackendError(f"{self.name}: argument {i} (data{p.slot}) is written and also passed as another argument (its pointers are restrict)")
+
+  def __call__(self, buffers: Sequence[Buffer]) -> None:
+    """Launch on `buffers` (checked first). With UOPC_DEBUG set, wait for it and report its time."""
+    self.check(buffers)
+    handles = [b.handle for b in buffers]
+    if not debug_level():
+      self.backend.launch(self.handle, handles, self.global_size, self.local_size)
+      return
+    self.backend.synchronize()
+    start = time.perf_counter()
+    self.backend.launch(self.handle, handles, self.global_size, self.local_size)
+    self.backend.synchronize()
+    profile.launched(self, time.perf_counter() - start)
+
+
+_programs: dict[tuple, Program] = {}   # (backend, canonical kernel or lowered SINK, its parameters, Opts or name) -> Program
+
+
+def kernel_name(kernel: Kernel) -> str:
+  """A name that says what the kernel computes, tinygrad-style: E_ (elementwise) or r_ (it reduces), then the output
+  shape, then for a reduction the reduced sizes: r_16_64__128 reduces 128 elements into each of 16x64 outputs."""
+  reduced = [u.src[0].shape[len(u.src[0].shape) - u.arg[1]:] for u in kernel.canonical_root.toposort() if u.op is Ops.REDUCE]
+  name = ("r_" if reduced else "E_") + ("_".join(map(str, kernel.root.shape)) or "1")
+  if reduced: name += "__" + "_".join(map(str, max(reduced, key=prod)))
+  return name
+
+
+def compile_kernel(kernel: Kernel, backend: Backend, opts: Opts | None = None, name: str | None = None) -> Program:
+  """The Program that runs `kernel` on `backend`: Opts from uopc.opt when none are given, then lower, linearize, the
+  memory-safety proof, render and compile. Cached in-process by (backend, canonical kernel, Opts). Its parameters are
+  the kernel's buffers (Kernel.buffers' order); its name says what it computes unless `name` is given."""
+  if not isinstance(kernel, Kernel): raise BackendError(f"compile_kernel takes a uopc.kernelize.Kernel, got {type(kernel).__name__}")
+  caps = getattr(backend, "caps", None) or Caps()
+  if opts is None: opts = choose_opts(kernel, caps)
+  elif not isinstance(opts, Opts): raise LowerError(f"compile_kernel: opts must be an Opts, got {type(opts).__name__}")
+  key = (backend, kernel.canonical_root, kernel.canonical_out, opts, name)
+  if (prog := _programs.get(key)) is not None: return prog
+  if opts.gpu and not caps.gpu:
+    raise LowerError(f"Opts.gpu: backend {backend.name} is not a GPU; lower with gpu=False (kernel shape {kernel.root.shape})")
+  start = time.perf_counter()
+  sink = lower(kernel.canonical_root, kernel.canonical_out, Ctx(opts=opts))
+  # every buffer of the kernel is a parameter, read or not: inputs 0..n-1 in canonical order, then the output
+  inputs = sorted((u for u in kernel.canonical_root.toposort() if u.op is Ops.BUFFER), key=lambda b: b.arg.slot)
+  prog = _programs[key] = _build(sink, backend, name or kernel_name(kernel), tuple(inputs) + (kernel.canonical_out,), opts, kernel.root.shape, start)
+  return prog
+
+
+def compile_program(sink: UOp, backend: Backend, name: str = "kernel", params: Sequence[UOp] | None = None) -> Program:
+  """The Program for a SINK that lower() (or a hand-written .uir program) produced. Its parameters are `params` (BUFFERs
+  in launch order), by default every BUFFER the program uses, in slot order."""
+  if not isinstance(sink, UOp) or sink.op is not Ops.SINK: raise BackendError("compile_program takes a lowered SINK")
+  params = tuple(params) if params is not None else tuple(program_buffers(sink))
+  key = (backend, sink, params, name)
+  if (prog := _programs.get(key)) is not None: return prog
+  start = time.perf_counter()
+  written = [p for p in params if p.arg.slot in stored_slots(sink)]
+  prog = _programs[key] = _build(sink, backend, name, params, None, (written[-1].shape[0],) if written else (), start)
+  return prog
+
+
+def _build(sink: UOp, backend: Backend, name: str, params: tuple[UOp, ...], opts: Opts | None, shape: tuple[int, ...],
+           start: float) -> Program:
+  lin = tuple(linearize(sink))
+  check_memory_safety(lin)                 # for every backend, before anything is rendered
+  if missing := {u for u in lin if u.op is Ops.BUFFER} - set(params):
+    raise BackendError(f"{name}: the program uses BUFFER slots {sorted(b.arg.slot for b in missing)} that are not among its parameters")
+  program = LinearProgram(name, lin, params)
+  src = backend.renderer.render(program) if backend.renderer is not None else None
+  handle = backend.compile(src if src is not None else program, name)
+  written = stored_slots(lin)
+  flops, nbytes = _cost(lin, params)
+  global_size, local_size = _grid(lin, AxisType.GLOBAL), _grid(lin, AxisType.LOCAL)
+  prog = Program(name, src, opts, tuple(Param(b.arg.slot, b.dtype, b.shape[0], b.arg.slot in written) for b in params), backend, handle,
+                 global_size, local_size, shape, flops, nbytes, lin)
+  if level := debug_level():
+    profile.compiled(prog, time.perf_counter() - start)
+    if level >= 2: print(f"--- {name} ({backend.name}) ---\n{src if src is not None else format_linear(lin)}", file=sys.stderr)
+    if level >= 3 and src is not None: print(f"--- {name}: linearized ---\n{format_linear(lin)}", file=sys.stderr)
+  return prog
+
+
+def _grid(lin: Sequence[UOp], kind: AxisType) -> tuple[int, ...] | None:
+  """The launch grid's sizes along the GLOBAL (or LOCAL) ranges, in range order; None when the program has none."""
+  sizes = [bounds(u.src[0])[1] for u in sorted((u for u in lin if u.op is Ops.RANGE and u.arg.kind is kind), key=lambda r: r.arg)]
+  return tuple(sizes) or None
+
+
+def _cost(lin: Sequence[UOp], params: tuple[UOp, ...]) -> tuple[int, int]:
+  """(FLOPs, bytes) of one launch: every float ALU op times the trip count of the loops around it (index arithmetic
+  is not counted), and every parameter's memory once."""
+  trips, flops = [1], 0
+  for u in lin:
+    if u.op is Ops.RANGE: trips.append(trips[-1] * max(0, bounds(u.src[0])[1]))
+    elif u.op is Ops.END: trips.pop()
+    elif u.op in ALU and u.op is not Ops.CAST and (u.dtype.is_float or u.src[0].dtype.is_float): flops += trips[-1]
+  return flops, sum(b.shape[0] * b.dtype.itemsize for b in params)
+
+
+def format_linear(lin: Sequence[UOp]) -> str:
+  """A linearized program, one statement per line, indented by loop: number, op, dtype, arg, sources by number."""
+  ids = {u: i for i, u in enumerate(lin)}
+  lines, depth = [], 0
+  for i, u in enumerate(lin):
+    if u.op is Ops.END: depth -= 1
+    arg = "" if u.arg is None else repr(u.arg)
+    lines.append(f"{i:4d} {'  ' * depth}{u.op.name:<8} {u.dtype.name:<5} {arg[:48]:<48} {[ids[s] for s in u.src]}")
+    if u.op is Ops.RANGE: depth += 1
+  return "\n".join(lines)
+
+
+# ---- running -------------------------------------------------------------------------------------------------------
+
+def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMapping[UOp, Buffer]) -> list[tuple[Program, list[Buffer]]]:
+  """Run `kernels` in order on `backend`. `buffers` maps BUFFER UOps to Buffers: every kernel input must be there, and each
+  kernel's output is allocated into it unless it already is. Returns the launches made, as (Program, Buffers)."""
+  launches = []
+  for k in kernels:
+    prog = compile_kernel(k, backend)
+    args = []
+    for b in k.inputs:
+      if (data := buffers.get(b)) is None: raise BackendError(f"{prog.name}: reads a buffer that holds no data ({b.dtype.name}[{b.shape[0]}])")
+      args.append(data)
+    if (out := buffers.get(k.out)) is None: out = buffers[k.out] = Buffer(backend, k.out.shape[0], k.out.dtype)
+    args.append(out)
+    prog(args)
+    launches.append((prog, args))
+  return launches
+
+
+def program_buffers(program: UOp | Sequence[UOp]) -> list[UOp]:
+  """The BUFFERs a lowered program uses, in slot order (its parameters unless told otherwise); two with one slot are an error."""
+  nodes = program.toposort() if isinstance(program, UOp) else program
+  bufs = sorted({u for u in nodes if u.op is Ops.BUFFER}, key=lambda b: b.arg.slot)
+  if len({b.arg.slot for b in bufs}) != len(bufs):
+    raise BackendError(f"two BUFFERs share a slot: {sorted((b.arg.slot, b.dtype.name, b.shape[0]) for b in bufs)}")
+  return bufs
+
+
+def stored_slots(program: UOp | Sequence[UOp]) -> set[int]:
+  """The slots of the BUFFERs a lowered program stores into."""
+  nodes = program.toposort() if isinstance(program, UOp) else program
+  return {m.arg.slot for u in nodes if u.op is Ops.STORE and (m := base_memory(u.src[0].src[0])).op is Ops.BUFFER}
+
+
+def check_arrays(params: Sequence[UOp], arrays: dict[int, np.ndarray], written: set[int]) -> list[np.ndarray]:
+  """The arrays for a program's parameters, after checking each: present, a NumPy array of the BUFFER's dtype,
+  C-contiguous, large enough, writeable where the program stores, and not overlapping an array it writes."""
+  out = []
+  for b in params:
+    slot, n, want = b.arg.slot, b.shape[0], np_dtype(b.dtype)
+    if slot not in arrays: raise BackendError(f"no array for buffer slot {slot} ({b.dtype.name}[{n}]); got slots {sorted(arrays)}")
+    a = arrays[slot]
+    if not isinstance(a, np.ndarray): raise BackendError(f"buffer slot {slot}: expected a numpy array, got {type(a).__name__}")
+    if a.dtype != want: raise BackendError(f"buffer slot {slot}: expected dtype {want} ({b.dtype.name}), got {a.dtype}")
+    if not a.flags.c_contiguous: raise BackendError(f"buffer slot {slot}: the array must be C-contiguous (use np.ascontiguousarray)")
+    if a.size < n: raise BackendError(f"buffer slot {slot}: the kernel uses {n} elements, the array has {a.size}")
+    if slot in written and not a.flags.writeable: raise BackendError(f"buffer slot {slot}: the kernel writes it, but the array is read-only")
+    out.append(a)
+  for i, bi in enumerate(params):
+    for j in range(i):
+      bj = params[j]
+      if (bi.arg.slot in written or bj.arg.slot in written) and np.may_share_memory(out[i], out[j]):
+        raise BackendError(f"buffers {bj.arg.slot} and {bi.arg.slot} overlap in memory and the kernel writes one of them "
+                           "(its pointers are restrict)")
+  return out
+
+
+def run_lowered(sink: UOp, arrays: dict[int, np.ndarray], backend: Backend, name: str = "kernel") -> None:
+  """Run a lowered SINK on NumPy arrays keyed by BUFFER slot, in place: each is checked, copied into a Buffer of the
+  backend, the program launched, and the buffers it writes copied back into their arrays."""
+  if not isinstance(sink, UOp) or sink.op is not Ops.SINK: raise BackendError("run takes the SINK that lower() returns")
+  if not isinstance(arrays, dict): raise BackendError(f"the arrays are a dict {{slot: numpy array}}, got {type(arrays).__name__}")
+  params = program_buffers(sink)
+  written = stored_slots(sink)
+  host = check_arrays(params, arrays, written)
+  prog = compile_program(sink, backend, name, params)
+  device = [Buffer.from_numpy(a.reshape(-1)[:b.shape[0]], backend, b.dtype) for a, b in zip(host, params)]
+  prog(device)
+  for a, b, d in zip(host, params, device):
+    if b.arg.slot in written: a.reshape(-1)[:b.shape[0]] = d.numpy()
+
+
+# ---- profiling -----------------------------------------------------------------------------------------------------
+
+class _Profile:
+  """What ran in this process while UOPC_DEBUG was set: the one piece of process-wide state here, printed at exit."""
+  def __init__(self):
+    self.runs: dict[Program, list] = {}    # program -> [launches, seconds]
+    self.compile_seconds = 0.0
+    self.compiled_count = 0
+    self._registered = False
+
+  def _register(self):
+    if not self._registered:
+      self._registered = True
+      atexit.register(self._at_exit)
+
+  def _at_exit(self):
+    if self.runs or self.compiled_count: print(self.summary(), file=sys.stderr)
+
+  def compiled(self, prog: Program, seconds: float) -> None:
+    self._register()
+    self.compile_seconds += seconds
+    self.compiled_count += 1
+
+  def launched(self, prog: Program, seconds: float) -> None:
+    self._register()
+    entry = self.runs.setdefault(prog, [0, 0.0])
+    entry[0] += 1
+    entry[1] += seconds
+    gflops, gbs = prog.flops / seconds / 1e9 if seconds else 0.0, prog.nbytes / seconds / 1e9 if seconds else 0.0
+    print(f"uopc {prog.backend.name:<6} {prog.name:<28} {str(prog.shape):<20} {seconds * 1e3:9.3f} ms {gflops:9.2f} GFLOP/s "
+          f"{gbs:8.2f} GB/s", file=sys.stderr)
+
+  def summary(self, top: int = 10) -> str:
+    total = sum(s for _, s in self.runs.values())
+    launches = sum(n for n, _ in self.runs.values())
+    lines = [f"uopc summary: {len(self.runs)} kernels, {launches} launches, compile {self.compile_seconds:.3f} s "
+             f"({self.compiled_count} programs), run {total:.3f} s"]
+    ranked = sorted(self.runs.items(), key=lambda kv: -kv[1][1])[:top]
+    if ranked: lines.append("uopc top kernels by time:")
+    for prog, (n, s) in ranked:
+      lines.append(f"  {s * 1e3:10.3f} ms {100 * s / total if total else 0:5.1f}% {n:6d} x  {prog.name:<28} "
+                   f"{prog.flops * n / s / 1e9 if s else 0:9.2f} GFLOP/s {prog.nbytes * n / s / 1e9 if s else 0:8.2f} GB/s")
+    return "\n".join(lines)
+
+
+profile = _Profile()
+
+
+__all__ = ["Buffer", "Program", "Param", "compile_kernel", "compile_program", "run_schedule", "run_lowered", "np_dtype",
+           "program_buffers", "stored_slots", "check_arrays", "kernel_name", "format_linear", "debug_level", "profile"]

@@ -1,0 +1,79 @@
+"""The reference interpreter of linearized programs: what `linearize` returns, run one statement at a time.
+
+    run_linear(lin, memory)    memory: {BUFFER slot: a mutable sequence of python values}, updated in place
+
+It reads the list top to bottom, as the C renderer prints it: a RANGE starts a loop (its body runs again at its
+END while the counter is below the end; an empty loop is skipped), an ALLOC makes fresh storage each time it is
+reached, INDEX/LOAD/STORE touch memory, and every value is computed with the evaluator's scalar semantics
+(`uopc.evaluate.exec_alu`), which are the C backend's: i32 wraps, f32 rounds, MAX propagates NaN, and integer
+division by zero gives NumPy's 0 as the compiled code does. Because it follows the linearizer's order
+literally, a misplaced node gives a wrong answer or a read of storage that was never written, which it reports.
+
+It is slow and exact. uopc-lower's tests use it as their oracle (they have no C compiler), a test backend written
+only against the backend contract runs Tensor programs on it, and GPU emulation builds on it: GLOBAL and LOCAL
+ranges run here as plain loops, one thread after another, and a BARRIER does nothing.
+"""
+from __future__ import annotations
+from typing import MutableSequence
+from uopc.uop import UOp, Ops
+from uopc.evaluate import exec_alu, cast_value
+
+
+class InterpretError(Exception):
+  """A linearized program that can't run: a memory access out of bounds, a read before any write, a loop never closed."""
+
+
+def _jumps(lin: list[UOp]) -> dict[int, int]:
+  """For each RANGE, the position of its END, and for each END, the position of its RANGE."""
+  opened: dict[UOp, int] = {}
+  jumps: dict[int, int] = {}
+  for pc, u in enumerate(lin):
+    if u.op is Ops.RANGE: opened[u] = pc
+    elif u.op is Ops.END:
+      r = u.src[1] if len(u.src) == 2 else None
+      if r not in opened: raise InterpretError(f"END at statement {pc} closes a loop that is not open (one END per RANGE)")
+      start = opened.pop(r)
+      jumps[start], jumps[pc] = pc, start
+  if opened: raise InterpretError(f"RANGE {next(iter(opened)).arg.idx} is never closed by an END")
+  return jumps
+
+
+def run_linear(lin: list[UOp], memory: dict[int, MutableSequence]) -> None:
+  """Run the linearized program `lin` on `memory` ({BUFFER slot: values}), in place."""
+  jumps = _jumps(lin)
+  val: dict[UOp, object] = {}
+  pc, n = 0, len(lin)
+  while pc < n:
+    u = lin[pc]
+    op = u.op
+    if op is Ops.CONST: val[u] = u.arg
+    elif op is Ops.BUFFER:
+      if u.arg.slot not in memory: raise InterpretError(f"no memory for BUFFER slot {u.arg.slot}")
+      val[u] = memory[u.arg.slot]
+    elif op is Ops.ALLOC: val[u] = [None] * u.arg.shape[0]
+    elif op is Ops.AFTER: val[u] = val[u.src[0]]
+    elif op is Ops.RANGE:
+      if val[u.src[0]] <= 0: pc = jumps[pc] + 1; continue     # an empty loop: past its END
+      val[u] = 0
+    elif op is Ops.END:
+      r = lin[jumps[pc]]
+      val[r] += 1
+      if val[r] < val[r.src[0]]: pc = jumps[pc] + 1; continue   # the next iteration: back to the top of the body
+    elif op is Ops.INDEX: val[u] = (val[u.src[0]], val[u.src[1]])
+    elif op is Ops.LOAD:
+      mem, i = val[u.src[0]]
+      if not 0 <= i < len(mem): raise InterpretError(f"load of element {i} of memory with {len(mem)} elements")
+      if (v := mem[i]) is None: raise InterpretError(f"load of element {i} of an accumulator before anything was stored in it")
+      val[u] = v
+    elif op is Ops.STORE:
+      mem, i = val[u.src[0]]
+      if not 0 <= i < len(mem): raise InterpretError(f"store to element {i} of memory with {len(mem)} elements")
+      mem[i] = val[u.src[1]]
+    elif op in (Ops.SINK, Ops.BARRIER): pass
+    elif op is Ops.CAST: val[u] = cast_value(val[u.src[0]], u.dtype)
+    elif op in (Ops.FLOORDIV, Ops.FLOORMOD) and val[u.src[1]] == 0: val[u] = 0   # the compiled code's x // 0 == x % 0 == 0
+    else: val[u] = exec_alu(op, u.dtype, *(val[s] for s in u.src))
+    pc += 1
+
+
+__all__ = ["run_linear", "InterpretError"]
