@@ -64,6 +64,7 @@ def toy_installed(monkeypatch):
   eps = [FakeEntryPoint("Toy", ToyBackend)]
   monkeypatch.setattr(backends.importlib.metadata, "entry_points", lambda **kw: eps if kw.get("group") == "uopc.backends" else real(**kw))
   monkeypatch.setattr(backends, "_instances", {})       # backends made during this test don't outlive it
+  monkeypatch.setattr(backends, "_registered", {})      # nor do those another test registered in this process
 
 
 def test_a_backend_registered_under_the_uopc_backends_entry_point_group_is_found_by_name(toy_installed):
@@ -78,6 +79,7 @@ def test_a_broken_entry_point_installation_does_not_hide_the_c_backend(monkeypat
   def broken(**kw): raise RuntimeError("corrupt metadata")
   monkeypatch.setattr(backends.importlib.metadata, "entry_points", broken)
   monkeypatch.setattr(backends, "_instances", {})
+  monkeypatch.setattr(backends, "_registered", {})
   assert available_backends() == ["C"] and isinstance(get_backend("c"), CBackend)
   with pytest.raises(BackendError, match="available: C"): get_backend("toy")
 
@@ -123,3 +125,24 @@ def test_run_on_drives_any_backend_through_its_verbs():
   a, out = np.arange(12, dtype=np.float32), np.zeros(3, np.float32)
   run_on(get_backend("C"), lower(buf(0, 12).reshape((3, 4)).reduce(Ops.ADD, 1), buf(1, 3)), {0: a, 1: out})
   np.testing.assert_array_equal(out, a.reshape(3, 4).sum(1))
+
+
+def test_register_backend_adds_a_backend_by_name_in_this_process(monkeypatch):
+  monkeypatch.setattr(backends, "_instances", {})
+  monkeypatch.setattr(backends, "_registered", {})
+  made = []
+  class Mine(CBackend):
+    name = "MINE"
+    def __init__(self):
+      super().__init__()
+      made.append(self)
+  backends.register_backend("mine", Mine)
+  assert "MINE" in available_backends() and get_backend("Mine") is get_backend("MINE") and len(made) == 1
+  backends.register_backend("MINE", Mine)                  # registering again replaces it: a fresh instance
+  assert get_backend("mine") is not made[0]
+  with pytest.raises(BackendError, match="non-empty name"): backends.register_backend(" ", Mine)
+  with pytest.raises(BackendError, match="needs a factory"): backends.register_backend("X", 3)
+
+
+def test_an_empty_or_missing_backend_name_means_the_default(monkeypatch):
+  assert get_backend(None) is get_backend("") is get_backend(" c ") is get_backend("C")

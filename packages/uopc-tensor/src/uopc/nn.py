@@ -90,8 +90,13 @@ class Optimizer:
 
   def step(self) -> None:
     """Apply one update to every parameter with a gradient, all realized in one schedule."""
+    if ts := self.update(): ts[0].realize(*ts[1:])
+
+  def update(self) -> list[Tensor]:
+    """Give every parameter with a gradient its updated value, lazily (nothing runs), and return the tensors a step
+    realizes: the parameters and the optimizer's new state. step() is update() and one realize."""
     todo = [(i, p) for i, p in enumerate(self.params) if p.grad is not None]
-    if not todo: return
+    if not todo: return []
     # scalars that change between steps (the learning rate, Adam's bias corrections) go in as 1-element buffers, not as
     # constants: a constant is part of a kernel's structure, and a new structure every step is a compile every step
     self._lr = self._scalar(self.lr)
@@ -100,13 +105,12 @@ class Optimizer:
       value, state = self._update(i, p, p.grad.detach())
       p.assign(value.cast(p.dtype))
       new_state += state
-    Tensor.realize(todo[0][1], *[p for _, p in todo[1:]], *new_state)
+    return [p for _, p in todo] + new_state
 
   def _update(self, i: int, p: Tensor, g: Tensor) -> tuple[Tensor, list[Tensor]]:
     raise NotImplementedError
 
-  @staticmethod
-  def _scalar(v: float) -> Tensor: return Tensor(np.array(v, dtype=np.float32))
+  def _scalar(self, v: float) -> Tensor: return Tensor(np.array(v, dtype=np.float32), device=self.params[0].device)
 
 
 class SGD(Optimizer):
@@ -137,15 +141,15 @@ class Adam(Optimizer):
     self.b1, self.b2 = betas
     self.eps, self.weight_decay = eps, weight_decay
     self.t = 0
-    self.m = [Tensor.zeros(*p.shape) for p in self.params]
-    self.v = [Tensor.zeros(*p.shape) for p in self.params]
+    self.m = [Tensor.zeros(*p.shape, device=p.device) for p in self.params]
+    self.v = [Tensor.zeros(*p.shape, device=p.device) for p in self.params]
 
-  def step(self) -> None:
+  def update(self) -> list[Tensor]:
     self.t += 1
     self._c1 = self._scalar(1 / (1 - self.b1 ** self.t))
     self._c2 = self._scalar(1 / (1 - self.b2 ** self.t))
     self._decay = self._scalar(1 - self.lr * self.weight_decay)
-    super().step()
+    return super().update()
 
   def _update(self, i, p, g):
     w = p.detach()

@@ -494,7 +494,8 @@ class Tensor:
     rev = Tensor(np.arange(n, 0, -1, dtype=np.int32), device=self.device).reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
     return (n - hit.where(rev, 0).max(ax, keepdim)).cast(dtypes.i32)
   def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return (-self).argmax(axis, keepdim)
-  def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().cast(dtypes.i32).max(axis, keepdim).bool()
+  # a bool MAX starts from False: through i32 an empty any() started from INT_MIN, which is True
+  def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool()._reduce(Ops.MAX, axis, keepdim)
   def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().logical_not().any(axis, keepdim).logical_not()
 
   # ---- movement

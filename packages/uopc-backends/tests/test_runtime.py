@@ -1,0 +1,211 @@
+"""uopc.runtime (DESIGN 5.1): Buffers, Programs whose parameters are fixed at compile time and checked at every launch,
+compile_kernel's Opts and cache, run_schedule, and the C renderer as tables a GPU renderer can subclass."""
+import re
+import numpy as np
+import pytest
+from uopc.dtype import dtypes, AddrSpace
+from uopc.uop import UOp, Ops, AxisType, ParamArg, buf
+from uopc.rangeify import Opts, Ctx, lower, LowerError
+from uopc.linearize import linearize
+from uopc.kernelize import kernelize, make_kernel
+from uopc.backends import BackendError, LinearProgram, get_backend
+from uopc.backends.c import CRenderer, render_c, MAX_INLINE
+from uopc.runtime import Buffer, compile_kernel, compile_program, run_schedule, run_lowered, kernel_name, program_buffers
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+C = get_backend("C")
+
+
+def rowsum_kernel(rows=3, cols=4):
+  return make_kernel(buf(0, rows * cols).reshape((rows, cols)).reduce(Ops.ADD, 1), buf(1, rows))
+
+
+# ---- Buffer ------------------------------------------------------------------------------------------------------------
+
+def test_a_buffer_round_trips_through_numpy_and_copies_on_the_way_out():
+  b = Buffer.from_numpy(np.arange(6, dtype=np.int32), C)
+  assert (b.size, b.dtype, b.nbytes) == (6, dtypes.i32, 24)
+  out = b.numpy()
+  out[:] = 0
+  np.testing.assert_array_equal(b.numpy(), np.arange(6))
+
+
+def test_a_buffer_refuses_data_of_another_size():
+  b = Buffer(C, 4, dtypes.f32)
+  with pytest.raises(BackendError, match="5 values into a f32 buffer of 4"): b.copyin(np.zeros(5))
+  with pytest.raises(BackendError, match="non-negative"): Buffer(C, -1, dtypes.f32)
+
+
+def test_c_buffers_start_on_a_cache_line():
+  assert all(Buffer(C, n, dtypes.f32).handle.ctypes.data % 64 == 0 for n in (1, 3, 17, 1000))
+
+
+# ---- Program: one parameter list, checked at every launch ----------------------------------------------------------------
+
+def test_a_program_launches_on_buffers_in_parameter_order():
+  prog = compile_kernel(rowsum_kernel(), C)
+  assert [(p.slot, p.dtype, p.size, p.written) for p in prog.params] == [(0, dtypes.f32, 12, False), (1, dtypes.f32, 3, True)]
+  x = Buffer.from_numpy(np.arange(12, dtype=np.float32), C)
+  out = Buffer(C, 3, dtypes.f32)
+  prog([x, out])
+  np.testing.assert_array_equal(out.numpy(), np.arange(12).reshape(3, 4).sum(1))
+
+
+@pytest.mark.parametrize("args, message", [
+  (lambda x, o: [x], r"takes 2 buffers \(data0 f32\[12\], data1 f32\[3\]\), got 1"),
+  (lambda x, o: [x, Buffer(C, 3, dtypes.i32)], r"argument 1 \(data1\) must be f32\[3\], got a buffer i32\[3\]"),
+  (lambda x, o: [Buffer(C, 11, dtypes.f32), o], r"argument 0 \(data0\) must be f32\[12\], got a buffer f32\[11\]"),
+  (lambda x, o: [x, np.zeros(3, np.float32)], r"argument 1 \(data1\) must be a Buffer, got ndarray"),
+])
+def test_a_launch_with_buffers_that_do_not_match_the_parameters_is_refused(args, message):
+  prog = compile_kernel(rowsum_kernel(), C)
+  x, o = Buffer.from_numpy(np.ones(12, np.float32), C), Buffer(C, 3, dtypes.f32)
+  with pytest.raises(BackendError, match=message): prog(args(x, o))
+
+
+def test_a_written_buffer_passed_twice_is_refused():
+  prog = compile_kernel(make_kernel(buf(0, 4) + 1.0, buf(1, 4)), C)
+  b = Buffer(C, 4, dtypes.f32)
+  with pytest.raises(BackendError, match="written and also passed"): prog([b, b])
+
+
+class OtherBackend(type(C)):
+  name = "OTHER"
+
+
+def test_a_buffer_of_another_backend_is_refused():
+  prog = compile_kernel(rowsum_kernel(), C)
+  with pytest.raises(BackendError, match="lives on backend OTHER, the program runs on C"):
+    prog([Buffer(OtherBackend(), 12, dtypes.f32), Buffer(C, 3, dtypes.f32)])
+
+
+def test_an_input_the_lowered_kernel_never_reads_stays_a_parameter():
+  """The defect this road fixes: a sum over an empty axis reads nothing, and the output used to take the input's place."""
+  x = buf(0, 1).shrink(((0, 0),)).reshape((4, 0))            # a (4, 0) view of a 1-element buffer, as Tensor.zeros(4, 0)
+  k = make_kernel(x.reduce(Ops.ADD, 1), buf(1, 4))
+  prog = compile_kernel(k, C)
+  assert [(p.slot, p.size) for p in prog.params] == [(0, 1), (1, 4)]
+  assert "void r_4__0(float* restrict data0, float* restrict data1) {" in prog.src   # the unread input stays in the signature
+  guard = Buffer.from_numpy(np.full(1, 7.0, np.float32), C)
+  out = Buffer.from_numpy(np.full(4, 9.0, np.float32), C)
+  prog([guard, out])
+  assert guard.numpy().tolist() == [7.0] and out.numpy().tolist() == [0.0] * 4
+
+
+def test_a_buffer_the_program_uses_but_not_among_its_parameters_is_an_error():
+  sink = lower(buf(0, 4) + buf(1, 4), buf(2, 4))
+  with pytest.raises(BackendError, match=r"slots \[1\] that are not among its parameters"):
+    compile_program(sink, C, "add", params=[buf(0, 4), buf(2, 4)])
+
+
+# ---- compile_kernel: Opts, the cache, names --------------------------------------------------------------------------
+
+def test_compile_kernel_caches_by_canonical_kernel_and_opts():
+  k1 = make_kernel(buf(5, 12).reshape((3, 4)).reduce(Ops.ADD, 1), buf(9, 3))
+  k2 = make_kernel(buf(7, 12).reshape((3, 4)).reduce(Ops.ADD, 1), buf(8, 3))     # the same structure over other buffers
+  assert compile_kernel(k1, C) is compile_kernel(k2, C)
+  assert compile_kernel(k1, C, Opts(unroll=2)) is compile_kernel(k2, C, Opts(unroll=2))
+  assert compile_kernel(k1, C, Opts(unroll=2)) is not compile_kernel(k1, C)
+
+
+def test_opts_are_values():
+  assert Opts(upcast={1: 4, 0: 2}) == Opts(upcast=((0, 2), (1, 4))) and hash(Opts(upcast={0: 2})) == hash(Opts(upcast={0: 2}))
+  assert Opts(upcast={0: 1}) == Opts()                         # an upcast of 1 is no upcast: one kernel, one key
+  with pytest.raises(AttributeError): Opts().unroll = 2
+
+
+@pytest.mark.parametrize("opts, message", [
+  (Opts(upcast={1: 3}), r"Opts.upcast: 3 does not divide axis 1 of size 4 \(kernel shape \(3, 4\)\)"),
+  (Opts(upcast={2: 2}), r"Opts.upcast: there is no axis 2 \(kernel shape \(3, 4\)\)"),
+  (Opts(unroll=0), r"Opts.unroll: must be at least 1"),
+  (Opts(unroll=2), r"Opts.unroll: 2, but the kernel has no reduction"),
+  (Opts(thread=5), r"Opts.thread: there is no axis 5"),
+  (Opts(tile={0: 3}), r"Opts.tile: 3 must divide axis 0 of size 3 and lie strictly between 1 and it"),
+  (Opts(local={0: 3}), r"Opts.local: threads per block need gpu=True"),
+  (Opts(gpu=True), r"Opts.gpu: backend C is not a GPU"),
+])
+def test_invalid_opts_are_refused_naming_the_field_and_the_kernels_shape(opts, message):
+  k = make_kernel(buf(0, 12).reshape((3, 4)) * 2.0, buf(1, 12))
+  with pytest.raises(LowerError, match=message): compile_kernel(k, C, opts)
+
+
+def test_unroll_must_divide_every_reduction():
+  k = make_kernel(buf(0, 12).reshape((4, 3)).reduce(Ops.ADD, 1), buf(1, 4))
+  with pytest.raises(LowerError, match="Opts.unroll: 2 does not divide the reduced axis of size 3"): compile_kernel(k, C, Opts(unroll=2))
+
+
+def test_kernel_names_say_what_the_kernel_computes():
+  assert kernel_name(make_kernel(buf(0, 12).reshape((3, 4)) * 2.0, buf(1, 12))) == "E_3_4"
+  assert kernel_name(rowsum_kernel()) == "r_3__4"
+  assert kernel_name(make_kernel(buf(0, 4).reduce(Ops.MAX, 1), buf(1, 1))) == "r_1__4"
+
+
+# ---- run_schedule --------------------------------------------------------------------------------------------------
+
+def test_run_schedule_runs_a_schedule_and_allocates_its_outputs():
+  x = buf(0, 12).reshape((3, 4))
+  m = x.reduce(Ops.MAX, 1).reshape((3, 1)).expand((3, 4))
+  e = (x - m).reduce(Ops.ADD, 1)                                # softmax's shape: a reduction broadcast into another
+  out = buf(1, 3)
+  kernels = kernelize([(e, out)])
+  assert len(kernels) == 2
+  data = np.random.default_rng(0).standard_normal(12).astype(np.float32)
+  bufs = {x.src[0]: Buffer.from_numpy(data, C)}
+  launches = run_schedule(kernels, C, bufs)
+  assert [p for p, _ in launches] == [compile_kernel(k, C) for k in kernels] and set(bufs) == {x.src[0], kernels[0].out, out}
+  d = data.reshape(3, 4)
+  np.testing.assert_allclose(bufs[out].numpy(), (d - d.max(1, keepdims=True)).sum(1), rtol=1e-6)
+
+
+def test_run_schedule_names_an_input_with_no_data():
+  with pytest.raises(BackendError, match=r"r_3__4: reads a buffer that holds no data \(f32\[12\]\)"): run_schedule([rowsum_kernel()], C, {})
+
+
+def test_run_lowered_copies_in_and_out_of_arrays():
+  a, out = np.arange(12, dtype=np.float32), np.full(3, -1.0, np.float32)
+  run_lowered(lower(buf(0, 12).reshape((3, 4)).reduce(Ops.ADD, 1), buf(1, 3)), {0: a, 1: out}, C, "rowsum")
+  np.testing.assert_array_equal(out, a.reshape(3, 4).sum(1))
+
+
+# ---- the renderer as tables --------------------------------------------------------------------------------------------
+
+class GridRenderer(CRenderer):
+  """What a GPU renderer overrides: the grid's index expressions, shared memory and the barrier."""
+  barrier = "sync_block();"
+  alloc_code = {**CRenderer.alloc_code, AddrSpace.SHARED: lambda ctype, name, n: f"shared {ctype} {name}[{n}];"}
+  def grid_index(self, kind, dim): return f"{'block' if kind is AxisType.GLOBAL else 'thread'}_id({dim})"
+
+
+def test_a_subclass_renders_gpu_ranges_as_grid_indices_instead_of_loops():
+  sink = lower(buf(0, 64).reshape((8, 8)) * 2.0, buf(1, 64), Ctx(opts=Opts(gpu=True, local={1: 4})))
+  lin = tuple(linearize(sink))
+  src = GridRenderer().render(LinearProgram("double", lin, tuple(program_buffers(lin))))
+  assert "for (" not in src
+  assert re.search(r"int ridx\d+ = block_id\(0\);", src) and re.search(r"int ridx\d+ = block_id\(1\);", src)
+  assert re.search(r"int ridx\d+ = thread_id\(0\);", src)
+  with pytest.raises(BackendError, match="no GPU grid for a GLOBAL range"):
+    CRenderer().render(LinearProgram("double", lin, tuple(program_buffers(lin))))
+
+
+def test_shared_memory_and_barriers_come_from_the_tables():
+  smem = UOp(Ops.ALLOC, (), ParamArg(0, dtypes.f32, (4,), AddrSpace.SHARED))
+  st = smem.index(0).store(buf(0, 4).index(1).load())
+  rd = buf(1, 4).index(0).store(smem.after(UOp(Ops.BARRIER, (st,))).index(0).load())
+  lin = tuple(linearize(UOp(Ops.SINK, (rd,))))
+  prog = LinearProgram("k", lin, tuple(program_buffers(lin)))
+  src = GridRenderer().render(prog)
+  assert "shared float acc0[4];" in src and src.index("acc0[0] = ") < src.index("sync_block();") < src.index("data1[0] = ")
+  assert "float acc0[4];" in CRenderer().render(prog) and "/* barrier" in CRenderer().render(prog)
+
+
+def test_rendering_a_deep_expression_stays_linear():
+  x = buf(0, 4)
+  y = x
+  for _ in range(20000): y = y * 1.0001
+  src = render_c(lower(y, buf(1, 4)), "deep")
+  assert len(src) < 100 * 20000 and max(len(line) for line in src.splitlines()) < MAX_INLINE + 100

@@ -1,0 +1,261 @@
+"""Tensor code on the one road (uopc.runtime): backends chosen by name run it (a counting subclass of C, and an
+interpreter written only against the backend contract), no kernel writes outside its buffers when lowering drops
+an input, no kernel materializes a view, and UOPC_DEBUG shows what ran."""
+import os, re, subprocess, sys
+import numpy as np
+import pytest
+import uopc.runtime as runtime
+from uopc.dtype import dtypes
+from uopc.backends import LinearProgram, register_backend, get_backend
+from uopc.backends.c import CBackend
+from uopc.interpret import run_linear
+from uopc.opt import Caps
+from uopc.tensor import Tensor
+from uopc import nn
+
+
+# ---- backends by name ------------------------------------------------------------------------------------------------
+
+class CountingBackend(CBackend):
+  """The C backend, counting its launches."""
+  name = "COUNTING"
+  def __init__(self):
+    super().__init__()
+    self.launches = 0
+  def launch(self, program, handles, global_size=None, local_size=None):
+    self.launches += 1
+    super().launch(program, handles, global_size, local_size)
+
+
+class _Memory:
+  __slots__ = ("values", "dtype")
+  def __init__(self, n, dtype): self.values, self.dtype = [None] * n, dtype
+
+
+class InterpreterBackend:
+  """A backend written against the contract of uopc.backends alone: it renders nothing and runs the linearized program
+  on python lists with the reference interpreter."""
+  name = "INTERP"
+  renderer = None
+  caps = Caps()
+  def compile(self, program, name):
+    assert isinstance(program, LinearProgram) and program.name == name
+    return program
+  def alloc(self, n, dtype): return _Memory(n, dtype)
+  def copyin(self, handle, array):
+    assert array.ndim == 1 and array.size == len(handle.values) and array.dtype == np.dtype(handle.dtype.fmt)
+    handle.values[:] = array.tolist()
+  def copyout(self, handle):
+    return np.array([0 if v is None else v for v in handle.values], dtype=np.dtype(handle.dtype.fmt))
+  def launch(self, program, handles, global_size=None, local_size=None):
+    run_linear(list(program.uops), {p.arg.slot: h.values for p, h in zip(program.params, handles)})
+  def synchronize(self): pass
+
+
+register_backend("COUNTING", CountingBackend)
+register_backend("INTERP", InterpreterBackend)
+
+
+def mlp_step(device: str) -> list[np.ndarray]:
+  """One SGD step of a small MLP with cross-entropy, all tensors on `device`: the loss and the updated parameters."""
+  rng = np.random.default_rng(0)
+  x = Tensor(rng.standard_normal((4, 3)).astype(np.float32), device=device)
+  y = Tensor(np.array([0, 1, 1, 0], np.int32), device=device)
+  w1 = Tensor(rng.standard_normal((3, 5)).astype(np.float32), requires_grad=True, device=device)
+  w2 = Tensor(rng.standard_normal((5, 2)).astype(np.float32), requires_grad=True, device=device)
+  opt = nn.SGD([w1, w2], lr=0.1, momentum=0.9)
+  loss = (x @ w1).relu().matmul(w2).cross_entropy(y)
+  loss.backward()
+  opt.step()
+  return [loss.numpy(), w1.numpy(), w2.numpy(), (x.softmax(-1) * 2).max(0).numpy()]
+
+
+def test_a_registered_subclass_of_the_c_backend_runs_tensor_code():
+  want = mlp_step("C")
+  got = mlp_step("counting")
+  counting = get_backend("COUNTING")
+  assert counting.launches > 5
+  for g, w in zip(got, want): np.testing.assert_array_equal(g, w)
+
+
+def test_a_backend_written_only_against_the_contract_runs_the_same_code():
+  want = mlp_step("C")
+  got = mlp_step("INTERP")
+  for g, w in zip(got, want): np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_tensors_on_two_backends_do_not_mix_silently():
+  a, b = Tensor([1.0, 2.0], device="COUNTING"), Tensor([3.0, 4.0])
+  with pytest.raises(Exception, match="lives on backend C, the program runs on COUNTING"): (a + b).numpy()
+
+
+# ---- no write outside a buffer when an input disappears -------------------------------------------------------------
+
+GUARD = 64
+PATTERN = 0xA5
+
+
+class GuardedBackend(CBackend):
+  """The C backend with GUARD elements of a fixed byte pattern before and after every buffer it allocates."""
+  name = "GUARDED"
+  def __init__(self):
+    super().__init__()
+    self.blocks = []
+  def alloc(self, n, dtype):
+    raw = super().alloc(n + 2 * GUARD, dtype)
+    raw.view(np.uint8)[:] = PATTERN
+    raw[GUARD:GUARD + n] = 0
+    self.blocks.append((raw, n))
+    return raw[GUARD:GUARD + n]
+  def damaged(self) -> list[int]:
+    bad = []
+    for i, (raw, n) in enumerate(self.blocks):
+      b, item = raw.view(np.uint8), raw.dtype.itemsize
+      if (b[:GUARD * item] != PATTERN).any() or (b[(GUARD + n) * item:] != PATTERN).any(): bad.append(i)
+    return bad
+
+
+register_backend("GUARDED", GuardedBackend)
+
+EMPTY_REDUCTIONS = [
+  ((4, 0), 1), ((0, 3), 0), ((2, 0, 3), 1), ((2, 0, 3), (0, 1)), ((3, 0), None), ((0,), 0), ((1, 0, 1), -2),
+]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # NumPy's mean and var of nothing warn; the oracle is their nan
+@pytest.mark.parametrize("shape, axis", EMPTY_REDUCTIONS)
+@pytest.mark.parametrize("op", ["sum", "max", "min", "mean", "any", "all", "var"])
+def test_reductions_over_empty_axes_write_nothing_outside_their_buffers(shape, axis, op):
+  be = get_backend("GUARDED")
+  x = np.zeros(shape, np.float32)
+  t = Tensor(x, device="GUARDED")
+  got = getattr(t, op)(axis).numpy() if op != "var" else t.var(axis).numpy()
+  identity = {"sum": 0.0, "max": -np.inf, "min": np.inf, "any": False, "all": True}
+  if op in identity: np.testing.assert_array_equal(got, np.full(got.shape, identity[op]))
+  else: np.testing.assert_array_equal(got, getattr(np, op)(x, axis=axis, **({"ddof": 1} if op == "var" else {})))
+  assert be.damaged() == []
+
+
+PAD_SHRINK = [
+  lambda t: t.pad(((3, 2), (0, 1), (1, 1)), value=3.456)[0:2],       # the shrink keeps only padding
+  lambda t: t.pad(((-3, 2), (0, 0), (0, 0))),                         # a crop that removes the whole axis, then pad
+  lambda t: t.pad(((2, 2), (1, 1), (0, 0)))[:, 0:1],
+  lambda t: t.pad(((0, 0), (0, 0), (-3, 0))).sum(-1),
+  lambda t: t[1:1].sum(0),
+  lambda t: t.pad(((4, 0), (0, 0), (0, 0)), value=-1.0)[0:4].max((1, 2)),
+  lambda t: (t[:, 0:0] * 2).reshape(3, 0, 3).sum((1, 2)) + t[:, 0, 0],
+]
+
+
+@pytest.mark.parametrize("case", range(len(PAD_SHRINK)))
+def test_pads_and_shrinks_that_drop_the_input_write_nothing_outside_their_buffers(case):
+  be = get_backend("GUARDED")
+  data = np.arange(27, dtype=np.float32).reshape(3, 3, 3) + 1
+  got = PAD_SHRINK[case](Tensor(data, device="GUARDED")).numpy()
+  want = PAD_SHRINK[case](Tensor(data)).numpy()
+  np.testing.assert_array_equal(got, want)
+  assert be.damaged() == []
+
+
+def test_the_issues_pad_example_is_all_padding_value():
+  out = Tensor.ones(3, 3, 3).pad(((3, 2), (0, 1), (1, 1)), value=3.456)[0:2].numpy()
+  assert out.shape == (2, 4, 5) and np.all(out == np.float32(3.456))
+
+
+# ---- kernelize never materializes a view ---------------------------------------------------------------------------------
+
+def test_the_gpt_step_never_writes_more_than_its_largest_tensor():
+  """vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW: no kernel writes more than B*T*4C elements (a
+  broadcast activation once took 256 MiB)."""
+  from uopc.gpt import GPT, GPTConfig
+  cfg = GPTConfig(vocab=65, context=64, layers=2, width=128, heads=4)
+  Tensor.manual_seed(0)
+  model = GPT(cfg)
+  params = model.parameters()
+  assert sum(p.numel() for p in params) == 421_632
+  opt = nn.AdamW(params, lr=1e-3)
+  rng = np.random.default_rng(0)
+  tokens = Tensor(rng.integers(0, 65, (16, 64)).astype(np.int32))
+  targets = Tensor(rng.integers(0, 65, (16, 64)).astype(np.int32))
+  loss = model.loss(tokens, targets)
+  loss.backward()
+  kernels = loss.schedule(*opt.update())
+  largest = max(k.out.shape[0] for k in kernels)
+  assert largest <= 16 * 64 * 4 * 128, f"a kernel writes {largest} elements"
+
+
+# ---- UOPC_DEBUG ------------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def own_profile(monkeypatch):
+  p = runtime._Profile()
+  p._registered = True          # no summary at this test process's exit
+  monkeypatch.setattr(runtime, "profile", p)
+  return p
+
+
+LINE = re.compile(r"^uopc C\s+(\S+)\s+\(.*\)\s+\d+\.\d{3} ms\s+\d+\.\d\d GFLOP/s\s+\d+\.\d\d GB/s$")
+
+
+def fresh(n: float) -> Tensor:
+  """A computation of a structure no other test compiles (the constant is part of it)."""
+  x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+  return (x * n).softmax(-1)
+
+
+def test_debug_level_0_prints_nothing(monkeypatch, capfd, own_profile):
+  monkeypatch.delenv("UOPC_DEBUG", raising=False)
+  fresh(1.25).numpy()
+  monkeypatch.setenv("UOPC_DEBUG", "0")
+  fresh(1.5).numpy()
+  assert capfd.readouterr().err == "" and own_profile.runs == {}
+
+
+def test_debug_level_1_prints_a_line_per_launch_with_its_time(monkeypatch, capfd, own_profile):
+  monkeypatch.setenv("UOPC_DEBUG", "1")
+  t = fresh(1.75)
+  kernels = len(t.schedule())
+  t.numpy()
+  lines = capfd.readouterr().err.splitlines()
+  assert len(lines) == kernels and all(LINE.match(line) for line in lines), lines
+  assert "void " not in "".join(lines)
+  assert sum(n for n, _ in own_profile.runs.values()) == kernels and "uopc summary: " in own_profile.summary()
+
+
+def test_debug_level_2_also_prints_each_programs_source_once(monkeypatch, capfd, own_profile):
+  monkeypatch.setenv("UOPC_DEBUG", "2")
+  fresh(2.25).numpy()
+  first = capfd.readouterr().err
+  assert first.count("\nvoid r_3__4(") >= 1 and "#include <math.h>" in first
+  fresh(2.25).numpy()                         # compiled already: launch lines only
+  second = capfd.readouterr().err
+  assert "void " not in second and all(LINE.match(line) for line in second.splitlines())
+
+
+def test_debug_level_3_also_prints_the_linearized_uops(monkeypatch, capfd, own_profile):
+  monkeypatch.setenv("UOPC_DEBUG", "3")
+  fresh(3.25).numpy()
+  err = capfd.readouterr().err
+  assert ": linearized ---" in err and re.search(r"^\s+\d+\s+RANGE\s+i32", err, re.M) and re.search(r"^\s+\d+\s+\s*STORE\s+void", err, re.M)
+
+
+def test_the_summary_at_exit_lists_kernels_launches_and_the_top_kernels(tmp_path):
+  code = "import numpy as np\nfrom uopc.tensor import Tensor\nx = Tensor(np.ones((64, 64), np.float32))\nprint((x @ x).sum().item())\n"
+  env = {**os.environ, "UOPC_DEBUG": "1", "UOPC_CACHE_DIR": str(tmp_path)}
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+  assert proc.returncode == 0 and proc.stdout.strip() == "262144.0"
+  err = proc.stderr
+  assert re.search(r"^uopc summary: \d+ kernels, \d+ launches, compile \d+\.\d+ s \(\d+ programs\), run \d+\.\d+ s$", err, re.M), err
+  assert "uopc top kernels by time:" in err
+
+
+def test_a_bad_debug_value_warns_and_means_quiet(monkeypatch, capfd, own_profile):
+  monkeypatch.setenv("UOPC_DEBUG", "loud")
+  with pytest.warns(UserWarning, match="UOPC_DEBUG='loud' is not a number"): fresh(4.25).numpy()
+  assert own_profile.runs == {}
+
+
+def test_dtypes_of_buffers_survive_the_road():
+  for dt, vals in ((dtypes.i32, [1, -2, 3]), (dtypes.bool, [True, False, True]), (dtypes.f16, [0.5, -1.25, 3.0])):
+    t = Tensor(np.array(vals, dtype=np.dtype(dt.fmt)))
+    assert (t + t).numpy().dtype == np.dtype(dt.fmt) if dt is not dtypes.bool else t.numpy().tolist() == vals
