@@ -4,7 +4,10 @@
 
   mlp        2-layer MLP, batch 256, 784-256-10, cross-entropy: loss and the four parameter gradients
   attention  softmax(Q K^T / 8) V at N=512, d=64: the output and the gradients of Q, K and V
-For each: the first step (it compiles the kernels), the best later step in ms, the kernels per step, and NumPy's forward.
+  gpt        a whole training step of uopc.gpt (vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW:
+             421,632 parameters): forward, backward and the optimizer step, and the largest buffer a kernel writes
+For each: the first step (it compiles the kernels), the best later step in ms, the kernels per step, and NumPy's forward
+(none for the GPT; benchmarks/gpt.py puts it beside PyTorch).
 """
 from __future__ import annotations
 import argparse, time
@@ -69,16 +72,44 @@ def attention_case(rng):
   return step, numpy_forward
 
 
+def gpt_case(rng):
+  from uopc import nn
+  from uopc.gpt import GPT, GPTConfig
+  Tensor.manual_seed(0)
+  model = GPT(GPTConfig(vocab=65, context=64, layers=2, width=128, heads=4))
+  opt = nn.AdamW(model.parameters(), lr=1e-3)
+  tokens = Tensor(rng.integers(0, 65, (16, 64)).astype(np.int32))
+  targets = Tensor(rng.integers(0, 65, (16, 64)).astype(np.int32))
+
+  def step(count: bool = False):
+    opt.zero_grad()
+    loss = model.loss(tokens, targets)
+    loss.backward()
+    updates = opt.update()
+    if count:     # a real step too, so it runs after the timed ones
+      kernels = loss.schedule(*updates)
+      largest = max(k.out.shape[0] for k in kernels)
+      loss.realize(*updates)
+      return f"{len(kernels)} (largest write {largest:,} elements)"
+    loss.realize(*updates)
+    return loss.item()
+  return step, None
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--steps", type=int, default=5)
+  ap.add_argument("--gpt-steps", type=int, default=3, help="timed GPT steps after the first (each takes seconds until the optimizer lands)")
   args = ap.parse_args()
   rng = np.random.default_rng(0)
   print(f"{'case':<10} {'first step s':>13} {'ms/step':>9} {'kernels':>8} {'numpy fwd ms':>13} {'step/numpy fwd':>15}")
-  for name, make in (("mlp", mlp_case), ("attention", attention_case)):
+  for name, make in (("mlp", mlp_case), ("attention", attention_case), ("gpt", gpt_case)):
     step, ref = make(rng)
+    first, best, _ = timed(step, args.steps if name != "gpt" else args.gpt_steps)
     kernels = step(count=True)
-    first, best, _ = timed(step, args.steps)
+    if ref is None:
+      print(f"{name:<10} {first:>13.2f} {best * 1e3:>9.1f} {kernels:>8} {'-':>13} {'-':>15}")
+      continue
     _, np_best, _ = timed(ref, args.steps)
     print(f"{name:<10} {first:>13.2f} {best * 1e3:>9.1f} {kernels:>8} {np_best * 1e3:>13.2f} {best / np_best:>14.1f}x")
 

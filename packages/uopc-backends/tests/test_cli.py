@@ -103,6 +103,58 @@ def test_run_of_a_program_with_no_elements_prints_an_empty_result(tmp_path, caps
   assert empty.shape == np.zeros(4, np.float32)[2:2].shape and empty.dtype == np.float32
 
 
+# ---- --device ------------------------------------------------------------------------------------------------------------
+
+class Interpreted(C.CBackend):
+  """A backend that renders no source: `uopc render` shows its linearized program instead."""
+  name = "LISTING"
+  renderer = None
+  def compile(self, program, name): return program
+  def launch(self, program, handles, global_size=None, local_size=None):
+    from uopc.interpret import run_linear
+    mem = {p.arg.slot: h.tolist() for p, h in zip(program.params, handles)}
+    run_linear(list(program.uops), mem)
+    for p, h in zip(program.params, handles): h[:] = mem[p.arg.slot]
+
+
+@pytest.fixture
+def listing_backend(monkeypatch):
+  import uopc.backends as backends
+  monkeypatch.setattr(backends, "_registered", {})
+  monkeypatch.setattr(backends, "_instances", {})
+  backends.register_backend("LISTING", Interpreted)
+
+
+def test_device_picks_the_backend_of_render_and_run(tmp_path, capsys, listing_backend):
+  (tmp_path / "rowsum.uir").write_text(ROWSUM_UIR)
+  assert cli.main(["render", str(tmp_path / "rowsum.uir"), "--device", "c"]) == 0
+  assert "void rowsum(float* restrict data0, float* restrict data1) {" in capsys.readouterr().out
+  assert cli.main(["render", str(tmp_path / "rowsum.uir"), "--device", "listing"]) == 0
+  listing = capsys.readouterr().out
+  assert "void rowsum" not in listing and re.search(r"^\s+\d+\s+RANGE\s+i32", listing, re.M)
+  x = np.arange(12, dtype=np.float32)
+  np.save(tmp_path / "x.npy", x)
+  argv = ["run", str(tmp_path / "rowsum.uir"), "--device", "LISTING", "--input", f"0={tmp_path / 'x.npy'}", "--save", str(tmp_path / "s.npy")]
+  assert cli.main(argv) == 0
+  np.testing.assert_array_equal(np.load(tmp_path / "s.npy"), x.reshape(3, 4).sum(1))
+
+
+def test_device_defaults_to_uopc_device_and_empty_means_c(gemm_file, monkeypatch, capsys, listing_backend):
+  monkeypatch.setenv("UOPC_DEVICE", "listing")
+  assert cli.main(["render", str(gemm_file)]) == 0
+  assert "void gemm" not in capsys.readouterr().out
+  monkeypatch.setenv("UOPC_DEVICE", "")
+  assert cli.main(["render", str(gemm_file)]) == 0
+  assert "void gemm_256x256(" in capsys.readouterr().out
+
+
+def test_an_unknown_device_is_one_line_listing_the_available_ones(gemm_file, capsys, listing_backend):
+  for argv in (["render", str(gemm_file), "--device", "TPU9"], ["run", str(gemm_file), "--device", "TPU9"]):
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("uopc: error: unknown backend 'TPU9'; available: ") and "C" in err and "LISTING" in err
+
+
 # ---- graph ----------------------------------------------------------------------------------------------------------
 
 def test_graph_writes_dot_with_one_node_per_uop_and_one_edge_per_source(gemm_file, tmp_path):
@@ -224,3 +276,27 @@ def test_a_reader_that_stops_early_is_not_an_error(gemm_file, tmp_path):
   proc.stdout.close()   # closed before the command writes anything: every write of it hits a closed pipe
   err = proc.stderr.read().decode()
   assert proc.wait(timeout=120) == 0 and err == ""
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "uir"
+
+
+@pytest.mark.parametrize("name", ["matmul", "softmax", "rowsum"])
+def test_the_example_programs_the_readme_uses_render_and_run(name, tmp_path, capsys):
+  path = EXAMPLES / f"{name}.uir"
+  assert cli.main(["render", str(path)]) == 0
+  assert f"void {name}(" in capsys.readouterr().out
+  assert cli.main(["run", str(path), "--save", str(tmp_path / "out.npy")]) == 0
+  printed = capsys.readouterr().out
+  rng = np.random.default_rng(0)   # the command's random inputs: seed 0, one standard normal array per input slot in order
+  if name == "matmul":
+    a, b = (rng.standard_normal(4096).astype(np.float32).reshape(64, 64) for _ in range(2))
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), a @ b, rtol=1e-4, atol=1e-4)
+  elif name == "softmax":
+    x = rng.standard_normal(128).astype(np.float32).reshape(8, 16)
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), e / e.sum(1, keepdims=True), rtol=1e-5)
+  else:
+    x = rng.standard_normal(12).astype(np.float32)
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), x.reshape(3, 4).sum(1), rtol=1e-6)
+  assert "output" in printed

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools, math, os, weakref
 from typing import Any
 import numpy as np
-from uopc.dtype import DType, dtypes
+from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.uop import UOp, Ops, ParamArg, prod
 from uopc.composite import pad as _pad_uop, flip_axis
 from uopc.kernelize import kernelize, Kernel
@@ -121,7 +121,7 @@ class Tensor:
       if dtype is None:
         if arr.dtype not in _NP_TO_DTYPE: raise TensorError(f"NumPy dtype {arr.dtype} has no uopc dtype (bool, int32, float16, float32)")
         dtype = _NP_TO_DTYPE[arr.dtype]
-      if arr.dtype.kind in "iu" and arr.size and (arr.max() > 2**31 - 1 or arr.min() < -2**31) and dtype is dtypes.i32:
+      if arr.dtype.kind in "iu" and arr.size and (arr.max() > I32_MAX or arr.min() < I32_MIN) and dtype is dtypes.i32:
         raise TensorError("integer data doesn't fit in i32")
       # not np.ascontiguousarray, which makes a 0-d array 1-d
       self.uop = Tensor._from_numpy(np.asarray(arr, dtype=np_dtype(dtype), order="C"), dtype, self.device)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 import numpy as np
 from uopc.uop import UOp, Ops, AxisType, users_of
-from uopc.dtype import AddrSpace, DType, dtypes
+from uopc.dtype import AddrSpace, DType, dtypes, I32_MIN
 from uopc.symbolic import vmin
 from uopc.evaluate import round_f32, round_f16
 from uopc.linearize import linearize
@@ -92,7 +92,7 @@ def _float_lit(v: float, suffix: str = "f") -> str:
 
 def render_const(v, dtype: DType) -> str:
   if dtype is dtypes.bool: return "1" if v else "0"
-  if dtype is dtypes.i32: return "(-2147483647-1)" if v == -2**31 else str(v)
+  if dtype is dtypes.i32: return "(-2147483647-1)" if v == I32_MIN else str(v)   # C has no literal for INT_MIN
   if dtype is dtypes.f32: return _float_lit(round_f32(v))
   return f"((_Float16){_float_lit(round_f16(v))})"
 
