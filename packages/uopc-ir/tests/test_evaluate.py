@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from uopc.dtype import dtypes
-from uopc.uop import UOp, Ops, ParamArg, CallArg, AddrSpace, stack, buf, sink, range_
+from uopc.uop import UOp, Ops, ParamArg, CallArg, AddrSpace, UOpError, stack, buf, sink, range_
 from uopc.evaluate import run, to_python, exec_alu, cast_value, EvalError
 from uopc.composite import pad, flip_axis, anti_eye, concat2
 
@@ -581,3 +581,26 @@ def test_a_deep_call_body_and_a_deep_literal_stack_run():
   assert to_python(call(body, UOp.const(1))) == 1 + 2 * 50_000
   wide = UOp(Ops.STACK, tuple(UOp.const(i) for i in range(10_000)))
   assert to_python(wide.reduce(Ops.ADD, 1)) == sum(range(10_000))
+
+
+# ---- MULACC: a fused multiply-add, rounded once ----------------------------------------------------------------------
+
+def test_mulacc_rounds_once_where_a_multiply_then_add_rounds_twice():
+  # (1 + 2**-12)**2 = 1 + 2**-11 + 2**-24 lies exactly between two f32s; a tiny c decides the tie for the fused result,
+  # while the product rounded first (to even, down) loses it
+  a = UOp.const(1 + 2**-12)
+  c = UOp.const(2**-60)
+  fused = to_python(run(UOp(Ops.MULACC, (a, a, c))))
+  separate = to_python(run(a * a + c))
+  assert fused == 1 + 2**-11 + 2**-23 and separate == 1 + 2**-11
+
+
+@pytest.mark.parametrize("abc, want", [((0.0, -1.0, 0.0), 0.0), ((-0.0, 1.0, -0.0), -0.0), ((math.inf, 0.0, 1.0), math.nan),
+                                      ((3e38, 3.0, -1e38), math.inf), ((1e-30, 1e-15, 0.0), 1.401298464324817e-45)])
+def test_mulacc_follows_ieee_at_the_edges(abc, want):
+  got = to_python(run(UOp(Ops.MULACC, tuple(UOp.const(v) for v in abc))))
+  assert (math.isnan(got) and math.isnan(want)) or (got == want and math.copysign(1, got) == math.copysign(1, want))
+
+
+def test_mulacc_is_f32_only():
+  with pytest.raises(UOpError, match="MULACC is f32 only"): UOp(Ops.MULACC, (UOp.const(1), UOp.const(2), UOp.const(3)))

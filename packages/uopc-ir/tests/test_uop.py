@@ -2,7 +2,7 @@
 import copy, gc, pickle
 import pytest
 from uopc.dtype import DType, dtypes, AddrSpace
-from uopc.uop import (UOp, Ops, ParamArg, CallArg, RangeArg, AxisType, UOpError, UNARY, BINARY, ALU, COMMUTATIVE, MOVEMENT,
+from uopc.uop import (UOp, Ops, ParamArg, CallArg, RangeArg, AxisType, UOpError, UNARY, BINARY, TERNARY, ALU, COMMUTATIVE, MOVEMENT,
                       _argkey, sink, range_, stack, buf, call_params)
 from uopc.uir import to_uir
 
@@ -70,7 +70,8 @@ def test_dtypes_are_interned():
 def test_op_groups():
   assert UNARY == {Ops.RECIP, Ops.CAST, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.SIN}
   assert BINARY == {Ops.ADD, Ops.MUL, Ops.CMPLT, Ops.CMPNE, Ops.FLOORDIV, Ops.FLOORMOD, Ops.MAX}
-  assert ALU == UNARY | BINARY | {Ops.WHERE} and COMMUTATIVE == {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE}
+  # the seed's ALU group, plus chapter 10's fused multiply-add beside WHERE
+  assert TERNARY == {Ops.WHERE, Ops.MULACC} and ALU == UNARY | BINARY | TERNARY and COMMUTATIVE == {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE}
   assert MOVEMENT == {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK}
   assert repr(Ops.ADD) == "Ops.ADD" and repr(AddrSpace.ALU) == "AddrSpace.ALU" and repr(AxisType.LOOP) == "AxisType.LOOP"
 

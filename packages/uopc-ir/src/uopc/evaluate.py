@@ -16,6 +16,7 @@ zero, MAX propagates NaN like NumPy. The simplifier folds constants with the sam
 """
 from __future__ import annotations
 import copy, math, struct
+from fractions import Fraction
 from uopc.uop import UOp, Ops, ALU, MOVEMENT, UOpError, call_params, prod
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.rewrite import UPat, PatternMatcher, graph_rewrite
@@ -77,6 +78,28 @@ def _floormod(a: int, b: int) -> int:
   if b == 0: raise EvalError(f"integer modulo by zero: {a} % 0")
   return a % b
 
+def _round_exact_f32(x: Fraction) -> float:
+  """The f32 nearest to the exact rational x (ties to even), or +-inf past the largest f32: one rounding, with no
+  intermediate double (rounding twice can land on the other side of a tie)."""
+  sign = -1.0 if x < 0 else 1.0
+  num, den = abs(x.numerator), x.denominator
+  e = num.bit_length() - den.bit_length()              # 2**e <= |x| < 2**(e+1), after the correction below
+  if (num << max(0, -e)) < (den << max(0, e)): e -= 1
+  q = max(e, -126) - 23                                # the spacing of f32s around |x|: 24 bits, or the subnormal spacing
+  if q >= 0: den <<= q
+  else: num <<= -q
+  m, r = divmod(num, den)
+  if 2 * r > den or (2 * r == den and m & 1): m += 1
+  v = math.ldexp(m, q)
+  return sign * (math.inf if v > 3.4028234663852886e38 else v)
+
+def _fma_f32(a: float, b: float, c: float) -> float:
+  """a*b + c rounded once to f32, as the hardware's fused multiply-add (and C's fmaf) computes it."""
+  if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)): return round_f32(a * b + c)   # inf and nan as IEEE says
+  exact = Fraction(a) * Fraction(b) + Fraction(c)
+  if exact == 0: return a * b + c   # the product is exact in a double, so the sign of an exact zero follows IEEE's rule
+  return _round_exact_f32(exact)
+
 _UNARY_FN = {Ops.RECIP: _recip, Ops.EXP2: _exp2, Ops.LOG2: _log2, Ops.SQRT: _sqrt, Ops.SIN: _sin}
 _BINARY_FN = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.MAX: _max, Ops.CMPLT: lambda a, b: a < b,
               Ops.CMPNE: lambda a, b: a != b, Ops.FLOORDIV: _floordiv, Ops.FLOORMOD: _floormod}
@@ -88,6 +111,7 @@ def exec_alu(op: Ops, dtype: DType, *vals):
   """The value of ALU op `op` on python values `vals` (already values of the operands' dtype); `dtype` is the
   result's dtype. WHERE takes (cond, a, b)."""
   if op is Ops.WHERE: return vals[1] if vals[0] else vals[2]
+  if op is Ops.MULACC: return _fma_f32(*vals)
   if len(vals) == 1: return truncate(dtype, _UNARY_FN[op](vals[0]))
   a, b = vals
   if type(a) is bool: return _BOOL_FN[op](a, b)

@@ -37,6 +37,7 @@ class Ops(Enum):
   WHERE = auto()      # (cond, a, b)
   # extra ALU, introduced when they are needed (masks, max-reduce, softmax)
   CMPNE = auto(); MAX = auto()
+  MULACC = auto()     # (a, b, c): a*b + c rounded once (a fused multiply-add). f32 only; lowering makes it (Opts.fma)
   EXP2 = auto(); LOG2 = auto(); SQRT = auto(); SIN = auto()
   # ---- week 2: memory ---------------------------------------------------
   BUFFER = auto()     # arg: ParamArg. global persistent memory (never in a CALL body)
@@ -63,7 +64,8 @@ class Ops(Enum):
 
 UNARY = {Ops.RECIP, Ops.CAST, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.SIN}
 BINARY = {Ops.ADD, Ops.MUL, Ops.CMPLT, Ops.CMPNE, Ops.FLOORDIV, Ops.FLOORMOD, Ops.MAX}
-ALU = UNARY | BINARY | {Ops.WHERE}
+TERNARY = {Ops.WHERE, Ops.MULACC}
+ALU = UNARY | BINARY | TERNARY
 COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE}
 MOVEMENT = {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK}
 
@@ -447,6 +449,13 @@ def _infer_where(op, src, arg):
   if a.dtype is _void: raise UOpError("WHERE of void")
   return a.dtype, a.shape, _A
 
+def _infer_mulacc(op, src, arg):
+  if len(src) != 3: _nsrc(op, src, 3)
+  a, b, c = src
+  if not a.shape == b.shape == c.shape: raise UOpError(f"MULACC shape mismatch {a.shape} {b.shape} {c.shape}")
+  if not a.dtype is b.dtype is c.dtype is dtypes.f32: raise UOpError(f"MULACC is f32 only, got {a.dtype} {b.dtype} {c.dtype}")
+  return dtypes.f32, a.shape, _A
+
 def _infer_unary(op, src, arg):
   if len(src) != 1: raise UOpError(f"{op} is unary")
   x = src[0]
@@ -546,7 +555,7 @@ def _infer_wmma(op, src, arg):
 
 _RULES: dict[Ops, Callable] = {
   Ops.CONST: _infer_const, Ops.PARAM: _infer_param, Ops.BUFFER: _infer_buffer, Ops.ALLOC: _infer_buffer,
-  Ops.CALL: _infer_call, Ops.STACK: _infer_stack, Ops.INDEX: _infer_index, Ops.WHERE: _infer_where,
+  Ops.CALL: _infer_call, Ops.STACK: _infer_stack, Ops.INDEX: _infer_index, Ops.WHERE: _infer_where, Ops.MULACC: _infer_mulacc,
   **{op: _infer_unary for op in UNARY}, **{op: _infer_binary for op in BINARY},
   Ops.LOAD: _infer_load, Ops.STORE: _infer_store, Ops.AFTER: _infer_after, Ops.SINK: _infer_void, Ops.BARRIER: _infer_void,
   Ops.END: _infer_end, Ops.RANGE: _infer_range, Ops.RESHAPE: _infer_reshape, Ops.EXPAND: _infer_expand,

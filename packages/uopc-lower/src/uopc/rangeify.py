@@ -27,9 +27,9 @@ two indices is two computations, and hash consing makes the index tuple an exact
 from __future__ import annotations
 import operator
 from dataclasses import dataclass, field
-from typing import Generator
+from typing import Generator, NamedTuple
 from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink, range_, prod
-from uopc.dtype import DType
+from uopc.dtype import DType, dtypes
 from uopc.symbolic import simplify
 from uopc.evaluate import identity
 
@@ -79,6 +79,9 @@ class Opts:
   tile: tuple[tuple[int, int], ...] = ()     # {output axis: cache block}: loop over blocks, then inside one
   gpu: bool = False                         # map the output axes to GLOBAL ranges (blockIdx), not loops
   local: tuple[tuple[int, int], ...] = ()    # {output axis: threads per block on it} (LOCAL ranges)
+  vector: tuple[int, int] | None = None     # (output axis, lanes): its innermost lanes are one SIMD vector (an UPCAST range)
+  reduce_vector: int = 1                    # lanes of partial accumulators on each reduction's innermost axis
+  fma: bool = False                         # a sum of products accumulates with fused multiply-adds (MULACC)
 
   def __post_init__(self):
     for name in ("upcast", "tile", "local"): object.__setattr__(self, name, _pairs(name, getattr(self, name)))
@@ -88,6 +91,12 @@ class Opts:
     if self.thread is not None and type(self.thread) is not int: raise LowerError(f"Opts.thread is an axis number, got {self.thread!r}")
     if type(self.unroll) is not int: raise LowerError(f"Opts.unroll is an int, got {self.unroll!r}")
     if type(self.gpu) is not bool: raise LowerError(f"Opts.gpu is a bool, got {self.gpu!r}")
+    if type(self.fma) is not bool: raise LowerError(f"Opts.fma is a bool, got {self.fma!r}")
+    if type(self.reduce_vector) is not int: raise LowerError(f"Opts.reduce_vector is an int, got {self.reduce_vector!r}")
+    if self.vector is not None:
+      try: axis, lanes = (operator.index(x) for x in self.vector)
+      except (TypeError, ValueError): raise LowerError(f"Opts.vector is (axis, lanes), got {self.vector!r}") from None
+      object.__setattr__(self, "vector", None if lanes == 1 else (axis, lanes))
 
 
 @dataclass
@@ -152,22 +161,32 @@ def _rule(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
                    f"STACK, INDEX, REDUCE and STAGE)")
 
 
-def _axis_parts(ctx: Ctx, size: int, factor: int, kind: AxisType) -> tuple[UOp, int]:
-  """How an axis of `size` is walked: (base, factor) with index = base * factor + c, c in 0..factor-1 unrolled. The base
-  is a RANGE, or CONST 0 when one step covers the axis. check_opts has made sure the factor divides the size."""
-  if factor <= 1: factor = 1
-  steps = size // factor
-  return (ctx.rng(steps, kind) if steps > 1 else UOp.const(0)), factor
+class _Walk(NamedTuple):
+  """How one axis is walked: index = (base * factor + c) * width + lane, for each unrolled copy c < factor. `base` is a
+  RANGE, or CONST 0 when one step covers the axis; `lane` is an UPCAST RANGE of `width` (one SIMD vector) or None."""
+  base: UOp
+  factor: int
+  lane: UOp | None = None
+  width: int = 1
 
 
-def _combos(parts: list[tuple[UOp, int]]) -> list[tuple[UOp, ...]]:
-  """Every index tuple the unrolled parts spell out: for parts [(base, f), ...], axis k takes base*f + c for each c < f,
-  and the tuples are all the combinations, in row-major order."""
+def _axis_parts(ctx: Ctx, size: int, factor: int, kind: AxisType, width: int = 1) -> _Walk:
+  """How an axis of `size` is walked (see _Walk). check_opts has made sure factor * width divides the size."""
+  factor = max(factor, 1)
+  steps = size // (factor * width)
+  base = ctx.rng(steps, kind) if steps > 1 else UOp.const(0)
+  return _Walk(base, factor, ctx.rng(width, AxisType.UPCAST) if width > 1 else None, width)
+
+
+def _combos(parts: list[_Walk]) -> list[tuple[UOp, ...]]:
+  """Every index tuple the unrolled parts spell out: axis k takes (base*f + c)*width + lane for each copy c < f, and the
+  tuples are all the combinations, in row-major order."""
   combos: list[tuple[UOp, ...]] = [()]
-  for base, f in parts:
+  for base, f, lane, width in parts:
     if base.op is Ops.CONST and base.arg == 0: choices = [UOp.const(c) for c in range(f)]
     elif f == 1: choices = [base]
     else: choices = [base * f + c for c in range(f)]
+    if lane is not None: choices = [c * width + lane for c in choices]
     combos = [prefix + (c,) for prefix in combos for c in choices]
   return combos
 
@@ -178,27 +197,49 @@ def _tree(op: Ops, vals: list[UOp]) -> UOp:
   return vals[0]
 
 
+def _accumulate(rop: Ops, acc: UOp, terms: list[UOp], fma: bool) -> UOp:
+  """acc combined with the unrolled terms: with fma, each product of an f32 sum is one fused multiply-add onto the
+  accumulator (a*b + acc, rounded once); otherwise the terms are summed as a balanced tree first."""
+  if fma and rop is Ops.ADD and acc.dtype is dtypes.f32:
+    for t in terms: acc = UOp(Ops.MULACC, (t.src[0], t.src[1], acc)) if t.op is Ops.MUL else acc + t
+    return acc
+  return UOp(rop, (acc, _tree(rop, terms)))
+
+
 def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
   rop, n = u.arg
   src = u.src[0]
   popped = src.shape[len(src.shape) - n:]
+  o = ctx.opts
   # the loops are shared by every request that uses the same output ranges: unrolled copies of one reduce (indices that
   # differ only by constants) accumulate in one loop, which is what a register tile is
   key = (u, frozenset(ranges_in(*idx)))
   if key not in ctx.reduce_ranges:
-    ctx.reduce_ranges[key] = [_axis_parts(ctx, size, ctx.opts.unroll if k == n - 1 else 1, AxisType.REDUCE) for k, size in enumerate(popped)]
+    ctx.reduce_ranges[key] = [_axis_parts(ctx, size, o.unroll if k == n - 1 else 1, AxisType.REDUCE, o.reduce_vector if k == n - 1 else 1)
+                              for k, size in enumerate(popped)]
   parts = ctx.reduce_ranges[key]
-  loops = [base for base, _ in parts if base.op is Ops.RANGE]
+  loops = [w.base for w in parts if w.base.op is Ops.RANGE]
+  lane = parts[-1].lane if parts else None
   terms = yield [(src, idx + c) for c in _combos(parts)]
   if 0 in popped: return UOp.const(identity(rop, u.dtype), u.dtype)     # a reduction over nothing is its identity
-  value = _tree(rop, list(terms))
-  if not loops: return value
+  if not loops and lane is None: return _tree(rop, list(terms))
+  zero = UOp.const(identity(rop, u.dtype), u.dtype)
+  outer = ranges_in(*idx)
+  # one accumulator per iteration of the loops the output index uses (and, with lanes, per lane)
   acc = ctx.alloc(u.dtype)
-  here = acc.after(*ranges_in(*idx))                    # one accumulator per iteration of the loops the output index uses
-  start = here.index(0).store(UOp.const(identity(rop, u.dtype), u.dtype))
+  here = acc.after(*outer, *([lane] if lane is not None else []))
+  start = here.index(0).store(zero)
   inside = here.after(start, *loops)                    # in the reduce loops, once it has been initialized
-  update = inside.index(0).store(UOp(rop, (inside.index(0).load(), value)))
-  return here.after(update.end(*loops)).index(0).load()  # read after the loops are done
+  update = inside.index(0).store(_accumulate(rop, inside.index(0).load(), list(terms), o.fma))
+  done = here.after(update.end(*loops))                 # read after the loops are done
+  if lane is None: return done.index(0).load()
+  # partial accumulators: each lane summed its own share of the axis; they are combined lane by lane, in order, into one
+  total = ctx.alloc(u.dtype)
+  total_here = total.after(*outer)
+  total_start = total_here.index(0).store(zero)
+  total_in = total_here.after(total_start, lane)
+  total_update = total_in.index(0).store(UOp(rop, (total_in.index(0).load(), done.index(0).load())))
+  return total_here.after(total_update.end(lane)).index(0).load()
 
 
 def rangeify(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
@@ -244,12 +285,12 @@ def merge_ends(root: UOp) -> UOp:
     root = root.substitute(dict.fromkeys(group, joined))
 
 
-def _gpu_axis(ctx: Ctx, size: int, local: int, factor: int) -> tuple[UOp, int]:
+def _gpu_axis(ctx: Ctx, size: int, local: int, factor: int) -> _Walk:
   """A GPU axis: blocks of `local` threads, each computing `factor` elements: index = (block * local + thread) * factor + c."""
   if size % (local * factor) != 0: raise LowerError(f"gpu axis of size {size} is not divisible by local {local} * upcast {factor}")
   blocks = size // (local * factor)
   block = ctx.rng(blocks, AxisType.GLOBAL) if blocks > 1 else UOp.const(0)
-  return (block if local == 1 else block * local + ctx.rng(local, AxisType.LOCAL)), factor
+  return _Walk(block if local == 1 else block * local + ctx.rng(local, AxisType.LOCAL), factor)
 
 
 def _check_lower_args(root: UOp, out: UOp, o: Opts):
@@ -275,29 +316,48 @@ def check_opts(root: UOp, o: Opts) -> None:
   for k, f in o.upcast:
     if shape[k] % f: bad("upcast", f"{f} does not divide axis {k} of size {shape[k]}")
   if o.unroll < 1: bad("unroll", f"must be at least 1, got {o.unroll}")
+  reduces = [u for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0]
+  inner = {u.src[0].shape[-1] for u in reduces}
   if o.unroll > 1:
-    inner = {u.src[0].shape[-1] for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0}
     if not inner: bad("unroll", f"{o.unroll}, but the kernel has no reduction to unroll")
     if wrong := sorted(n for n in inner if n % o.unroll): bad("unroll", f"{o.unroll} does not divide the reduced axis of size {wrong[0]}")
+  if o.reduce_vector != 1:
+    rv = o.reduce_vector
+    if rv < 2 or rv & (rv - 1): bad("reduce_vector", f"lanes must be a power of two, got {rv}")
+    if not inner: bad("reduce_vector", f"{rv}, but the kernel has no reduction")
+    if wrong := sorted(n for n in inner if n % (rv * o.unroll)):
+      bad("reduce_vector", f"{rv} lanes * unroll {o.unroll} do not divide the reduced axis of size {wrong[0]}")
+    if o.vector is not None: bad("reduce_vector", "a kernel has one vector axis: an output axis (vector) or the reduction's, not both")
+  if o.fma and not any(u.arg[0] is Ops.ADD and u.dtype is dtypes.f32 for u in reduces):
+    bad("fma", "the kernel has no f32 sum to fuse multiply-adds into")
+  if o.vector is not None:
+    k, w = o.vector
+    if not 0 <= k < len(shape): bad("vector", f"there is no axis {k}")
+    if w < 2 or w & (w - 1): bad("vector", f"lanes must be a power of two, got {w}")
+    if shape[k] % (w * up.get(k, 1)): bad("vector", f"{w} lanes * upcast {up.get(k, 1)} do not divide axis {k} of size {shape[k]}")
   if o.gpu:
+    if o.vector is not None or o.reduce_vector != 1: bad("vector", "GPU kernels take no SIMD vectors: threads are their lanes")
     if o.thread is not None or o.tile: bad("thread" if o.thread is not None else "tile", "a GPU kernel has no CPU threads or cache tiles")
     for k, n in o.local:
       if shape[k] % (n * up.get(k, 1)): bad("local", f"axis {k} of size {shape[k]} is not divisible by local {n} * upcast {up.get(k, 1)}")
     return
   if o.local: bad("local", "threads per block need gpu=True")
+  lanes = {o.vector[0]: o.vector[1]} if o.vector is not None else {}
+  step = lambda k: up.get(k, 1) * lanes.get(k, 1)      # the elements of axis k one iteration of its loop computes
   for k, t in o.tile:
     if not 1 < t < shape[k] or shape[k] % t: bad("tile", f"{t} must divide axis {k} of size {shape[k]} and lie strictly between 1 and it")
-    if t % up.get(k, 1): bad("tile", f"{t} on axis {k} must hold whole register tiles of upcast {up[k]}")
+    if t % step(k): bad("tile", f"{t} on axis {k} must hold whole register tiles of {step(k)} (upcast * vector lanes)")
   if o.thread is not None:
     k = o.thread
     if not 0 <= k < len(shape): bad("thread", f"there is no axis {k}")
-    if shape[k] // up.get(k, 1) < 2: bad("thread", f"axis {k} of size {shape[k]} (upcast {up.get(k, 1)}) leaves no loop to split")
+    if shape[k] // step(k) < 2: bad("thread", f"axis {k} of size {shape[k]} (upcast * lanes {step(k)}) leaves no loop to split")
 
 
-def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[tuple[UOp, int]]:
+def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[_Walk]:
   """(base, factor) for each output axis, creating the output RANGEs in loop order."""
   o = ctx.opts
   up, tiles = dict(o.upcast), dict(o.tile)          # check_opts has made sure every entry fits the shape
+  vaxis, lanes = o.vector if o.vector is not None else (None, 1)
   if o.gpu:
     local = dict(o.local)
     return [_gpu_axis(ctx, s, local.get(k, 1), up.get(k, 1)) for k, s in enumerate(shape)]
@@ -306,12 +366,12 @@ def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[tuple[UOp, int]]:
   # are in cache; the THREAD axis goes before everything, as the loop OpenMP splits
   blocks = {k: ctx.rng(shape[k] // t, kind(k)) for k, t in tiles.items()}
   axes = ([o.thread] if o.thread is not None else []) + [k for k in range(len(shape)) if k != o.thread]
-  parts: dict[int, tuple[UOp, int]] = {}
+  parts: dict[int, _Walk] = {}
   for k in axes:
-    f = up.get(k, 1)
-    if k not in tiles: parts[k] = _axis_parts(ctx, shape[k], f, kind(k)); continue
-    within = tiles[k] // f          # iterations inside one tile
-    parts[k] = (blocks[k] * within + ctx.rng(within) if within > 1 else blocks[k], f)
+    f, w = up.get(k, 1), (lanes if k == vaxis else 1)
+    if k not in tiles: parts[k] = _axis_parts(ctx, shape[k], f, kind(k), w); continue
+    within = tiles[k] // (f * w)    # iterations inside one tile
+    parts[k] = _Walk(blocks[k] * within + ctx.rng(within) if within > 1 else blocks[k], f, ctx.rng(w, AxisType.UPCAST) if w > 1 else None, w)
   return [parts[k] for k in range(len(shape))]
 
 
@@ -326,7 +386,7 @@ def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
     address = ravel(idx, root.shape) if root.shape else UOp.const(0)   # outputs are contiguous, row-major
     stores.append(out.index(address).store(rangeify(root, idx, ctx)))
   body = stores[0] if len(stores) == 1 else UOp(Ops.SINK, tuple(stores))
-  program = sink(body.end(*ranges_in(*(base for base, _ in parts))))
+  program = sink(body.end(*ranges_in(*(w.base for w in parts), *(w.lane for w in parts if w.lane is not None))))
   return simplify(merge_ends(program))
 
 

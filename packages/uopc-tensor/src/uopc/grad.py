@@ -78,6 +78,7 @@ def _stop(u: UOp, g: UOp) -> tuple:
 GRAD_RULES: dict[Ops, Callable[[UOp, UOp], tuple]] = {
   Ops.ADD: lambda u, g: (g, g),
   Ops.MUL: lambda u, g: (g * u.src[1], g * u.src[0]),
+  Ops.MULACC: lambda u, g: (g * u.src[1], g * u.src[0], g),
   Ops.RECIP: lambda u, g: (-(g * u * u),),
   Ops.EXP2: lambda u, g: (g * u * LN2,),
   Ops.LOG2: lambda u, g: (g * u.src[0].recip() * (1 / LN2),),

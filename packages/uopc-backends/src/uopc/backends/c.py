@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 import numpy as np
-from uopc.uop import UOp, Ops, AxisType, users_of
+from uopc.uop import UOp, Ops, AxisType, ALU, users_of
 from uopc.dtype import AddrSpace, DType, dtypes, I32_MIN
-from uopc.symbolic import vmin
+from uopc.symbolic import vmin, bounds, simplify
 from uopc.evaluate import round_f32, round_f16
 from uopc.linearize import linearize
 from uopc.backends import BackendError, LinearProgram, check_memory_safety, base_memory, memory_name
@@ -118,6 +118,7 @@ class CRenderer:
     Ops.CMPLT: lambda d, a, b: f"({a}<{b})",
     Ops.CMPNE: lambda d, a, b: f"({a}!={b})",
     Ops.WHERE: lambda d, c, a, b: f"({c}?{a}:{b})",
+    Ops.MULACC: lambda d, a, b, c: f"fmaf({a},{b},{c})",   # one rounding, in hardware where there is an FMA unit
     Ops.RECIP: lambda d, x: f"(1.0f/{x})" if d is dtypes.f32 else f"((_Float16)(1.0f/(float){x}))",
     Ops.EXP2: lambda d, x: f"exp2f({x})" if d is dtypes.f32 else f"((_Float16)exp2f((float){x}))",
     Ops.LOG2: lambda d, x: f"log2f({x})" if d is dtypes.f32 else f"((_Float16)log2f((float){x}))",
@@ -132,8 +133,13 @@ class CRenderer:
     AxisType.THREAD: lambda rn, var, end, dim: ["#pragma omp parallel for", _loop(var, end)],
     AxisType.GLOBAL: lambda rn, var, end, dim: [f"int {var} = {rn.grid_index(AxisType.GLOBAL, dim)};"],
     AxisType.LOCAL: lambda rn, var, end, dim: [f"int {var} = {rn.grid_index(AxisType.LOCAL, dim)};"],
+    # the lanes of a vector: no loop, a vector of lane numbers (see _Body)
+    AxisType.UPCAST: lambda rn, var, end, dim: [f"i32x{end} {var} = {{{', '.join(map(str, range(int(end))))}}};"],
   }
   opens_block = {AxisType.LOOP, AxisType.REDUCE, AxisType.THREAD}
+  # UPCAST ranges as vector lanes (see _Body); a renderer that sets this False runs them as plain loops, the same program
+  # in its scalar meaning (the oracle for the vector code)
+  vectorize = True
   # an ALLOC by its address space: (C type, name, elements) -> its declaration. On a CPU one thread is the whole
   # "block", so shared memory is an ordinary array
   alloc_code: dict[AddrSpace, Callable[[str, str, int], str]] = {AddrSpace.LOCAL: _array, AddrSpace.SHARED: _array}
@@ -157,62 +163,252 @@ class CRenderer:
     if len({b.arg.slot for b in program.params}) != len(program.params): raise BackendError("two parameters of this kernel share a slot")
     if missing := {u for u in lin if u.op is Ops.BUFFER} - set(program.params):
       raise BackendError(f"the program uses BUFFER slots {sorted(b.arg.slot for b in missing)} that are not among its parameters")
-    users = users_of(list(lin))
+    body = _Body(self, lin)
+    for u in lin: body.emit(u)
+    prelude = self.prelude(program) + (vector_prelude(body.width, body.fused) if body.width > 1 else "")
+    return prelude + self.signature(program) + " {\n" + "\n".join(body.lines) + "\n}\n"
+
+
+# ---- vectors: an UPCAST range is the lanes of one SIMD vector ------------------------------------------------------------
+# A program has at most one UPCAST range (Opts.vector on an output axis, or Opts.reduce_vector on a reduction's axis).
+# In the scalar meaning of the program it is a loop like any other (uopc.interpret runs it as one); here every value that
+# depends on it becomes a GCC vector of its lanes (`f32x16`), and the loop disappears. Loads and stores whose address
+# moves by one element per lane are single vector moves, other addresses gather and scatter lane by lane; an
+# accumulator that lives per lane is a vector register; a scalar accumulator updated from a vector is reduced over the
+# lanes in order, lane 0 first, exactly as the loop would. So the vector code computes what the loop computes, bit for
+# bit (MULACC included: one rounding in both), and the interpreter is its oracle. A bool vector is a mask of ints
+# (-1 true, 0 false), which is what vector comparisons produce. f16 values are never vectorized.
+
+def vector_prelude(width: int, fused: bool) -> str:
+  """The vector types of `width` lanes and their helpers: broadcast, select, fused multiply-add."""
+  w, nb = width, width * 4
+  fma_isa = {16: ("__AVX512F__", "_mm512_fmadd_ps", "__m512"), 8: ("__FMA__", "_mm256_fmadd_ps", "__m256"), 4: ("__FMA__", "_mm_fmadd_ps", "__m128")}
+  lines = [f"typedef float f32x{w} __attribute__((vector_size({nb})));", f"typedef int i32x{w} __attribute__((vector_size({nb})));",
+           # unaligned views for vector loads and stores at any element (aligned(4)), that may alias the buffer's floats
+           f"typedef float f32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));",
+           f"typedef int i32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));",
+           # x - (+0) is x for every x, -0.0 and NaN included (x + 0 would turn -0.0 into +0.0)
+           f"static inline f32x{w} bcast_f32x{w}(float x) {{ return x - (f32x{w}){{}}; }}",
+           f"static inline i32x{w} bcast_i32x{w}(int x) {{ return x - (i32x{w}){{}}; }}",
+           f"static inline f32x{w} sel_f32x{w}(i32x{w} m, f32x{w} a, f32x{w} b) {{ return (f32x{w})((m & (i32x{w})a) | (~m & (i32x{w})b)); }}",
+           f"static inline i32x{w} sel_i32x{w}(i32x{w} m, i32x{w} a, i32x{w} b) {{ return (m & a) | (~m & b); }}"]
+  if fused:
+    lanewise = f"f32x{w} r; for (int l = 0; l < {w}; l++) r[l] = fmaf(a[l], b[l], c[l]); return r;"
+    if w in fma_isa:
+      macro, intrinsic, mtype = fma_isa[w]
+      body = f"\n#if defined({macro})\n  return (f32x{w}){intrinsic}(({mtype})a, ({mtype})b, ({mtype})c);\n#else\n  {lanewise}\n#endif\n"
+      lines = ["#if defined(__x86_64__)\n#include <immintrin.h>\n#endif"] + lines
+    else: body = f" {lanewise} "
+    lines.append(f"static inline f32x{w} fma_f32x{w}(f32x{w} a, f32x{w} b, f32x{w} c) {{{body}}}")
+  return "\n".join(lines) + "\n"
+
+
+class _Body:
+  """The statements of one kernel, rendered in order (CRenderer.render's working state)."""
+  def __init__(self, rn: CRenderer, lin: tuple[UOp, ...]):
+    self.rn, self.lin = rn, lin
+    self.users = users_of(list(lin))
     # the loop depth of every node, to see which values are used deeper than where they are computed
-    depth: dict[UOp, int] = {}
+    self.depth: dict[UOp, int] = {}
     d = 0
     for u in lin:
       if u.op is Ops.END: d -= 1
-      depth[u] = d
+      self.depth[u] = d
       if u.op is Ops.RANGE: d += 1
-    def uses(u: UOp) -> list[UOp]:   # an INDEX is inlined into its LOAD/STORE, so its users are the value's users
-      return [w for v in users.get(u, ()) for w in (uses(v) if v.op is Ops.INDEX else [v])]
-    r: dict[UOp, str] = {}
-    lines: list[str] = []
-    counter = {"v": 1, "acc": 0}
-    dims = {AxisType.GLOBAL: 0, AxisType.LOCAL: 0}
-    blocks: list[bool] = []       # for each open RANGE: did it open a { block
-    pad = lambda: "  " * (sum(blocks) + 1)
-    def var(prefix: str, u: UOp, expr: str) -> None:
-      r[u] = f"{prefix}{counter['v']}"
-      counter["v"] += 1
-      lines.append(f"{pad()}{u.dtype.ctype} {r[u]} = {expr};")
-    for u in lin:
-      op = u.op
-      if op is Ops.BUFFER: r[u] = memory_name(u)
-      elif op is Ops.CONST: r[u] = render_const(u.arg, u.dtype)
-      elif op is Ops.RANGE:
-        kind = u.arg.kind
-        r[u] = f"ridx{u.arg.idx}"
-        dim = dims.get(kind, 0)
-        if kind in dims: dims[kind] += 1
-        lines.extend(pad() + line for line in self.range_code[kind](self, r[u], r[u.src[0]], dim))
-        blocks.append(kind in self.opens_block)
-      elif op is Ops.END:
-        if blocks.pop(): lines.append(f"{pad()}}}")
-      elif op is Ops.ALLOC:
-        r[u] = f"acc{counter['acc']}"
-        counter["acc"] += 1
-        lines.append(pad() + self.alloc_code[u.addrspace](u.dtype.ctype, r[u], u.arg.shape[0]))
-      elif op is Ops.AFTER: r[u] = r[u.src[0]]
-      elif op is Ops.INDEX:
-        mem = base_memory(u.src[0])
-        r[u] = r[u.src[0]] if mem.op is Ops.ALLOC and mem.arg.shape[0] == 1 else f"{r[u.src[0]]}[{r[u.src[1]]}]"
-      elif op is Ops.LOAD: var("val", u, r[u.src[0]])
-      elif op is Ops.STORE: lines.append(f"{pad()}{r[u.src[0]]} = {r[u.src[1]]};")
-      elif op is Ops.SINK: pass
-      elif op is Ops.BARRIER: lines.append(f"{pad()}{self.barrier}")
-      elif op is Ops.CAST: r[u] = self.render_cast(u.src[0], u.dtype, r[u.src[0]])
-      elif op in (Ops.FLOORDIV, Ops.FLOORMOD):
-        a, b = u.src
-        if vmin(a) >= 0 and vmin(b) > 0: r[u] = f"({r[a]}{'/' if op is Ops.FLOORDIV else '%'}{r[b]})"
-        else: r[u] = f"{'floordiv_i32' if op is Ops.FLOORDIV else 'floormod_i32'}({r[a]}, {r[b]})"
-      elif op in self.code_for_op: r[u] = self.code_for_op[op](u.dtype, *(r[s] for s in u.src))
-      else: raise BackendError(f"the C renderer has no rule for {op!r} (is the program lowered?)")
-      if op in self.code_for_op or op in (Ops.CAST, Ops.FLOORDIV, Ops.FLOORMOD):
-        us = uses(u)
-        if len(us) > 1 or len(r[u]) > MAX_INLINE or any(depth[w] > depth[u] for w in us): var("alu", u, r[u])
-    return self.prelude(program) + self.signature(program) + " {\n" + "\n".join(lines) + "\n}\n"
+    self.r: dict[UOp, str] = {}
+    self.lines: list[str] = []
+    self.counter = {"v": 1, "acc": 0}
+    self.dims = {AxisType.GLOBAL: 0, AxisType.LOCAL: 0}
+    self.blocks: list[bool] = []       # for each open RANGE: did it open a { block
+    lanes = [u for u in lin if u.op is Ops.RANGE and u.arg.kind is AxisType.UPCAST] if rn.vectorize else []
+    widths = {bounds(u.src[0])[1] for u in lanes}       # the end of each lane range
+    if len(widths) > 1: raise BackendError(f"the vector axes of a kernel share one width, got {sorted(widths)}")
+    self.width = widths.pop() if widths else 1
+    self.fused = False
+    self.address_only: set[UOp] = set()
+    self.lane_of: dict[UOp, UOp] = {}
+    self.vec, self.vmem, self.horizontal = self._vectors(lanes) if lanes else (set(), set(), set())
+
+  # -- which values are vectors
+  def _vectors(self, lanes: list[UOp]) -> tuple[set, set, set]:
+    # the lane each node depends on (an END of the lane's range closes it); a value of two lanes has no vector form
+    lane_of = self.lane_of
+    for u in self.lin:
+      if u in lanes: lane_of[u] = u; continue
+      mine = {lane_of[s] for s in u.src if s in lane_of}
+      if u.op is Ops.END: mine -= set(u.src[1:])
+      if len(mine) > 1: raise BackendError("a value depends on two vector axes")
+      if mine: lane_of[u] = mine.pop()
+    vmem = {u.src[0] for u in self.lin if u.op is Ops.AFTER and u.src[0].op is Ops.ALLOC and u in lane_of}
+    vec: set[UOp] = set()
+    for u in self.lin:
+      if u in lanes or (u.op in ALU and any(s in vec for s in u.src)): vec.add(u)
+      elif u.op is Ops.LOAD:
+        mem = base_memory(u.src[0].src[0])
+        if mem in vmem or (mem.op is Ops.BUFFER and u.src[0].src[1] in vec): vec.add(u)
+    for u in vec:
+      if u.dtype is dtypes.f16: raise BackendError("f16 values are never vectorized: lower this kernel without a vector axis")
+    for m in vmem:
+      if m.arg.shape[0] != 1: raise BackendError("a vector accumulator holds one element per lane")
+    # a scalar accumulator updated from a vector: acc = op(acc, vector), reduced over the lanes
+    horizontal = {u.src[1] for u in self.lin if u.op is Ops.STORE and u.src[1] in vec and base_memory(u.src[0].src[0]).op is Ops.ALLOC
+                  and base_memory(u.src[0].src[0]) not in vmem}
+    # index vectors that only address a buffer are never computed: each vector load or store renders its lanes' addresses
+    for u in reversed(self.lin):
+      if u in vec and u.dtype is dtypes.i32 and all((w.op in (Ops.END, Ops.AFTER) and u in w.src[1:]) or w in self.address_only or
+                                                     (w.op is Ops.INDEX and w.src[1] is u and base_memory(w.src[0]).op is Ops.BUFFER)
+                                                     for w in self.users.get(u, ())):
+        self.address_only.add(u)
+    return vec, vmem, horizontal
+
+  def vtype(self, d: DType) -> str: return f"{'f32' if d is dtypes.f32 else 'i32'}x{self.width}"
+  def ctype(self, u: UOp) -> str: return self.vtype(u.dtype) if u in self.vec else u.dtype.ctype
+  def vector(self, s: UOp) -> str:
+    """s's value as a vector: itself, or a scalar broadcast to every lane (a bool as a mask)."""
+    if s in self.vec: return self.r[s]
+    if s.dtype is dtypes.bool: return f"(-(i32x{self.width})bcast_i32x{self.width}({self.r[s]}))"
+    return f"bcast_{self.vtype(s.dtype)}({self.r[s]})"
+
+  # -- emitting
+  def pad(self) -> str: return "  " * (sum(self.blocks) + 1)
+  def var(self, prefix: str, u: UOp, expr: str) -> None:
+    self.r[u] = f"{prefix}{self.counter['v']}"
+    self.counter["v"] += 1
+    self.lines.append(f"{self.pad()}{self.ctype(u)} {self.r[u]} = {expr};")
+
+  def uses(self, u: UOp) -> list[UOp]:   # an INDEX is inlined into its LOAD/STORE, so its users are the value's users
+    return [w for v in self.users.get(u, ()) for w in (self.uses(v) if v.op is Ops.INDEX else [v])]
+
+  def emit(self, u: UOp) -> None:
+    rn, r, op = self.rn, self.r, u.op
+    if op is Ops.BUFFER: r[u] = memory_name(u)
+    elif op is Ops.CONST: r[u] = render_const(u.arg, u.dtype)
+    elif op is Ops.RANGE:
+      kind = u.arg.kind if u.arg.kind is not AxisType.UPCAST or rn.vectorize else AxisType.LOOP
+      r[u] = f"ridx{u.arg.idx}"
+      dim = self.dims.get(kind, 0)
+      if kind in self.dims: self.dims[kind] += 1
+      if u not in self.address_only: self.lines.extend(self.pad() + line for line in rn.range_code[kind](rn, r[u], r[u.src[0]], dim))
+      self.blocks.append(kind in rn.opens_block)
+    elif op is Ops.END:
+      if self.blocks.pop(): self.lines.append(f"{self.pad()}}}")
+    elif op is Ops.ALLOC:
+      r[u] = f"acc{self.counter['acc']}"
+      self.counter["acc"] += 1
+      self.lines.append(self.pad() + rn.alloc_code[u.addrspace](self.vtype(u.dtype) if u in self.vmem else u.dtype.ctype, r[u], u.arg.shape[0]))
+    elif op is Ops.AFTER: r[u] = r[u.src[0]]
+    elif op is Ops.INDEX:
+      mem = base_memory(u.src[0])
+      r[u] = r[u.src[0]] if mem.op is Ops.ALLOC and mem.arg.shape[0] == 1 else f"{r[u.src[0]]}[{r[u.src[1]]}]"
+    elif op is Ops.LOAD:
+      if u in self.vec and base_memory(u.src[0].src[0]).op is Ops.BUFFER: self.var("val", u, self.vector_load(u.src[0]))
+      else: self.var("val", u, r[u.src[0]])
+    elif op is Ops.STORE: self.store(u)
+    elif op is Ops.SINK: pass
+    elif op is Ops.BARRIER: self.lines.append(f"{self.pad()}{rn.barrier}")
+    elif u in self.vec: r[u] = self.vector_alu(u)
+    elif op is Ops.CAST: r[u] = rn.render_cast(u.src[0], u.dtype, r[u.src[0]])
+    elif op in (Ops.FLOORDIV, Ops.FLOORMOD): r[u] = self.divmod(u, r[u.src[0]], r[u.src[1]])
+    elif op in rn.code_for_op: r[u] = rn.code_for_op[op](u.dtype, *(r[s] for s in u.src))
+    else: raise BackendError(f"the C renderer has no rule for {op!r} (is the program lowered?)")
+    if op in ALU and u not in self.horizontal and u not in self.address_only:
+      us = self.uses(u)
+      if len(us) > 1 or len(r[u]) > MAX_INLINE or any(self.depth[w] > self.depth[u] for w in us): self.var("alu", u, r[u])
+
+  def divmod(self, u: UOp, a: str, b: str) -> str:
+    if vmin(u.src[0]) >= 0 and vmin(u.src[1]) > 0: return f"({a}{'/' if u.op is Ops.FLOORDIV else '%'}{b})"
+    return f"{'floordiv_i32' if u.op is Ops.FLOORDIV else 'floormod_i32'}({a}, {b})"
+
+  # -- vector values
+  def vector_alu(self, u: UOp) -> str:
+    op, d, w = u.op, u.dtype, self.width
+    srcs = u.src
+    v = [self.vector(s) for s in srcs]
+    mask = srcs[0].dtype is dtypes.bool
+    if op is Ops.ADD: return f"({v[0]}|{v[1]})" if mask else f"({v[0]}+{v[1]})"
+    if op is Ops.MUL: return f"({v[0]}&{v[1]})" if mask else f"({v[0]}*{v[1]})"
+    if op is Ops.CMPNE: return f"({v[0]}!={v[1]})"
+    if op is Ops.CMPLT: return f"(~{v[0]}&{v[1]})" if mask else f"({v[0]}<{v[1]})"
+    if op is Ops.MAX:
+      if mask: return f"({v[0]}|{v[1]})"
+      cond = f"(({v[0]}>{v[1]})|({v[0]}!={v[0]}))" if d.is_float else f"({v[0]}>{v[1]})"   # NaN wins, as numpy.maximum
+      return f"sel_{self.vtype(d)}({cond}, {v[0]}, {v[1]})"
+    if op is Ops.WHERE: return f"sel_{self.vtype(d)}({v[0]}, {v[1]}, {v[2]})"
+    if op is Ops.RECIP and d is dtypes.f32: return f"(1.0f/{v[0]})"
+    if op is Ops.MULACC:
+      self.fused = True
+      return f"fma_f32x{w}({v[0]}, {v[1]}, {v[2]})"
+    if op in (Ops.FLOORDIV, Ops.FLOORMOD) and vmin(srcs[0]) >= 0 and vmin(srcs[1]) > 0:
+      return f"({v[0]}{'/' if op is Ops.FLOORDIV else '%'}{v[1]})"
+    # everything else lane by lane, with the scalar code of the op (transcendentals, casts, floor division)
+    args = [f"_a{i}" for i in range(len(srcs))]
+    lane = [f"({a}[_l]!=0)" if s.dtype is dtypes.bool else f"{a}[_l]" for a, s in zip(args, srcs)]
+    if op is Ops.CAST: scalar = self.rn.render_cast(srcs[0], d, lane[0])
+    elif op in (Ops.FLOORDIV, Ops.FLOORMOD): scalar = self.divmod(u, *lane)
+    else: scalar = self.rn.code_for_op[op](d, *lane)
+    if d is dtypes.bool: scalar = f"-(int)({scalar})"
+    decls = " ".join(f"{self.vtype(s.dtype)} {a} = {x};" for a, s, x in zip(args, srcs, v))
+    return f"({{ {decls} {self.vtype(d)} _r; for (int _l = 0; _l < {w}; _l++) _r[_l] = {scalar}; _r; }})"
+
+  def lanes_of(self, index: UOp) -> tuple[str | None, list[str]]:
+    """An address that depends on the lane: (the expression of lane 0 when lane c is lane 0's address + c, else None;
+    each lane's own address expression)."""
+    exprs, base = [], None
+    lane = self.lane_of[index]
+    firsts = [simplify(index.substitute({lane: UOp.const(c)})) for c in range(self.width)]
+    contiguous = all((d := simplify(f - firsts[0])).op is Ops.CONST and d.arg == c for c, f in enumerate(firsts))
+    exprs = [self.expr(f) for f in firsts]
+    if contiguous: base = exprs[0]
+    return base, exprs
+
+  def expr(self, root: UOp) -> str:
+    """A scalar index expression that is not in the program (a lane's address), over the program's rendered values."""
+    out: dict[UOp, str] = {}
+    for n in root.toposort():
+      if n in self.r and n not in self.vec: out[n] = self.r[n]
+      elif n.op is Ops.CONST: out[n] = render_const(n.arg, n.dtype)
+      elif n.op in (Ops.FLOORDIV, Ops.FLOORMOD): out[n] = self.divmod(n, out[n.src[0]], out[n.src[1]])
+      elif n.op is Ops.CAST: out[n] = self.rn.render_cast(n.src[0], n.dtype, out[n.src[0]])
+      elif n.op in self.rn.code_for_op: out[n] = self.rn.code_for_op[n.op](n.dtype, *(out[s] for s in n.src))
+      else: raise BackendError(f"can't render {n.op!r} in a lane's address")
+    return out[root]
+
+  def vector_load(self, index: UOp) -> str:
+    name, d, w = self.r[index.src[0]], index.dtype, self.width
+    base, exprs = self.lanes_of(index.src[1])
+    if d is dtypes.bool: return f"((i32x{w}){{{', '.join(f'-(int){name}[{e}]' for e in exprs)}}})"
+    if base is not None: return f"(*({self.vtype(d)}_u*)({name}+{base}))"
+    return f"(({self.vtype(d)}){{{', '.join(f'{name}[{e}]' for e in exprs)}}})"
+
+  def store(self, u: UOp) -> None:
+    target, value = u.src
+    mem = base_memory(target.src[0])
+    pad, w = self.pad(), self.width
+    if mem.op is Ops.ALLOC and mem in self.vmem:
+      self.lines.append(f"{pad}{self.r[target]} = {self.vector(value)};")
+    elif value in self.horizontal:
+      # acc = op(acc, v): the lanes of v folded into the scalar accumulator one by one, lane 0 first, as the loop does
+      rop = value.op
+      own = [s for s in value.src if s.op is Ops.LOAD and base_memory(s.src[0].src[0]) is mem]
+      vec = next((s for s in value.src if s in self.vec), None)
+      if rop not in (Ops.ADD, Ops.MAX) or len(value.src) != 2 or len(own) != 1 or vec is None or vec is own[0]:
+        raise BackendError("a vector updates a scalar accumulator only as acc = op(acc, vector)")
+      lane = "(_h[_l]!=0)" if vec.dtype is dtypes.bool else "_h[_l]"
+      # the operands in the node's order: max(-0.0, 0.0) and max(0.0, -0.0) differ
+      step = self.rn.code_for_op[rop](value.dtype, *(self.r[target] if s is own[0] else lane for s in value.src))
+      self.lines.append(f"{pad}{{ {self.vtype(vec.dtype)} _h = {self.r[vec]}; for (int _l = 0; _l < {w}; _l++) {self.r[target]} = {step}; }}")
+    elif mem.op is Ops.BUFFER and target.src[1] in self.vec:
+      name = self.r[target.src[0]]
+      base, exprs = self.lanes_of(target.src[1])
+      v = self.vector(value)
+      if base is not None and value.dtype is not dtypes.bool: self.lines.append(f"{pad}*({self.vtype(value.dtype)}_u*)({name}+{base}) = {v};")
+      else:
+        self.lines.append(f"{pad}{{ {self.vtype(value.dtype)} _s = {v};")
+        for c, e in enumerate(exprs):
+          self.lines.append(f"{pad}  {name}[{e}] = " + (f"(_s[{c}]!=0);" if value.dtype is dtypes.bool else f"_s[{c}];"))
+        self.lines.append(f"{pad}}}")
+    elif value in self.vec: raise BackendError("a vector stored to one address: every lane would write the same element")
+    else: self.lines.append(f"{pad}{self.r[target]} = {self.r[value]};")
 
 
 def render_c(sink: UOp, name: str = "kernel") -> str:

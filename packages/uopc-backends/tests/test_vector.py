@@ -1,0 +1,164 @@
+"""Vector code (an UPCAST range rendered as GCC vector lanes, Opts.vector / reduce_vector / fma): the compiled kernel
+computes what the scalar program computes, bit for bit. Two oracles run the same lowered program with its lanes as a
+plain loop: the C renderer with vectorize=False, and uopc.interpret (exact where the evaluator's scalar functions are
+the C library's: everything but the transcendentals)."""
+import numpy as np
+import pytest
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops, buf
+from uopc.rangeify import Opts, Ctx, lower, LowerError
+from uopc.linearize import linearize
+from uopc.interpret import run_linear
+from uopc.backends import BackendError, register_backend
+from uopc.backends.c import render_c, CRenderer, CBackend
+from uopc.runtime import np_dtype
+from uopc.testing import run_shaped
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+class LanesAsLoops(CBackend):
+  name = "LANES-AS-LOOPS"
+  renderer = type("LoopRenderer", (CRenderer,), {"vectorize": False})()
+
+
+register_backend("LANES-AS-LOOPS", LanesAsLoops)
+
+
+def interpreted(root: UOp, inputs: list[np.ndarray], opts: Opts) -> np.ndarray:
+  n = max(1, int(np.prod(root.shape)))
+  mem = {i: a.ravel().tolist() for i, a in enumerate(inputs)}
+  mem[len(inputs)] = [None] * n
+  run_linear(linearize(lower(root, buf(len(inputs), n, root.dtype), Ctx(opts=opts))), mem)
+  out = np.array([0 if v is None else v for v in mem[len(inputs)]], dtype=np_dtype(root.dtype))
+  return out[:int(np.prod(root.shape))].reshape(root.shape)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+  if a.dtype != b.dtype or a.shape != b.shape: return False
+  if a.dtype.kind != "f": return np.array_equal(a, b)
+  return bool(np.all((a.view(np.uint32 if a.dtype == np.float32 else np.uint16) == b.view(a.view(np.uint32).dtype if a.dtype == np.float32
+                                                                                        else np.uint16)) | (np.isnan(a) & np.isnan(b))))
+
+
+rng = np.random.default_rng(0)
+F = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+I = lambda *shape: rng.integers(-20, 20, shape).astype(np.int32)
+
+
+def gemm(m, k, n):
+  a, b = buf(0, m * k).reshape((m, 1, k)), buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k))
+  return (a.expand((m, n, k)) * b.expand((m, n, k))).reduce(Ops.ADD, 1), [F(m, k), F(k, n)]
+
+
+def gemm_nt(m, k, n):   # x @ w.T with w (n, k): the reduced axis is contiguous in both operands
+  a, b = buf(0, m * k).reshape((m, 1, k)), buf(1, n * k).reshape((1, n, k))
+  return (a.expand((m, n, k)) * b.expand((m, n, k))).reduce(Ops.ADD, 1), [F(m, k), F(n, k)]
+
+
+def softmax(r, c):
+  x = buf(0, r * c).reshape((r, c))
+  e = ((x - x.reduce(Ops.MAX, 1).reshape((r, 1)).expand((r, c))) * 1.4426950408889634).alu(Ops.EXP2)
+  return e * e.reduce(Ops.ADD, 1).reshape((r, 1)).expand((r, c)).recip(), [F(r, c)]
+
+
+def nan_max(r, c):
+  x = F(r, c)
+  x[1, 3] = np.nan; x[2, 0] = np.nan; x[0, 5] = np.inf
+  return buf(0, r * c).reshape((r, c)).reduce(Ops.MAX, 1), [x]
+
+
+def masked(r, c):
+  x, y = buf(0, r * c).reshape((r, c)), buf(1, r * c).reshape((r, c))
+  return (x > 0.0).where(x, y * 2.0).maximum(y), [F(r, c), F(r, c)]
+
+
+def integer(r, c):
+  x = buf(0, r * c, dtypes.i32).reshape((r, c))
+  return ((x // 3) * 3 + x % -5 + x // 7).cast(dtypes.f32) * 0.5, [I(r, c)]
+
+
+def compare(r, c):
+  x, y = buf(0, r * c).reshape((r, c)), buf(1, r * c).reshape((r, c))
+  return (x < y) * (y.ne(0.5)), [F(r, c), F(r, c)]
+
+
+def to_int(r, c):
+  x = F(r, c) * np.float32(1e9)
+  x[0, 0], x[1, 1], x[2, 2] = np.nan, np.inf, -3e9
+  return buf(0, r * c).reshape((r, c)).cast(dtypes.i32), [x]
+
+
+def transposed(r, c):
+  return (buf(0, r * c).reshape((r, c)).permute((1, 0)) + 1.0), [F(r, c)]
+
+
+def column_sum(r, c):
+  return buf(0, r * c).reshape((r, c)).permute((1, 0)).reduce(Ops.ADD, 1), [F(r, c)]
+
+
+CASES = [
+  (gemm, (8, 16, 32), [Opts(vector=(1, 16)), Opts(vector=(1, 8), upcast={0: 2, 1: 2}, fma=True), Opts(vector=(1, 4), thread=0, fma=True),
+                        Opts(vector=(0, 4)), Opts(vector=(1, 8), tile={1: 16}, thread=1, fma=True), Opts(reduce_vector=8, unroll=2, fma=True)]),
+  (gemm_nt, (8, 32, 8), [Opts(reduce_vector=16, fma=True), Opts(reduce_vector=8, unroll=2, upcast={0: 2, 1: 2}, fma=True), Opts(vector=(1, 8))]),
+  (softmax, (4, 32), [Opts(vector=(1, 16)), Opts(reduce_vector=16), Opts(reduce_vector=8, unroll=2), Opts(vector=(0, 4))]),
+  (nan_max, (4, 16), [Opts(reduce_vector=16), Opts(reduce_vector=4, unroll=2), Opts(vector=(0, 4))]),
+  (masked, (4, 16), [Opts(vector=(1, 16)), Opts(vector=(0, 4), upcast={1: 2})]),
+  (integer, (4, 16), [Opts(vector=(1, 16)), Opts(vector=(0, 2))]),
+  (compare, (4, 16), [Opts(vector=(1, 8))]),
+  (to_int, (4, 8), [Opts(vector=(1, 8))]),
+  (transposed, (8, 16), [Opts(vector=(1, 8)), Opts(vector=(0, 4))]),
+  (column_sum, (16, 8), [Opts(reduce_vector=4), Opts(vector=(0, 8))]),
+]
+
+
+@pytest.mark.parametrize("make, shape, opts", [(m, s, o) for m, s, os in CASES for o in os],
+                         ids=[f"{m.__name__}-{i}" for m, s, os in CASES for i in range(len(os))])
+def test_vector_code_computes_what_the_scalar_program_computes_bit_for_bit(make, shape, opts):
+  root, inputs = make(*shape)
+  got = run_shaped(root, inputs, opts=opts)
+  assert same_bits(got, run_shaped(root, inputs, backend="LANES-AS-LOOPS", opts=opts))
+  transcendental = any(u.op in (Ops.EXP2, Ops.LOG2, Ops.SIN) for u in root.toposort())
+  if not transcendental: assert same_bits(got, interpreted(root, inputs, opts))
+
+
+def test_a_vector_kernel_moves_whole_vectors_and_fuses_multiply_adds():
+  root, _ = gemm(8, 16, 32)
+  src = render_c(lower(root, buf(2, 256), Ctx(opts=Opts(vector=(1, 16), upcast={1: 2}, fma=True))), "g")
+  assert "typedef float f32x16" in src and "f32x16 acc0;" in src
+  assert src.count("(*(f32x16_u*)(data1+") == 2 and src.count("*(f32x16_u*)(data2+") == 2      # B rows and C: vector moves
+  assert src.count("fma_f32x16(") == 2 + 1 and "_mm512_fmadd_ps" in src                          # two uses, one definition
+  assert "for (int ridx" in src and "i32x16 ridx" not in src        # the lanes are no loop, and no index vector is computed
+
+
+def test_vector_opts_that_do_not_fit_are_refused():
+  root, _ = gemm(8, 16, 24)
+  for opts, msg in [(Opts(vector=(1, 16)), "16 lanes \\* upcast 1 do not divide axis 1 of size 24"),
+                    (Opts(vector=(1, 3)), "lanes must be a power of two"),
+                    (Opts(reduce_vector=32), "32 lanes \\* unroll 1 do not divide the reduced axis of size 16"),
+                    (Opts(vector=(1, 8), reduce_vector=4), "one vector axis"),
+                    (Opts(vector=(2, 4)), "there is no axis 2")]:
+    with pytest.raises(LowerError, match=msg): lower(root, buf(2, 8 * 24), Ctx(opts=opts))
+  with pytest.raises(LowerError, match="no f32 sum"): lower(buf(0, 4) * 2.0, buf(1, 4), Ctx(opts=Opts(fma=True)))
+
+
+def test_f16_values_are_not_vectorized():
+  x = buf(0, 16, dtypes.f16)
+  with pytest.raises(BackendError, match="f16 values are never vectorized"):
+    render_c(lower(x + x, buf(1, 16, dtypes.f16), Ctx(opts=Opts(vector=(0, 8)))), "h")
+
+
+def test_mulacc_compiles_to_the_evaluators_single_rounding():
+  """fmaf in C and the evaluator's exact fused multiply-add agree bit for bit, ties and subnormals included."""
+  from uopc.evaluate import exec_alu
+  n = 4096
+  a, b = F(n) * np.float32(2.0) ** rng.integers(-30, 30, n).astype(np.float32), F(n)
+  c = (-(a.astype(np.float64) * b)).astype(np.float32) + F(n) * np.float32(1e-6)
+  a[:64], b[:64], c[:64] = np.float32(1 + 2**-12), np.float32(1 + 2**-12), F(64) * np.float32(1e-18)    # ties that c decides
+  x, y, z = buf(0, n), buf(1, n), buf(2, n)
+  got = run_shaped(UOp(Ops.MULACC, (x, y, z)), [a, b, c])
+  want = np.array([exec_alu(Ops.MULACC, dtypes.f32, float(p), float(q), float(r)) for p, q, r in zip(a, b, c)], np.float32)
+  assert same_bits(got, want)
