@@ -162,3 +162,13 @@ def test_mulacc_compiles_to_the_evaluators_single_rounding():
   got = run_shaped(UOp(Ops.MULACC, (x, y, z)), [a, b, c])
   want = np.array([exec_alu(Ops.MULACC, dtypes.f32, float(p), float(q), float(r)) for p, q, r in zip(a, b, c)], np.float32)
   assert same_bits(got, want)
+
+
+@pytest.mark.parametrize("opts", [Opts(vector=(0, 2)), Opts(vector=(0, 8)), Opts(vector=(0, 16))])
+def test_a_mask_lane_becomes_one_not_minus_one(opts):
+  """Vector comparisons give masks (-1 true); casting a lane to int must give 1. Found by the Opts fuzzer: gcc 12 at -O2
+  folded (mask[l] != 0) into mask[l], so (x < y).cast(i32) was -1."""
+  x, y = F(16), F(16)
+  X, Y = buf(0, 16), buf(1, 16)
+  got = run_shaped((X < Y).cast(dtypes.i32) + X.ne(Y).cast(dtypes.f32).cast(dtypes.i32), [x, y], opts=opts)
+  np.testing.assert_array_equal(got, (x < y).astype(np.int32) + (x != y).astype(np.int32))

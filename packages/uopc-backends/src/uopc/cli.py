@@ -5,7 +5,8 @@
     uopc graph PROGRAM.uir -o FILE                              draw the UOp graph: Graphviz DOT, or SVG/PNG when `dot` is installed
 
 A program that is already lowered (its last statement is a SINK) is compiled as it is; a shaped program is one
-kernel into a new output BUFFER in the first free slot, compiled with the Opts uopc.opt chooses. Both go through
+kernel into a new output BUFFER in the first free slot, lowered plainly (the book's loops) or, with --opt, with the
+Opts uopc.opt chooses (vectors, register tiles, threads). Both go through
 uopc.runtime, like Tensor code. --device picks the backend (default: $UOPC_DEVICE, and C when that is empty).
 
 Other distributions add subcommands through the entry point group "uopc.commands": each entry point is a function
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from uopc.uop import UOp, Ops, UOpError, buf, prod
 from uopc.uir import parse, ParseError
-from uopc.rangeify import LowerError
+from uopc.rangeify import LowerError, Opts
 from uopc.linearize import LinearizeError
 from uopc.kernelize import KernelizeError, make_kernel
 from uopc.evaluate import EvalError
@@ -42,7 +43,7 @@ def load_program(path: str) -> tuple[UOp, str]:
   return parse(text), sanitize_name(p.stem)
 
 
-def compile_file(root: UOp, name: str, device: str | None) -> tuple[Program, list[UOp], UOp | None]:
+def compile_file(root: UOp, name: str, device: str | None, optimize: bool = False) -> tuple[Program, list[UOp], UOp | None]:
   """(the Program, the program's BUFFERs in parameter order, the output BUFFER a shaped program was given or None when
   the program was already a lowered SINK)."""
   backend = get_backend(device if device is not None else os.environ.get("UOPC_DEVICE"))
@@ -53,12 +54,13 @@ def compile_file(root: UOp, name: str, device: str | None) -> tuple[Program, lis
   if root.dtype.fmt is None: raise CLIError(f"the program's value is {root.dtype}, which can't be stored")
   slots = [u.arg.slot for u in root.toposort() if u.op is Ops.BUFFER]
   kernel = make_kernel(root, buf(max(slots, default=-1) + 1, max(1, prod(root.shape)), root.dtype), canonical=False)
-  return compile_kernel(kernel, backend, name=name), list(kernel.buffers), kernel.out
+  # the book's plain lowering unless asked to optimize (then the Opts uopc.opt chooses, as for Tensor code)
+  return compile_kernel(kernel, backend, None if optimize else Opts(), name=name), list(kernel.buffers), kernel.out
 
 
 def cmd_render(args) -> int:
   root, name = load_program(args.program)
-  prog, _, _ = compile_file(root, sanitize_name(args.name) if args.name else name, args.device)
+  prog, _, _ = compile_file(root, sanitize_name(args.name) if args.name else name, args.device, args.opt)
   sys.stdout.write(prog.src if prog.src is not None else format_linear(prog.uops) + "\n")
   return 0
 
@@ -90,7 +92,7 @@ def _summary(name: str, a: np.ndarray) -> str:
 
 def cmd_run(args) -> int:
   root, name = load_program(args.program)
-  prog, params, out = compile_file(root, name, args.device)
+  prog, params, out = compile_file(root, name, args.device, args.opt)
   given = _parse_inputs(args.input)
   rng = np.random.default_rng(args.seed)
   written = {p.slot for p in prog.params if p.written}
@@ -157,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
   r.add_argument("program", help="a .uir file")
   r.add_argument("--name", help="the function's name (default: the file's name)")
   r.add_argument("--device", help="the backend to render for (default: $UOPC_DEVICE, or C)")
+  r.add_argument("--opt", action="store_true", help="lower a shaped program with the Opts uopc.opt chooses (default: the plain lowering)")
   r.set_defaults(func=cmd_render)
   x = sub.add_parser("run", help="compile and run a program, printing its result")
   x.add_argument("program", help="a .uir file")
@@ -164,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
   x.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
   x.add_argument("--save", metavar="FILE.npy", help="also save the result as .npy")
   x.add_argument("--device", help="the backend to run on (default: $UOPC_DEVICE, or C)")
+  x.add_argument("--opt", action="store_true", help="lower a shaped program with the Opts uopc.opt chooses (default: the plain lowering)")
   x.set_defaults(func=cmd_run)
   g = sub.add_parser("graph", help="draw the UOp graph of a program")
   g.add_argument("program", help="a .uir file")

@@ -1,35 +1,153 @@
-"""uopc.opt: choosing the Opts a kernel is lowered with, from what the backend can do.
+"""uopc.opt: choosing the Opts a kernel is lowered with, from what the kernel reads and what the backend can do.
 
-    choose_opts(kernel, caps) -> Opts
+    choose_opts(kernel, caps) -> Opts          the heuristics (uopc.runtime asks whenever no Opts are given)
+    analyze(kernel) -> Analysis                what they read: each load's stride along each loop
 
-`Caps` is what a backend tells the optimizer about its machine: how many threads run a parallel loop, how many
-f32 lanes a vector holds, the cache sizes a tile should fit, whether it is a GPU (and how many threads a block may
-have). uopc.runtime asks for Opts here whenever a kernel is compiled without explicit ones.
+`Caps` is what a backend tells the optimizer about its machine: how many threads run a parallel loop, how many f32
+lanes a vector holds, the cache sizes, whether it has fused multiply-add, whether it is a GPU.
 
-For now the choice is the plain lowering (default Opts: one loop per axis, nothing unrolled, one thread), which
-every backend runs correctly; the heuristics that read the kernel (strides, reduce sizes, output size) come with
-the optimization chapter.
+The heuristics read the kernel the way a person would: lower it plainly once, and evaluate every load's index at
+counter 0 and 1 of each loop to get its stride. Then, for a CPU:
+
+  * vectors: an output axis along which the output and some load are contiguous (stride 1) becomes SIMD lanes
+    (Opts.vector), with a few copies of the vector per iteration for independent work. A GEMM's columns are such an
+    axis (B's rows and C's rows are contiguous), and so are a column sum's and an elementwise kernel's last axis.
+    Otherwise, when the loads are contiguous along the innermost reduced axis (row sums, softmax, a dot product),
+    that axis gets lanes of partial accumulators (Opts.reduce_vector), unrolled for more of them.
+  * register tiles: a GEMM (a sum of products in which one operand is constant along the vector axis, the other along
+    the axis before it) computes 8 rows x 2 vectors of outputs per iteration, which keeps 16 vector accumulators and
+    the FMA units busy while each loaded value is used 8 or 2 times (Opts.upcast).
+  * fused multiply-adds on the backend that has them (Opts.fma).
+  * threads: the outermost axis with enough iterations for every thread, when the kernel does enough work to pay for
+    waking them (OMP_NUM_THREADS is the backend's business: it sets caps.threads).
+
+Every choice is checked by check_opts like any user's Opts, so the heuristics can only pick valid ones.
 """
 from __future__ import annotations
 from dataclasses import dataclass
-from uopc.rangeify import Opts
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops, AxisType, prod
+from uopc.rangeify import Opts, Ctx, lower, check_opts, LowerError
 from uopc.kernelize import Kernel
+from uopc.symbolic import simplify
 
 
 @dataclass(frozen=True)
 class Caps:
   """What a backend's machine offers the optimizer."""
   threads: int = 1                  # threads a parallel (THREAD) loop is split across
-  vector_width: int = 1             # f32 lanes in one SIMD register
+  vector_width: int = 1             # f32 lanes in one SIMD register (1: no vectors)
+  fma: bool = False                 # fused multiply-add units
   l1_bytes: int = 32 * 1024         # per-core data cache
   l2_bytes: int = 1024 * 1024
   gpu: bool = False                 # lowers to GLOBAL/LOCAL ranges, shared memory and barriers
   max_local: int = 1                # threads per block (GPU)
 
 
+# a kernel doing less than this many element operations runs on one thread: waking the others costs more
+THREAD_MIN_WORK = 1 << 16
+
+
+@dataclass(frozen=True)
+class Analysis:
+  """What the heuristics know about a kernel. `out_strides[b][k]` is load b's stride along output axis k (None for an
+  axis of size 1), `reduce_strides[b]` its stride along the innermost reduced axis (None without a reduction)."""
+  shape: tuple[int, ...]
+  reduce_sizes: tuple[int, ...]         # the innermost reduced size of every reduction in the kernel
+  out_strides: tuple[tuple[int | None, ...], ...]
+  reduce_strides: tuple[int | None, ...]
+  dtypes: frozenset                     # every dtype a value of the kernel has
+  products: bool                        # an f32 sum of products (something fma helps)
+  gemm: bool                            # a single sum of a product of two loads, like C[i, j] = sum_k A[i, k] B[k, j]
+
+  @property
+  def work(self) -> int: return prod(self.shape) * max(1, prod(self.reduce_sizes))
+
+
+def analyze(kernel: Kernel) -> Analysis:
+  """Lower the kernel plainly and read every load's strides (its index at each loop's counter 0 and 1)."""
+  root, shape = kernel.canonical_root, kernel.root.shape
+  nodes = root.toposort()
+  reduces = [u for u in nodes if u.op is Ops.REDUCE and u.arg[1] > 0]
+  sink = lower(root, kernel.canonical_out, Ctx())
+  lin = sink.toposort()
+  ranges = sorted((u for u in lin if u.op is Ops.RANGE), key=lambda r: r.arg)
+  out_ranges = [r for r in ranges if r.arg.kind is AxisType.LOOP]
+  axis_range: dict[int, UOp] = dict(zip([k for k, s in enumerate(shape) if s > 1], out_ranges))
+  innermost = _innermost_reduce_ranges(ranges, reduces)
+  zero = {r: UOp.const(0) for r in ranges}
+  def stride(index: UOp, r: UOp) -> int | None:
+    if r not in set(index.toposort()): return 0
+    at0, at1 = simplify(index.substitute(zero)), simplify(index.substitute({**zero, r: UOp.const(1)}))
+    return at1.arg - at0.arg if at0.op is Ops.CONST and at1.op is Ops.CONST else None
+  loads = [u.src[0].src[1] for u in lin if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.BUFFER]
+  out_strides = tuple(tuple(stride(i, axis_range[k]) if k in axis_range else None for k in range(len(shape))) for i in loads)
+  reduce_strides = tuple(next((stride(i, r) for r in innermost if stride(i, r) != 0), 0) if innermost else None for i in loads)
+  products = any(u.arg[0] is Ops.ADD and u.dtype is dtypes.f32 and u.src[0].op is Ops.MUL for u in reduces)
+  gemm = len(reduces) == 1 and len(loads) == 2 and products and len(shape) >= 2
+  return Analysis(shape, tuple(u.src[0].shape[-1] for u in reduces), out_strides, reduce_strides, frozenset(u.dtype for u in nodes),
+                  products, gemm)
+
+
+def _innermost_reduce_ranges(ranges: list[UOp], reduces: list[UOp]) -> set[UOp]:
+  """The loops over each reduction's innermost axis: the REDUCE ranges whose size is some reduction's innermost size
+  and that no other reduce loop of the same reduction nests inside (with plain Opts every loop is its own RANGE)."""
+  sizes = {u.src[0].shape[-1] for u in reduces}
+  rs = [r for r in ranges if r.arg.kind is AxisType.REDUCE and r.src[0].op is Ops.CONST and r.src[0].arg in sizes]
+  return set(rs)
+
+
+def _lanes(n: int, width: int) -> int:
+  """The most lanes (a power of two up to the vector width) that divide n; 1 when fewer than 4 do."""
+  w = width
+  while w >= 4 and n % w: w //= 2
+  return w if w >= 4 else 1
+
+
+def _divisor(n: int, want: int) -> int:
+  """The largest divisor of n that is at most `want`."""
+  return max(d for d in range(1, max(1, min(n, want)) + 1) if n % d == 0)
+
+
 def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
-  """The Opts to lower `kernel` with on a machine described by `caps`."""
+  """The Opts to lower `kernel` with on a machine described by `caps` (see the module docstring)."""
+  if caps.gpu or (caps.vector_width <= 1 and caps.threads <= 1): return Opts()
+  a = analyze(kernel)
+  if not a.shape and not a.reduce_sizes: return Opts()
+  vectorizable = a.dtypes <= {dtypes.f32, dtypes.i32, dtypes.bool}     # f16 stays scalar
+  shape, n = a.shape, len(a.shape)
+  upcast: dict[int, int] = {}
+  vector, reduce_vector, unroll = None, 1, 1
+  last = n - 1 if n else None
+  contiguous_out = last is not None and shape[last] > 1 and any(s[last] == 1 for s in a.out_strides)
+  if vectorizable and caps.vector_width > 1 and last is not None and (w := _lanes(shape[last], caps.vector_width)) > 1 and \
+     (contiguous_out or not a.reduce_sizes):
+    vector = (last, w)
+    if a.gemm and n >= 2 and shape[last] % (2 * w) == 0 and shape[last - 1] > 1:
+      upcast = {last: 2, last - 1: _divisor(shape[last - 1], 8)}        # a register tile of 8 rows x 2 vectors
+    elif shape[last] % (2 * w) == 0: upcast = {last: 2}
+  elif vectorizable and caps.vector_width > 1 and a.reduce_sizes and any(s == 1 for s in a.reduce_strides):
+    w = min(_lanes(r, caps.vector_width) for r in a.reduce_sizes)
+    if w > 1:
+      reduce_vector = w
+      unroll = _divisor(min(a.reduce_sizes) // w, 4) if all(r % (w * 4) == 0 for r in a.reduce_sizes) else 1
+      unroll = unroll if all(r % (w * unroll) == 0 for r in a.reduce_sizes) else 1
+  fma = caps.fma and a.products
+  thread = None
+  if caps.threads > 1 and a.work >= THREAD_MIN_WORK:
+    step = lambda k: upcast.get(k, 1) * (vector[1] if vector is not None and vector[0] == k else 1)
+    # a GEMM splits its column tiles across threads (each thread keeps its panel of B in its own cache); anything
+    # else its outermost axis with an iteration for every thread
+    order = ([last] if a.gemm and last is not None else []) + list(range(n))
+    thread = next((k for k in order if shape[k] // step(k) >= caps.threads), None)
+  # the heuristics never hand out invalid Opts: when the full choice doesn't fit the kernel, keep what does
+  for opts in (Opts(upcast=upcast, vector=vector, reduce_vector=reduce_vector, unroll=unroll, fma=fma, thread=thread),
+               Opts(upcast=upcast, vector=vector, fma=fma, thread=thread), Opts(thread=thread)):
+    try:
+      check_opts(kernel.canonical_root, opts)
+      return opts
+    except LowerError: pass
   return Opts()
 
 
-__all__ = ["Caps", "choose_opts"]
+__all__ = ["Caps", "Analysis", "analyze", "choose_opts", "THREAD_MIN_WORK"]

@@ -170,12 +170,15 @@ class _Walk(NamedTuple):
   width: int = 1
 
 
-def _axis_parts(ctx: Ctx, size: int, factor: int, kind: AxisType, width: int = 1) -> _Walk:
-  """How an axis of `size` is walked (see _Walk). check_opts has made sure factor * width divides the size."""
+def _axis_parts(ctx: Ctx, size: int, factor: int, kind: AxisType, width: int = 1, lane: UOp | None = None) -> _Walk:
+  """How an axis of `size` is walked (see _Walk). check_opts has made sure factor * width divides the size. Loops nest in
+  creation order, so the lanes made here go inside the axis's loop (a vector per iteration); a reduction makes its
+  lanes before all of its loops and passes them in (see _reduce)."""
   factor = max(factor, 1)
   steps = size // (factor * width)
   base = ctx.rng(steps, kind) if steps > 1 else UOp.const(0)
-  return _Walk(base, factor, ctx.rng(width, AxisType.UPCAST) if width > 1 else None, width)
+  if width > 1 and lane is None: lane = ctx.rng(width, AxisType.UPCAST)
+  return _Walk(base, factor, lane, width)
 
 
 def _combos(parts: list[_Walk]) -> list[tuple[UOp, ...]]:
@@ -213,9 +216,16 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
   o = ctx.opts
   # the loops are shared by every request that uses the same output ranges: unrolled copies of one reduce (indices that
   # differ only by constants) accumulate in one loop, which is what a register tile is
-  key = (u, frozenset(ranges_in(*idx)))
+  outer = ranges_in(*idx)
+  key = (u, frozenset(outer))
   if key not in ctx.reduce_ranges:
-    ctx.reduce_ranges[key] = [_axis_parts(ctx, size, o.unroll if k == n - 1 else 1, AxisType.REDUCE, o.reduce_vector if k == n - 1 else 1)
+    # a reduction evaluated inside another one's lanes (x @ x summed in one kernel: the product's sum runs for every
+    # element of the outer sum) keeps a scalar loop: a value can't have the lanes of two vectors
+    lanes = 1 if any(r.arg.kind is AxisType.UPCAST for r in outer) else o.reduce_vector
+    # the lanes come first, so every loop of the reduction nests inside them: each lane's partial accumulator lives
+    # across all of the loops and is combined once, at the end
+    lane = ctx.rng(lanes, AxisType.UPCAST) if lanes > 1 else None
+    ctx.reduce_ranges[key] = [_axis_parts(ctx, size, o.unroll if k == n - 1 else 1, AxisType.REDUCE, *((lanes, lane) if k == n - 1 else (1, None)))
                               for k, size in enumerate(popped)]
   parts = ctx.reduce_ranges[key]
   loops = [w.base for w in parts if w.base.op is Ops.RANGE]
@@ -224,7 +234,6 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
   if 0 in popped: return UOp.const(identity(rop, u.dtype), u.dtype)     # a reduction over nothing is its identity
   if not loops and lane is None: return _tree(rop, list(terms))
   zero = UOp.const(identity(rop, u.dtype), u.dtype)
-  outer = ranges_in(*idx)
   # one accumulator per iteration of the loops the output index uses (and, with lanes, per lane)
   acc = ctx.alloc(u.dtype)
   here = acc.after(*outer, *([lane] if lane is not None else []))

@@ -239,7 +239,13 @@ class _Body:
       if u.op is Ops.END: mine -= set(u.src[1:])
       if len(mine) > 1: raise BackendError("a value depends on two vector axes")
       if mine: lane_of[u] = mine.pop()
-    vmem = {u.src[0] for u in self.lin if u.op is Ops.AFTER and u.src[0].op is Ops.ALLOC and u in lane_of}
+    # an accumulator declared inside a lane's scope is one per lane: a vector register (the linearizer declares an ALLOC
+    # in the deepest loop that holds all of its uses, so its place says whether it lives per lane)
+    vmem, open_lanes = set(), []
+    for u in self.lin:
+      if u in lanes: open_lanes.append(u)
+      elif u.op is Ops.END and u.src[1] in lanes: open_lanes.remove(u.src[1])
+      elif u.op is Ops.ALLOC and open_lanes: vmem.add(u)
     vec: set[UOp] = set()
     for u in self.lin:
       if u in lanes or (u.op in ALU and any(s in vec for s in u.src)): vec.add(u)
@@ -342,7 +348,9 @@ class _Body:
       return f"({v[0]}{'/' if op is Ops.FLOORDIV else '%'}{v[1]})"
     # everything else lane by lane, with the scalar code of the op (transcendentals, casts, floor division)
     args = [f"_a{i}" for i in range(len(srcs))]
-    lane = [f"({a}[_l]!=0)" if s.dtype is dtypes.bool else f"{a}[_l]" for a, s in zip(args, srcs)]
+    # a mask lane is -1 or 0; `& 1` makes it C's 1 or 0. Not `!= 0`: gcc 12 at -O2 folds (mask[l] != 0) into mask[l] and
+    # gives -1 for true (found by the Opts fuzzer on (x < y).cast(i32))
+    lane = [f"({a}[_l]&1)" if s.dtype is dtypes.bool else f"{a}[_l]" for a, s in zip(args, srcs)]
     if op is Ops.CAST: scalar = self.rn.render_cast(srcs[0], d, lane[0])
     elif op in (Ops.FLOORDIV, Ops.FLOORMOD): scalar = self.divmod(u, *lane)
     else: scalar = self.rn.code_for_op[op](d, *lane)
@@ -393,7 +401,7 @@ class _Body:
       vec = next((s for s in value.src if s in self.vec), None)
       if rop not in (Ops.ADD, Ops.MAX) or len(value.src) != 2 or len(own) != 1 or vec is None or vec is own[0]:
         raise BackendError("a vector updates a scalar accumulator only as acc = op(acc, vector)")
-      lane = "(_h[_l]!=0)" if vec.dtype is dtypes.bool else "_h[_l]"
+      lane = "(_h[_l]&1)" if vec.dtype is dtypes.bool else "_h[_l]"
       # the operands in the node's order: max(-0.0, 0.0) and max(0.0, -0.0) differ
       step = self.rn.code_for_op[rop](value.dtype, *(self.r[target] if s is own[0] else lane for s in value.src))
       self.lines.append(f"{pad}{{ {self.vtype(vec.dtype)} _h = {self.r[vec]}; for (int _l = 0; _l < {w}; _l++) {self.r[target]} = {step}; }}")
@@ -405,7 +413,7 @@ class _Body:
       else:
         self.lines.append(f"{pad}{{ {self.vtype(value.dtype)} _s = {v};")
         for c, e in enumerate(exprs):
-          self.lines.append(f"{pad}  {name}[{e}] = " + (f"(_s[{c}]!=0);" if value.dtype is dtypes.bool else f"_s[{c}];"))
+          self.lines.append(f"{pad}  {name}[{e}] = " + (f"(_s[{c}]&1);" if value.dtype is dtypes.bool else f"_s[{c}];"))
         self.lines.append(f"{pad}}}")
     elif value in self.vec: raise BackendError("a vector stored to one address: every lane would write the same element")
     else: self.lines.append(f"{pad}{self.r[target]} = {self.r[value]};")
@@ -521,11 +529,10 @@ compiler = CCompiler()
 
 # ---- the backend ---------------------------------------------------------------------------------------------------
 
-def _native_vector_width() -> int:
-  """f32 lanes of the widest vector unit -march=native targets (from the CPU flags; 4 when they can't be read)."""
-  try: flags = set(Path("/proc/cpuinfo").read_text().split("flags")[1].split("\n")[0].split())
-  except (OSError, IndexError): return 4
-  return 16 if "avx512f" in flags else 8 if "avx2" in flags or "avx" in flags else 4
+def _cpu_flags() -> set[str]:
+  """The CPU's feature flags (what -march=native will use); empty when /proc/cpuinfo can't be read."""
+  try: return set(Path("/proc/cpuinfo").read_text().split("flags")[1].split("\n")[0].split(":", 1)[-1].split())
+  except (OSError, IndexError): return set()
 
 
 def _threads() -> int:
@@ -551,7 +558,10 @@ class CBackend:
 
   def __init__(self):
     from uopc.opt import Caps
-    self.caps = Caps(threads=_threads(), vector_width=_native_vector_width())
+    flags = _cpu_flags()
+    # f32 lanes of the widest vector unit; 4 (SSE, NEON) when the flags can't tell
+    width = 16 if "avx512f" in flags else 8 if "avx2" in flags or "avx" in flags else 4
+    self.caps = Caps(threads=_threads(), vector_width=width, fma="fma" in flags)
 
   def compile(self, src: str, name: str) -> CProgram: return compiler.compile(src, sanitize_name(name))   # as the signature has it
   def alloc(self, n: int, dtype: DType) -> np.ndarray:

@@ -1,0 +1,187 @@
+"""Every Opts choice computes the right answer: random kernels (elementwise with broadcasting, reductions over any axes,
+GEMMs of odd sizes, convolutions, movement chains) lowered with random valid Opts (vectors, register tiles, unrolling,
+partial accumulators, fused multiply-adds, threads, cache tiles) against NumPy; elementwise kernels give the same
+bits with and without threads, and so do reductions (a THREAD loop splits outputs, never a sum). A sum is compared within
+a few ulps of the sum of its terms' magnitudes (its rounding error, whatever the order of the additions). The budget
+is fixed for CI; UOPC_FUZZ_ITERS=N runs longer."""
+import os
+import numpy as np
+import pytest
+from hypothesis import given, settings, HealthCheck, strategies as st
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops, buf, prod
+from uopc.rangeify import Opts, check_opts, LowerError
+from uopc.composite import pad, flip_axis
+from uopc.opt import choose_opts, Caps
+from uopc.kernelize import make_kernel
+from uopc.testing import run_shaped
+
+ITERS = int(os.environ.get("UOPC_FUZZ_ITERS", "60"))
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path_factory, monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fuzz-cache"))
+
+
+# ---- random kernels: a shaped graph over BUFFERs, its inputs, and NumPy's answer -----------------------------------------
+
+sizes = st.sampled_from([1, 2, 3, 4, 5, 7, 8, 12, 16, 17, 32, 48, 64])
+
+
+@st.composite
+def elementwise(draw):
+  shape = tuple(draw(st.lists(sizes, min_size=1, max_size=3)))
+  rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+  x = rng.standard_normal(shape).astype(np.float32)
+  bshape = tuple(1 if draw(st.booleans()) else s for s in shape)     # broadcast along some axes
+  y = rng.standard_normal(bshape).astype(np.float32)
+  if draw(st.booleans()): x.ravel()[:: max(1, x.size // 3)] = np.nan
+  X = buf(0, x.size).reshape(shape)
+  Y = buf(1, y.size).reshape(bshape).expand(shape)
+  op = draw(st.sampled_from(["add", "mul", "max", "where", "exp", "cmp", "recip"]))
+  with np.errstate(all="ignore"):
+    if op == "add": u, ref = X + Y, x + y
+    elif op == "mul": u, ref = X * Y * 3.0, x * y * np.float32(3)
+    elif op == "max": u, ref = X.maximum(Y), np.maximum(x, y)
+    elif op == "where": u, ref = (X < Y).where(X, Y * 2.0), np.where(x < y, x, y * np.float32(2))
+    elif op == "exp": u, ref = (X * 0.5).alu(Ops.EXP2), np.exp2(x * np.float32(0.5))
+    elif op == "cmp": u, ref = (X < Y).cast(dtypes.i32) + (X.ne(Y)).cast(dtypes.i32), (x < y).astype(np.int32) + (x != y).astype(np.int32)
+    else: u, ref = (X + 4.0).recip(), np.float32(1) / (x + np.float32(4))
+  return "elementwise", u, [x, y], ref.astype(np.float32 if ref.dtype.kind == "f" else ref.dtype), 0.0
+
+
+@st.composite
+def reduction(draw):
+  shape = tuple(draw(st.lists(sizes, min_size=1, max_size=3)))
+  rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+  x = rng.standard_normal(shape).astype(np.float32)
+  axes = sorted(draw(st.sets(st.integers(0, len(shape) - 1), min_size=1)))
+  keep = [a for a in range(len(shape)) if a not in axes]
+  X = buf(0, x.size).reshape(shape)
+  moved = X.permute(tuple(keep + axes)) if keep + axes != list(range(len(shape))) else X
+  rop = draw(st.sampled_from([Ops.ADD, Ops.MAX]))
+  u = moved.reduce(rop, len(axes))
+  ref = x.astype(np.float64).sum(tuple(axes)) if rop is Ops.ADD else x.max(tuple(axes))
+  return "reduction", u, [x], np.asarray(ref, np.float32), np.abs(x).astype(np.float64).sum(tuple(axes))
+
+
+@st.composite
+def gemm(draw):
+  m, k, n = draw(sizes), draw(sizes), draw(sizes)
+  rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+  a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+  A = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
+  if draw(st.booleans()):   # B given transposed (n, k), as nn.Linear's weight: the reduced axis is contiguous in both
+    B = buf(1, n * k).reshape((1, n, k)).expand((m, n, k))
+    inputs = [a, np.ascontiguousarray(b.T)]
+  else:
+    B = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
+    inputs = [a, b]
+  return "reduction", (A * B).reduce(Ops.ADD, 1), inputs, (a.astype(np.float64) @ b).astype(np.float32), np.abs(a).astype(np.float64) @ np.abs(b)
+
+
+@st.composite
+def conv1d(draw):
+  length, kw, ch = draw(st.integers(4, 40)), draw(st.integers(1, 4)), draw(st.sampled_from([1, 2, 4, 8]))
+  rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+  x, w = rng.standard_normal((ch, length)).astype(np.float32), rng.standard_normal((ch, kw)).astype(np.float32)
+  out = length - kw + 1
+  X = buf(0, ch * length).reshape((ch, length))
+  windows = UOp(Ops.STACK, tuple(X.shrink(((0, ch), (s, s + out))) for s in range(kw))).permute((1, 2, 0))   # (ch, out, kw)
+  u = (windows * buf(1, ch * kw).reshape((ch, 1, kw)).expand((ch, out, kw))).reduce(Ops.ADD, 1)
+  corr = lambda f: np.stack([np.correlate(f(x[c]).astype(np.float64), f(w[c]).astype(np.float64), "valid") for c in range(ch)])
+  return "reduction", u, [x, w], corr(lambda v: v).astype(np.float32), corr(np.abs)
+
+
+@st.composite
+def movement(draw):
+  shape = tuple(draw(st.lists(sizes, min_size=2, max_size=3)))
+  rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+  x = rng.standard_normal(shape).astype(np.float32)
+  u, ref = buf(0, x.size).reshape(shape), x
+  for _ in range(draw(st.integers(1, 4))):
+    step = draw(st.integers(0, 3))
+    if step == 0:
+      perm = tuple(draw(st.permutations(range(ref.ndim))))
+      u, ref = u.permute(perm), ref.transpose(perm)
+    elif step == 1:
+      ax = draw(st.integers(0, ref.ndim - 1))
+      widths = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) if a == ax else (0, 0) for a in range(ref.ndim))
+      if ref.shape[ax]: u, ref = pad(u, widths), np.pad(ref, widths)
+    elif step == 2:
+      ax = draw(st.integers(0, ref.ndim - 1))
+      u, ref = flip_axis(u, ax), np.flip(ref, ax)
+    else:
+      ax = draw(st.integers(0, ref.ndim - 1))
+      if ref.shape[ax] > 1:
+        b = draw(st.integers(0, ref.shape[ax] - 1))
+        arg = tuple((b, ref.shape[ax]) if a == ax else (0, s) for a, s in enumerate(ref.shape))
+        u, ref = u.shrink(arg), ref[tuple(slice(lo, hi) for lo, hi in arg)]
+  if draw(st.booleans()) and ref.ndim >= 2:
+    return "reduction", u.reduce(Ops.ADD, 1) * 1.0, [x], ref.astype(np.float64).sum(-1).astype(np.float32), np.abs(ref).astype(np.float64).sum(-1)
+  return "elementwise", u * 1.0, [x], np.ascontiguousarray(ref), 0.0
+
+
+kernels = st.one_of(elementwise(), reduction(), gemm(), conv1d(), movement())
+
+
+# ---- random valid Opts ---------------------------------------------------------------------------------------------------
+
+def divisors(n: int) -> list[int]: return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@st.composite
+def opts_for(draw, root: UOp) -> Opts:
+  """Random Opts, kept only if check_opts accepts them for this kernel (a refusal draws again, up to a few times)."""
+  shape = root.shape
+  inner = sorted({u.src[0].shape[-1] for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0})
+  for _ in range(6):
+    kw = {}
+    if shape and draw(st.booleans()):
+      ax = draw(st.integers(0, len(shape) - 1))
+      kw["vector"] = (ax, draw(st.sampled_from([2, 4, 8, 16])))
+    elif inner and draw(st.booleans()): kw["reduce_vector"] = draw(st.sampled_from([2, 4, 8, 16]))
+    if shape and draw(st.booleans()):
+      kw["upcast"] = {ax: draw(st.sampled_from(divisors(shape[ax])[:4])) for ax in draw(st.sets(st.integers(0, len(shape) - 1), max_size=2))}
+    if inner and draw(st.booleans()): kw["unroll"] = draw(st.sampled_from([1, 2, 3, 4]))
+    if shape and draw(st.booleans()): kw["thread"] = draw(st.integers(0, len(shape) - 1))
+    if shape and draw(st.booleans()):
+      ax = draw(st.integers(0, len(shape) - 1))
+      kw["tile"] = {ax: draw(st.sampled_from(divisors(shape[ax])))}
+    kw["fma"] = bool(inner) and draw(st.booleans())
+    try:
+      o = Opts(**kw)
+      check_opts(root, o)
+      return o
+    except LowerError: pass
+  return Opts()
+
+
+def check(kind, got, ref, scale):
+  """Elementwise results are NumPy's to an ulp or two (exp2 is the C library's); a sum's error is bounded by a few ulps
+  of the sum of its terms' magnitudes, whatever order it adds in."""
+  if ref.dtype.kind != "f": np.testing.assert_array_equal(got, ref)
+  else: np.testing.assert_allclose(got, ref, rtol=1e-6, atol=np.max(64 * np.finfo(np.float32).eps * np.asarray(scale), initial=1e-30), equal_nan=True)
+
+
+@settings(max_examples=ITERS, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_random_kernels_under_random_opts_match_numpy(data):
+  kind, root, inputs, ref, scale = data.draw(kernels)
+  opts = data.draw(opts_for(root))
+  got = run_shaped(root, inputs, opts=opts)
+  check(kind, got, ref, scale)
+  if opts.thread is not None:   # threads split the outputs: every output is computed exactly as on one thread
+    single = run_shaped(root, inputs, opts=Opts(**{**opts.__dict__, "thread": None}))
+    assert np.array_equal(got.view(np.uint8), single.view(np.uint8))
+
+
+@settings(max_examples=ITERS // 2, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_the_heuristics_choice_matches_numpy(data):
+  kind, root, inputs, ref, scale = data.draw(kernels)
+  caps = Caps(threads=2, vector_width=data.draw(st.sampled_from([4, 8, 16])), fma=True)
+  n = max(1, prod(root.shape))
+  opts = choose_opts(make_kernel(root, buf(len(inputs), n, root.dtype), canonical=False), caps)
+  check(kind, run_shaped(root, inputs, opts=opts), ref, scale)
