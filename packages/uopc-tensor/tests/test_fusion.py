@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from uopc.uop import Ops, prod
 from uopc.rangeify import lower
+from uopc.linearize import linearize
 from uopc.tensor import Tensor
 from uopc import nn
 
@@ -12,13 +13,16 @@ def rand(*shape, grad=False): return Tensor(np.random.default_rng(sum(shape)).st
 
 def work_bound_holds(kernels) -> bool:
   """Every STORE of every kernel runs at most (output elements) x (the largest reduction of that kernel) times: a
-  reduction recomputed inside an output loop it doesn't use would multiply that by the loop's size."""
+  reduction recomputed inside an output loop it doesn't use would multiply that by the loop's size. A STORE runs once
+  per iteration of the loops open around it in the linearized program (sibling reductions don't multiply)."""
   for k in kernels:
-    sink = lower(k.canonical_root, k.canonical_out)
     limit = (prod(k.root.shape) or 1) * max([prod(u.src[0].shape[len(u.src[0].shape) - u.arg[1]:]) for u in k.root.toposort()
                                             if u.op is Ops.REDUCE], default=1)
-    for st in (u for u in sink.toposort() if u.op is Ops.STORE):
-      if prod(r.src[0].arg for r in st.toposort() if r.op is Ops.RANGE) > limit: return False
+    trips = [1]
+    for u in linearize(lower(k.canonical_root, k.canonical_out)):
+      if u.op is Ops.RANGE: trips.append(trips[-1] * u.src[0].arg)
+      elif u.op is Ops.END: trips.pop()
+      elif u.op is Ops.STORE and trips[-1] > limit: return False
   return True
 
 

@@ -10,9 +10,16 @@ node its rules decide to materialize, into a temporary BUFFER written by its own
 The rules (tinygrad's, which never recompute a reduction per output element):
   * a REDUCE whose value is broadcast (an EXPAND that grows an axis, reached through elementwise and movement
     ops) is materialized: its consumer would otherwise revisit it from inside loops it doesn't use;
+  * so is a costly elementwise value that is broadcast (COSTLY ALU ops, a transcendental among them): a GELU's
+    gradient feeding a weight gradient would otherwise be recomputed once per output column;
   * a node shared by several kernels is materialized when recomputing it costs more than loading it: when its
     kernel-local graph holds a REDUCE, or reads more than MAX_SHARED_READS buffers;
   * everything else (elementwise chains, movement ops, cheap shared subexpressions) fuses into its consumer.
+
+One rule changes the graph first: a long reduction into few outputs (the sum of a 16M-element tensor) is split in
+two, partial results over chunks of about 4096 elements (a kernel of its own, whose many outputs threads share),
+then their reduction. One accumulator for millions of additions is both slow (one thread) and wrong (an f32 sum
+of ones stops growing at 2**24); chunks keep every partial sum short.
 
 The rebuild is bottom-up with UOp.wrap, so a materialized node whose sources were themselves materialized is
 rebuilt over their buffers first (substitute would wrap the original, unrewritten node). Kernels come out in
@@ -26,9 +33,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 from uopc.uop import UOp, Ops, ParamArg, ALU, MOVEMENT, buf, prod, users_of
-from uopc.dtype import DType
+from uopc.dtype import DType, dtypes
+from uopc.composite import pad
+from uopc.evaluate import identity
 
 MAX_SHARED_READS = 4
+COSTLY = 6                 # ALU ops (a transcendental counts as COSTLY) that make a broadcast value worth storing
+_TRANSCENDENTAL = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP}
 
 # ops that stay inside a kernel: a value made of these is recomputed wherever it is used
 _LOCAL = ALU | MOVEMENT | {Ops.STACK, Ops.INDEX, Ops.CONST}
@@ -54,6 +65,100 @@ class Kernel:
     return self.inputs + (self.out,)
 
 
+SPLIT_MIN = 1 << 16        # a reduction of this many elements or more per output...
+SPLIT_MAX_OUTPUTS = 1024   # ...into at most this many outputs is split into chunks
+CHUNK = 4096
+
+
+def _chunk(n: int) -> int:
+  """The chunk a reduction of n elements is split into: a divisor of n near CHUNK when there is one (no padding)."""
+  near = [d for d in range(CHUNK // 4, CHUNK * 4 + 1) if n % d == 0]
+  return min(near, key=lambda d: abs(d - CHUNK)) if near else CHUNK
+
+
+def _split_reduce(u: UOp) -> UOp:
+  """REDUCE(x) over R elements as REDUCE(STAGE(partials over chunks)), or u itself when it is not long (see SPLIT_MIN)."""
+  rop, n = u.arg
+  x = u.src[0]
+  keep = x.shape[:len(x.shape) - n]
+  size = prod(x.shape[len(x.shape) - n:])
+  if size < SPLIT_MIN or prod(keep) > SPLIT_MAX_OUTPUTS: return u
+  c = _chunk(size)
+  flat = x.reshape(keep + (size,))
+  if extra := -size % c:   # pad with the reduction's identity: zeros for a sum, and a mask picks -inf (INT_MIN) for a max
+    widths = tuple((0, 0) for _ in keep) + ((0, extra),)
+    padded = pad(flat, widths)
+    if identity(rop, u.dtype) != 0:
+      inside = pad(UOp.const(True).reshape((1,) * len(flat.shape)).expand(flat.shape), widths)
+      padded = inside.where(padded, UOp.const(identity(rop, u.dtype), u.dtype).reshape((1,) * len(widths)).expand(padded.shape))
+    flat = padded
+  partials = flat.reshape(keep + (flat.shape[-1] // c, c)).reduce(rop, 1)
+  return UOp(Ops.STAGE, (partials,)).reduce(rop, 1)
+
+
+PANEL = 32                 # columns of a packed GEMM operand's panel: two 16-lane vectors, four 8-lane ones
+PACK_STRIDE = 2048         # a B operand whose rows are this many elements apart (8 KiB of f32) is packed
+PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each packed panel
+PACK_MIN_WORK = 1 << 20    # ...and enough multiply-adds to pay for a kernel of its own
+
+
+def _strides(view: UOp) -> tuple[int, int] | None:
+  """(stride along the second-to-last axis, along the last axis) of `view`, a chain of movement ops, in the row-major
+  layout of the node below the chain (a BUFFER, or the value kernelize will store: its stored form is its own row-major
+  layout). None when the chain holds anything but movement ops."""
+  base = view
+  while base.op in MOVEMENT: base = base.src[0]
+  if base is view or base.op in (Ops.STACK, Ops.INDEX, Ops.CONST): return None
+  from uopc.rangeify import rangeify, Ctx                 # (rangeify imports nothing from here)
+  from uopc.symbolic import simplify
+  from uopc.uop import range_
+  stand_in = buf(0, max(1, prod(base.shape)), base.dtype)
+  stand_in = stand_in.reshape(base.shape) if base.shape != stand_in.shape else stand_in
+  n, k = range_(view.shape[-2], 0), range_(view.shape[-1], 1)
+  value = rangeify(view.substitute({base: stand_in}), (UOp.const(0),) * (len(view.shape) - 2) + (n, k), Ctx())
+  if value.op is not Ops.LOAD: return None
+  index = value.src[0].src[1]
+  at = lambda i, j: simplify(index.substitute({n: UOp.const(i), k: UOp.const(j)}))
+  zero, along_n, along_k = at(0, 0), at(1, 0) if view.shape[-2] > 1 else None, at(0, 1) if view.shape[-1] > 1 else None
+  if any(x is not None and x.op is not Ops.CONST for x in (zero, along_n, along_k)): return None
+  return (along_n.arg - zero.arg if along_n is not None else 0, along_k.arg - zero.arg if along_k is not None else 0)
+
+
+def _pack(u: UOp) -> UOp:
+  """A GEMM C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (REDUCE of a product whose operands are broadcast along j
+  and along i) whose B would be read badly is given B packed into panels of PANEL columns: B[..., k, j] is stored as
+  P[..., j // PANEL, k, j % PANEL], so the kernel's vector loads of a row of a panel are contiguous and the panel it
+  walks down is one contiguous block. Badly: along a column (x @ w.T, q @ k.T: B's columns are contiguous, not its
+  rows), or with rows so far apart that a panel thrashes the caches (an NN GEMM of 2048)."""
+  if u.arg != (Ops.ADD, 1) or u.dtype is not dtypes.f32 or u.src[0].op is not Ops.MUL or len(u.src[0].shape) < 3: return u
+  *batch, m, n, k = u.src[0].shape
+  operands = u.src[0].src
+  along = lambda x, axis: x.op is Ops.EXPAND and x.src[0].shape[axis] == 1 and x.shape[axis] > 1
+  if not (along(operands[0], -2) and along(operands[1], -3)) and not (along(operands[1], -2) and along(operands[0], -3)): return u
+  b_at = 1 if along(operands[1], -3) else 0
+  small = operands[b_at].src[0]                            # (..., 1, n, k) before the broadcast along i
+  if m < PACK_MIN_ROWS or n % PANEL or n == PANEL or k < 8 or prod(u.src[0].shape) < PACK_MIN_WORK: return u
+  st = _strides(small.reshape(small.shape[:-3] + (n, k)).permute(tuple(range(len(small.shape) - 3)) + (len(small.shape) - 2, len(small.shape) - 3)))
+  if st is None: return u
+  along_k, along_j = st                                    # B[k, j]: rows are k, columns j
+  if along_j == 1 and abs(along_k) < PACK_STRIDE: return u
+  lead = small.shape[:-3]
+  panels = small.reshape(lead + (n // PANEL, PANEL, k)).permute(tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1))
+  packed = UOp(Ops.STAGE, (panels,))                       # (..., n/PANEL, k, PANEL), stored in this layout
+  unpacked = packed.permute(tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1)).reshape(small.shape).expand(operands[b_at].shape)
+  return u.replace(src=(u.src[0].replace(src=tuple(unpacked if i == b_at else x for i, x in enumerate(operands))),))
+
+
+def _pack_gemm_operands(roots: list[UOp]) -> list[UOp]:
+  reduces = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1)}
+  return UOp.wrap(roots, reduces, _pack) if reduces else roots
+
+
+def _split_long_reductions(roots: list[UOp]) -> list[UOp]:
+  reduces = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg[1] > 0}
+  return UOp.wrap(roots, reduces, _split_reduce) if reduces else roots
+
+
 def _expands(u: UOp) -> bool:
   return u.op is Ops.EXPAND and any(a != b for a, b in zip(u.src[0].shape, u.shape))
 
@@ -72,13 +177,14 @@ def _regions(roots: list[UOp], cut: set[UOp]) -> list[set[UOp]]:
   return out
 
 
-def _stored_form(u: UOp, live: set[UOp]) -> UOp | None:
+def _stored_form(u: UOp, live: set[UOp], keep_layout: bool = False) -> UOp | None:
   """What to store when u must be materialized: never a view. Walk down from u through movement ops, STAGE marks and
   ops with a single non-constant source (a pad's STACK with zeros, a mask's WHERE, x*2) and keep the node with the
   fewest elements: an EXPAND of a (B, T, C) activation to (B, T, C, 4C) stores the activation, and its consumers read
   it through the view. Between nodes of equal size only movement ops are passed (store x, not flip(x); but exp(x), not
-  x, or every consumer would recompute the exp). None when nothing needs storing: a BUFFER is read as it is, and a
-  value made of constants alone is recomputed."""
+  x, or every consumer would recompute the exp). An explicit STAGE keeps the layout it was given (keep_layout): a
+  permutation is stored permuted, which is how a GEMM operand is packed into panels; only an expansion is refused.
+  None when nothing needs storing: a BUFFER is read as it is, and a value made of constants alone is recomputed."""
   best, cur, moves_only = u, u, True
   while True:
     if cur.op in MOVEMENT or cur.op is Ops.STAGE: nxt = cur.src[0]
@@ -88,7 +194,7 @@ def _stored_form(u: UOp, live: set[UOp]) -> UOp | None:
       nxt, moves_only = inputs[0], False
     else: break
     cur = nxt
-    if prod(cur.shape) < prod(best.shape) or (moves_only and prod(cur.shape) == prod(best.shape)): best, moves_only = cur, True
+    if prod(cur.shape) < prod(best.shape) or (moves_only and not keep_layout and prod(cur.shape) == prod(best.shape)): best, moves_only = cur, True
   return best if best in live and best.op is not Ops.BUFFER else None
 
 
@@ -98,8 +204,14 @@ def _staged(roots: list[UOp]) -> set[UOp]:
   live: set[UOp] = set()     # nodes that read memory or reduce; the rest are constants, recomputed wherever used
   for u in nodes:
     if u.op in (Ops.BUFFER, Ops.REDUCE) or any(s in live for s in u.src): live.add(u)
-  def stored(us) -> set[UOp]: return {f for u in us if (f := _stored_form(u, live)) is not None}
-  staged = stored(u.src[0] for u in nodes if u.op is Ops.STAGE)
+  def stored(us, keep_layout: bool = False) -> set[UOp]: return {f for u in us if (f := _stored_form(u, live, keep_layout)) is not None}
+  # what recomputing a value costs: its ALU ops down to memory and reductions (a transcendental counts as several)
+  cost: dict[UOp, int] = {}
+  for u in nodes:
+    if u.op in ALU: cost[u] = min(1000, (1 if u.op not in _TRANSCENDENTAL else COSTLY) + sum(cost[s] for s in u.src))
+    elif u.op in MOVEMENT or u.op in (Ops.STACK, Ops.INDEX): cost[u] = min(1000, sum(cost[s] for s in u.src))
+    else: cost[u] = 0
+  staged = stored((u.src[0] for u in nodes if u.op is Ops.STAGE), keep_layout=True)
   # a REDUCE broadcast by an EXPAND: carry each value's kernel-local REDUCEs up the graph until an EXPAND meets them
   carried: dict[UOp, frozenset] = {}
   empty: frozenset = frozenset()
@@ -110,7 +222,12 @@ def _staged(roots: list[UOp]) -> set[UOp]:
       for s in u.src:
         if carried[s]: c = c | carried[s]
       carried[u] = c
-      if _expands(u): staged |= c
+      if _expands(u):
+        # a costly value broadcast is computed once, not once per copy (a GELU's gradient feeding a weight gradient),
+        # reductions inside it included (layernorm's rsqrt(var + eps) is one kernel with its variance); a cheap one
+        # is recomputed per copy, but not the reductions under it
+        if cost[u.src[0]] >= COSTLY and (f := stored([u.src[0]])): staged |= f
+        else: staged |= c
     else: carried[u] = empty
   # shared values: a node used by several kernels is materialized if recomputing it is costly
   users = users_of(nodes)
@@ -119,14 +236,15 @@ def _staged(roots: list[UOp]) -> set[UOp]:
     owners: dict[UOp, set[int]] = {}
     for k, reg in enumerate(_regions(list(roots) + list(staged), staged)):
       for u in reg: owners.setdefault(u, set()).add(k)
-    costly = []
+    costly: dict[UOp, set[UOp]] = {}
     for u, ks in owners.items():
       if len(ks) < 2 or u in staged or u.op in (Ops.CONST, Ops.BUFFER, Ops.SINK): continue
       # sharing starts at the topmost shared node: one that is a kernel root, or has a user in fewer kernels
       if u not in root_set and all(owners.get(v, set()) >= ks for v in users.get(u, ()) if v in owners): continue
       local = _regions([u], staged)[0]
-      if any(x.op is Ops.REDUCE for x in local) or len(_reads(local)) > MAX_SHARED_READS: costly.append(u)
-    new = stored(costly) - staged
+      if any(x.op is Ops.REDUCE for x in local) or len(_reads(local)) > MAX_SHARED_READS: costly[u] = local
+    # the deepest first: once a shared scores matrix is stored, the exp of it that two kernels share is cheap again
+    new = stored(u for u, local in costly.items() if not any(v in local for v in costly if v is not u)) - staged
     if not new: break
     staged |= new
   # an output that would be materialized is simply computed into its own buffer, unless something else reads it
@@ -145,10 +263,10 @@ def canonicalize(root: UOp, out: UOp) -> tuple[UOp, UOp, tuple[UOp, ...]]:
   return root.substitute(mapping) if mapping else root, canon_out, inputs
 
 
-def kernelize(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType], UOp] | None = None) -> list[Kernel]:
+def kernelize(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType], UOp] | None = None, pack: bool = True) -> list[Kernel]:
   """The kernels that compute each output (a shaped root and the BUFFER to store it in), in an order that runs
   every kernel after the kernels it reads from. `new_buffer(n, dtype)` makes a temporary BUFFER (by default a
-  fresh slot above every slot in the graph)."""
+  fresh slot above every slot in the graph). pack=False leaves GEMM operands in their own layout (see _pack)."""
   roots = []
   for root, out in outputs:
     if not isinstance(root, UOp) or not isinstance(out, UOp): raise KernelizeError("kernelize takes (shaped UOp, output BUFFER) pairs")
@@ -156,6 +274,9 @@ def kernelize(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType],
     if out.dtype is not root.dtype or out.shape[0] < prod(root.shape):
       raise KernelizeError(f"kernelize: output BUFFER {out.dtype}[{out.shape[0]}] can't hold a {root.dtype}{root.shape} value")
     roots.append(root)
+  if pack: roots = _pack_gemm_operands(roots)
+  roots = _split_long_reductions(roots)
+  outputs = [(r, out) for r, (_, out) in zip(roots, outputs)]
   if new_buffer is None:
     top = max((u.arg.slot for u in UOp(Ops.SINK, tuple(r for r, _ in outputs) + tuple(o for _, o in outputs)).toposort()
                if u.op is Ops.BUFFER), default=-1)

@@ -50,18 +50,33 @@ THREAD_MIN_WORK = 1 << 16
 
 @dataclass(frozen=True)
 class Analysis:
-  """What the heuristics know about a kernel. `out_strides[b][k]` is load b's stride along output axis k (None for an
-  axis of size 1), `reduce_strides[b]` its stride along the innermost reduced axis (None without a reduction)."""
+  """What the heuristics know about a kernel. For each load b: `out_strides[b][k]` is its stride along output axis k
+  (None for an axis of size 1), `reduce_strides[b]` its stride along the innermost reduced axis (None without a
+  reduction), `inner[b]` whether it is read inside a reduction (then it runs reduce-size times per output: those are
+  the loads that decide; a bias added after the sum is read once)."""
   shape: tuple[int, ...]
   reduce_sizes: tuple[int, ...]         # the innermost reduced size of every reduction in the kernel
   out_strides: tuple[tuple[int | None, ...], ...]
   reduce_strides: tuple[int | None, ...]
+  inner: tuple[bool, ...]
   dtypes: frozenset                     # every dtype a value of the kernel has
   products: bool                        # an f32 sum of products (something fma helps)
-  gemm: bool                            # a single sum of a product of two loads, like C[i, j] = sum_k A[i, k] B[k, j]
 
   @property
   def work(self) -> int: return prod(self.shape) * max(1, prod(self.reduce_sizes))
+
+  def deciding(self) -> list[int]:
+    """The loads that decide: those inside a reduction when there is one, else all."""
+    loads = range(len(self.inner))
+    return [b for b in loads if self.inner[b]] if any(self.inner) else list(loads)
+
+  def tile_axis(self, vector_axis: int) -> int | None:
+    """A GEMM's row axis: an output axis before the vector axis along which one deciding load moves and another is
+    constant (A's rows, B broadcast over them), so a tile of rows reuses every loaded vector of B. The last such."""
+    ds = self.deciding()
+    axes = [k for k in range(vector_axis) if self.shape[k] > 1 and any(self.out_strides[b][k] == 0 for b in ds)
+            and any(self.out_strides[b][k] for b in ds)]
+    return axes[-1] if self.products and axes else None
 
 
 def analyze(kernel: Kernel) -> Analysis:
@@ -73,6 +88,7 @@ def analyze(kernel: Kernel) -> Analysis:
   lin = sink.toposort()
   ranges = sorted((u for u in lin if u.op is Ops.RANGE), key=lambda r: r.arg)
   out_ranges = [r for r in ranges if r.arg.kind is AxisType.LOOP]
+  reduce_ranges = {r for r in ranges if r.arg.kind is AxisType.REDUCE}
   axis_range: dict[int, UOp] = dict(zip([k for k, s in enumerate(shape) if s > 1], out_ranges))
   innermost = _innermost_reduce_ranges(ranges, reduces)
   zero = {r: UOp.const(0) for r in ranges}
@@ -83,10 +99,10 @@ def analyze(kernel: Kernel) -> Analysis:
   loads = [u.src[0].src[1] for u in lin if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.BUFFER]
   out_strides = tuple(tuple(stride(i, axis_range[k]) if k in axis_range else None for k in range(len(shape))) for i in loads)
   reduce_strides = tuple(next((stride(i, r) for r in innermost if stride(i, r) != 0), 0) if innermost else None for i in loads)
+  inner = tuple(bool(reduce_ranges & set(i.toposort())) for i in loads)
   products = any(u.arg[0] is Ops.ADD and u.dtype is dtypes.f32 and u.src[0].op is Ops.MUL for u in reduces)
-  gemm = len(reduces) == 1 and len(loads) == 2 and products and len(shape) >= 2
-  return Analysis(shape, tuple(u.src[0].shape[-1] for u in reduces), out_strides, reduce_strides, frozenset(u.dtype for u in nodes),
-                  products, gemm)
+  return Analysis(shape, tuple(u.src[0].shape[-1] for u in reduces), out_strides, reduce_strides, inner,
+                  frozenset(u.dtype for u in nodes), products)
 
 
 def _innermost_reduce_ranges(ranges: list[UOp], reduces: list[UOp]) -> set[UOp]:
@@ -119,14 +135,17 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   upcast: dict[int, int] = {}
   vector, reduce_vector, unroll = None, 1, 1
   last = n - 1 if n else None
-  contiguous_out = last is not None and shape[last] > 1 and any(s[last] == 1 for s in a.out_strides)
-  if vectorizable and caps.vector_width > 1 and last is not None and (w := _lanes(shape[last], caps.vector_width)) > 1 and \
-     (contiguous_out or not a.reduce_sizes):
+  ds = a.deciding()
+  # the last axis is a vector axis when the loads that matter read it contiguously (stride 1) or not at all (0): the
+  # output is contiguous along it anyway. A load that jumps along it would be a gather of every lane
+  along_last = [a.out_strides[b][last] for b in ds] if last is not None and shape[last] > 1 else []
+  contiguous_last = bool(along_last) and all(s in (0, 1) for s in along_last) and (1 in along_last or not a.reduce_sizes)
+  along_reduce = [a.reduce_strides[b] for b in ds] if a.reduce_sizes else []
+  if vectorizable and caps.vector_width > 1 and contiguous_last and (w := _lanes(shape[last], caps.vector_width)) > 1:
     vector = (last, w)
-    if a.gemm and n >= 2 and shape[last] % (2 * w) == 0 and shape[last - 1] > 1:
-      upcast = {last: 2, last - 1: _divisor(shape[last - 1], 8)}        # a register tile of 8 rows x 2 vectors
-    elif shape[last] % (2 * w) == 0: upcast = {last: 2}
-  elif vectorizable and caps.vector_width > 1 and a.reduce_sizes and any(s == 1 for s in a.reduce_strides):
+    if shape[last] % (2 * w) == 0: upcast[last] = 2
+    if (row := a.tile_axis(last)) is not None: upcast[row] = _divisor(shape[row], 8)     # a register tile of 8 rows x 2 vectors
+  elif vectorizable and caps.vector_width > 1 and a.reduce_sizes and all(s in (0, 1) for s in along_reduce):
     w = min(_lanes(r, caps.vector_width) for r in a.reduce_sizes)
     if w > 1:
       reduce_vector = w
@@ -138,7 +157,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     step = lambda k: upcast.get(k, 1) * (vector[1] if vector is not None and vector[0] == k else 1)
     # a GEMM splits its column tiles across threads (each thread keeps its panel of B in its own cache); anything
     # else its outermost axis with an iteration for every thread
-    order = ([last] if a.gemm and last is not None else []) + list(range(n))
+    order = ([last] if vector is not None and upcast.get(last) and a.tile_axis(last) is not None else []) + list(range(n))
     thread = next((k for k in order if shape[k] // step(k) >= caps.threads), None)
   # the heuristics never hand out invalid Opts: when the full choice doesn't fit the kernel, keep what does
   for opts in (Opts(upcast=upcast, vector=vector, reduce_vector=reduce_vector, unroll=unroll, fma=fma, thread=thread),
