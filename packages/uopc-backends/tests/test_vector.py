@@ -172,3 +172,21 @@ def test_a_mask_lane_becomes_one_not_minus_one(opts):
   X, Y = buf(0, 16), buf(1, 16)
   got = run_shaped((X < Y).cast(dtypes.i32) + X.ne(Y).cast(dtypes.f32).cast(dtypes.i32), [x, y], opts=opts)
   np.testing.assert_array_equal(got, (x < y).astype(np.int32) + (x != y).astype(np.int32))
+
+
+@pytest.mark.parametrize("opts", [Opts(), Opts(vector=(0, 16))])
+def test_exp2_is_within_one_and_a_fifth_ulp_and_ieee_at_the_edges(opts):
+  """uopc_exp2 (a polynomial, the same operations on every lane) against the exact 2**x."""
+  x = np.concatenate([np.linspace(-150, 127.99, 1 << 16, dtype=np.float32), rng.uniform(-1, 1, 1 << 14).astype(np.float32),
+                      np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 128.0, 200.0, -149.0, -150.0, -151.0, 1e30, -1e30, 0.5, -126.5] + [0.0] * 2,
+                               np.float32)])
+  got = run_shaped(buf(0, x.size).alu(Ops.EXP2), [x], opts=opts)
+  with np.errstate(over="ignore"):
+    exact = np.exp2(x.astype(np.float64))
+    want32 = exact.astype(np.float32)
+  finite = np.isfinite(want32) & (want32 > 0)
+  assert np.max(np.abs(got[finite] - exact[finite]) / np.spacing(want32[finite])) <= 1.2
+  edges = got[-16:]
+  assert np.isnan(edges[0]) and edges[1] == np.inf and edges[2] == 0 and edges[3] == edges[4] == 1 and edges[5] == edges[6] == np.inf
+  assert edges[7] == np.float32(2.0 ** -149) and edges[8] == 0 and edges[9] == 0 and edges[10] == np.inf and edges[11] == 0
+  assert edges[12] == np.float32(np.sqrt(2)) and edges[13] == np.float32(2 ** -126.5)

@@ -102,26 +102,39 @@ PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each
 PACK_MIN_WORK = 1 << 20    # ...and enough multiply-adds to pay for a kernel of its own
 
 
+def _offset(view: UOp, idx: tuple[int, ...]) -> int | None:
+  """Where element idx of `view`, a chain of movement ops, lies in the row-major layout of the node under the chain (a
+  BUFFER, or the value kernelize will store: its stored form is its own row-major layout). Plain integer arithmetic,
+  one op at a time (each op's index map, as in rangeify's table); None when the chain holds anything else."""
+  u = view
+  while u.op in MOVEMENT:
+    src = u.src[0].shape
+    if u.op is Ops.RESHAPE:
+      flat = 0
+      for i, n in zip(idx, u.shape): flat = flat * n + i
+      out = []
+      for n in reversed(src): out.append(flat % n if n else 0); flat //= max(n, 1)
+      idx = tuple(reversed(out))
+    elif u.op is Ops.EXPAND: idx = tuple(0 if s == 1 else i for i, s in zip(idx, src))
+    elif u.op is Ops.PERMUTE:
+      back = dict(zip(u.arg, idx))
+      idx = tuple(back[a] for a in range(len(idx)))
+    else: idx = tuple(i + b for i, (b, _) in zip(idx, u.arg))   # SHRINK
+    u = u.src[0]
+  if u is view or u.op in (Ops.STACK, Ops.INDEX, Ops.CONST): return None
+  flat = 0
+  for i, n in zip(idx, u.shape): flat = flat * n + i
+  return flat
+
+
 def _strides(view: UOp) -> tuple[int, int] | None:
-  """(stride along the second-to-last axis, along the last axis) of `view`, a chain of movement ops, in the row-major
-  layout of the node below the chain (a BUFFER, or the value kernelize will store: its stored form is its own row-major
-  layout). None when the chain holds anything but movement ops."""
-  base = view
-  while base.op in MOVEMENT: base = base.src[0]
-  if base is view or base.op in (Ops.STACK, Ops.INDEX, Ops.CONST): return None
-  from uopc.rangeify import rangeify, Ctx                 # (rangeify imports nothing from here)
-  from uopc.symbolic import simplify
-  from uopc.uop import range_
-  stand_in = buf(0, max(1, prod(base.shape)), base.dtype)
-  stand_in = stand_in.reshape(base.shape) if base.shape != stand_in.shape else stand_in
-  n, k = range_(view.shape[-2], 0), range_(view.shape[-1], 1)
-  value = rangeify(view.substitute({base: stand_in}), (UOp.const(0),) * (len(view.shape) - 2) + (n, k), Ctx())
-  if value.op is not Ops.LOAD: return None
-  index = value.src[0].src[1]
-  at = lambda i, j: simplify(index.substitute({n: UOp.const(i), k: UOp.const(j)}))
-  zero, along_n, along_k = at(0, 0), at(1, 0) if view.shape[-2] > 1 else None, at(0, 1) if view.shape[-1] > 1 else None
-  if any(x is not None and x.op is not Ops.CONST for x in (zero, along_n, along_k)): return None
-  return (along_n.arg - zero.arg if along_n is not None else 0, along_k.arg - zero.arg if along_k is not None else 0)
+  """(stride along the second-to-last axis, along the last axis) of a movement-op view (see _offset); None when unknown."""
+  lead = (0,) * (len(view.shape) - 2)
+  zero = _offset(view, lead + (0, 0))
+  if zero is None: return None
+  along_n = _offset(view, lead + (1, 0)) - zero if view.shape[-2] > 1 else 0
+  along_k = _offset(view, lead + (0, 1)) - zero if view.shape[-1] > 1 else 0
+  return along_n, along_k
 
 
 def _pack(u: UOp) -> UOp:
@@ -150,13 +163,14 @@ def _pack(u: UOp) -> UOp:
 
 
 def _pack_gemm_operands(roots: list[UOp]) -> list[UOp]:
-  reduces = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1)}
-  return UOp.wrap(roots, reduces, _pack) if reduces else roots
+  # decided on the graph as it is; only the GEMMs that get packed are rebuilt (no graph rebuild when none is)
+  packed = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and _pack(u) is not u}
+  return UOp.wrap(roots, packed, _pack) if packed else roots
 
 
 def _split_long_reductions(roots: list[UOp]) -> list[UOp]:
-  reduces = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg[1] > 0}
-  return UOp.wrap(roots, reduces, _split_reduce) if reduces else roots
+  long = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg[1] > 0 and _split_reduce(u) is not u}
+  return UOp.wrap(roots, long, _split_reduce) if long else roots
 
 
 def _expands(u: UOp) -> bool:

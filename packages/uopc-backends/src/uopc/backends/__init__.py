@@ -16,6 +16,9 @@ A backend is an object with a name, a renderer, the capabilities uopc.opt reads,
                                   run a compiled program on memory handles given in the program's parameter order
                                   (LinearProgram.params); GPU backends get the grid and block sizes
     synchronize()                 return when everything launched so far has finished
+    free(handle)                  optional: the memory of a handle nothing uses any more (its Buffer died), for the
+                                  backend to reuse. What alloc hands out holds anything: every kernel writes all of
+                                  its output
 
 Nothing else may be assumed: uopc.runtime is the only caller of these verbs, and it does everything that is the
 same for all backends (choosing Opts, lowering, linearizing, the memory-safety proof below, the program cache,

@@ -42,6 +42,24 @@ class CompileError(BackendError):
   """gcc refused a kernel; the message has gcc's output and the numbered source."""
 
 
+# 2**x in f32 to within 1.2 ulp (libm's exp2f is 0.5 ulp but a call per element, and per lane of a vector): round x to
+# an integer n, a degree-6 polynomial for 2**f on f = x - n in [-0.5, 0.5] (a relative fit, error 1.9e-9), times 2**n
+# built from exponent bits in two factors so that subnormal results round once. The vector version below does the
+# same operations on every lane in the same order (and nothing is contracted into an fma), so scalar and vector code
+# give the same bits. x is clamped to [-160, 160] first, which NaN passes through.
+EXP2_POLY = (1.0, 0.6931471824645996, 0.24022646248340607, 0.05550329014658928, 0.009618489071726799, 0.0013399907620623708,
+             0.00015345732390414923)
+_HORNER = lambda T, f: "".join(f" p = p*f + {repr(c)}f;" for c in EXP2_POLY[-2::-1])
+EXP2_SCALAR = f"""static inline float uopc_exp2(float x) {{    /* 2**x to 1.2 ulp, see EXP2_POLY in uopc.backends.c */
+  x = x < -160.0f ? -160.0f : x; x = x > 160.0f ? 160.0f : x;
+  float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{_HORNER("float", "f")}
+  int n = t == t ? (int)t : 0, a = n >> 1, b = n - a;
+  union {{ int i; float f; }} sa = {{(a + 127) << 23}}, sb = {{(b + 127) << 23}};
+  return (p * sa.f) * sb.f;
+}}
+"""
+
+
 PRELUDE = """#include <math.h>
 static inline int floordiv_i32(int a, int b) {
   if (b == 0) return 0;                               /* numpy's x // 0 */
@@ -57,7 +75,7 @@ static inline int floormod_i32(int a, int b) {
 static inline int cast_f32_i32(float x) {             /* C leaves NaN and out-of-range undefined; uopc says INT_MIN */
   return (x >= -2147483648.0f && x < 2147483648.0f) ? (int)x : (-2147483647-1);
 }
-"""
+""" + EXP2_SCALAR
 
 _C_KEYWORDS = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float",
                "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static",
@@ -120,7 +138,7 @@ class CRenderer:
     Ops.WHERE: lambda d, c, a, b: f"({c}?{a}:{b})",
     Ops.MULACC: lambda d, a, b, c: f"fmaf({a},{b},{c})",   # one rounding, in hardware where there is an FMA unit
     Ops.RECIP: lambda d, x: f"(1.0f/{x})" if d is dtypes.f32 else f"((_Float16)(1.0f/(float){x}))",
-    Ops.EXP2: lambda d, x: f"exp2f({x})" if d is dtypes.f32 else f"((_Float16)exp2f((float){x}))",
+    Ops.EXP2: lambda d, x: f"uopc_exp2({x})" if d is dtypes.f32 else f"((_Float16)uopc_exp2((float){x}))",
     Ops.LOG2: lambda d, x: f"log2f({x})" if d is dtypes.f32 else f"((_Float16)log2f((float){x}))",
     Ops.SQRT: lambda d, x: f"sqrtf({x})" if d is dtypes.f32 else f"((_Float16)sqrtf((float){x}))",
     Ops.SIN: lambda d, x: f"sinf({x})" if d is dtypes.f32 else f"((_Float16)sinf((float){x}))",
@@ -191,7 +209,13 @@ def vector_prelude(width: int, fused: bool) -> str:
            f"static inline f32x{w} bcast_f32x{w}(float x) {{ return x - (f32x{w}){{}}; }}",
            f"static inline i32x{w} bcast_i32x{w}(int x) {{ return x - (i32x{w}){{}}; }}",
            f"static inline f32x{w} sel_f32x{w}(i32x{w} m, f32x{w} a, f32x{w} b) {{ return (f32x{w})((m & (i32x{w})a) | (~m & (i32x{w})b)); }}",
-           f"static inline i32x{w} sel_i32x{w}(i32x{w} m, i32x{w} a, i32x{w} b) {{ return (m & a) | (~m & b); }}"]
+           f"static inline i32x{w} sel_i32x{w}(i32x{w} m, i32x{w} a, i32x{w} b) {{ return (m & a) | (~m & b); }}",
+           # uopc_exp2 on every lane, operation for operation (see EXP2_POLY)
+           f"static inline f32x{w} exp2_f32x{w}(f32x{w} x) {{\n"
+           f"  x = sel_f32x{w}(x < -160.0f, bcast_f32x{w}(-160.0f), x); x = sel_f32x{w}(x > 160.0f, bcast_f32x{w}(160.0f), x);\n"
+           f"  f32x{w} t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = bcast_f32x{w}({repr(EXP2_POLY[-1])}f);{_HORNER('', 'f')}\n"
+           f"  i32x{w} n = __builtin_convertvector(sel_f32x{w}(t == t, t, bcast_f32x{w}(0.0f)), i32x{w}), a = n >> 1, b = n - a;\n"
+           f"  return (p * (f32x{w})((a + 127) << 23)) * (f32x{w})((b + 127) << 23);\n}}"]
   if fused:
     lanewise = f"f32x{w} r; for (int l = 0; l < {w}; l++) r[l] = fmaf(a[l], b[l], c[l]); return r;"
     if w in fma_isa:
@@ -341,6 +365,7 @@ class _Body:
       return f"sel_{self.vtype(d)}({cond}, {v[0]}, {v[1]})"
     if op is Ops.WHERE: return f"sel_{self.vtype(d)}({v[0]}, {v[1]}, {v[2]})"
     if op is Ops.RECIP and d is dtypes.f32: return f"(1.0f/{v[0]})"
+    if op is Ops.EXP2 and d is dtypes.f32: return f"exp2_{self.vtype(d)}({v[0]})"
     if op is Ops.MULACC:
       self.fused = True
       return f"fma_f32x{w}({v[0]}, {v[1]}, {v[2]})"
@@ -556,7 +581,11 @@ class CBackend:
   name = "C"
   renderer = CRenderer()
 
+  POOL_BYTES = 512 << 20    # freed buffers kept for reuse, by exact size: a training step allocates the same sizes again
+
   def __init__(self):
+    self._pool: dict[tuple[int, str], list[np.ndarray]] = {}
+    self._pooled = 0
     from uopc.opt import Caps
     flags = _cpu_flags()
     # f32 lanes of the widest vector unit; 4 (SSE, NEON) when the flags can't tell
@@ -566,7 +595,14 @@ class CBackend:
   def compile(self, src: str, name: str) -> CProgram: return compiler.compile(src, sanitize_name(name))   # as the signature has it
   def alloc(self, n: int, dtype: DType) -> np.ndarray:
     if dtype.fmt is None: raise BackendError(f"can't allocate {dtype} memory")
+    if free := self._pool.get((n, dtype.fmt)):
+      self._pooled -= free[-1].nbytes
+      return free.pop()
     return _aligned(n, np.dtype(dtype.fmt))
+  def free(self, handle: np.ndarray) -> None:
+    if self._pooled + handle.nbytes <= self.POOL_BYTES and handle.base is not None:
+      self._pool.setdefault((handle.size, handle.dtype.char), []).append(handle)
+      self._pooled += handle.nbytes
   def copyin(self, handle: np.ndarray, array: np.ndarray) -> None: handle[...] = array
   def copyout(self, handle: np.ndarray) -> np.ndarray: return handle.copy()
   def launch(self, program: CProgram, handles: list[np.ndarray], global_size=None, local_size=None) -> None:

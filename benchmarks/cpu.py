@@ -1,0 +1,247 @@
+"""CPU speed: uopc through the Tensor API beside NumPy and PyTorch, measured in the same run, as ratios.
+
+    python benchmarks/cpu.py [--repeat 7] [--only gemm,sum] [--warm-cache]
+
+Rows: GEMM 256/512/1024/2048, attention forward and forward+backward (N=512, d=64), conv2d (batch 8, 64->64 channels,
+32x32, 3x3, padding 1), the sum and a*x+b of 16M f32, the MLP step of benchmarks/tensor.py and the GPT training step
+(vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW). Each row shows the first uopc call (it compiles:
+the compile cache is a fresh directory unless --warm-cache), then the best of three rounds of --repeat calls of each
+contender in turn, so that the machine's noise falls on all of them alike, and the ratio of the better peer's time to
+uopc's (above 1: uopc is faster). NumPy has no autograd or conv: its backward passes are written out by hand here; the GPT
+step has no NumPy column. With UOPC_DEBUG=1 every kernel prints its GFLOP/s or GB/s.
+"""
+from __future__ import annotations
+import argparse, math, os, sys, tempfile, time
+import numpy as np
+
+if "--warm-cache" not in sys.argv and "UOPC_CACHE_DIR" not in os.environ:
+  os.environ["UOPC_CACHE_DIR"] = tempfile.mkdtemp(prefix="uopc-bench-cache-")   # first calls include gcc
+from uopc.tensor import Tensor                     # noqa: E402
+from uopc import nn                                # noqa: E402
+from uopc.backends import get_backend              # noqa: E402
+
+try:
+  import torch
+  torch.set_num_threads(get_backend("C").caps.threads)
+except ImportError: torch = None
+
+
+ROUNDS, PAUSE = 3, 0.25
+
+
+def timed(fn) -> float:
+  t = time.perf_counter()
+  fn()
+  return time.perf_counter() - t
+
+
+class Row:
+  """One benchmark: three callables (uopc, numpy, torch; None when a contender has none) and the work of one call."""
+  def __init__(self, name, ours, ref_np, ref_torch, flops=0, nbytes=0):
+    self.name, self.ours, self.ref_np, self.ref_torch, self.flops, self.nbytes = name, ours, ref_np, ref_torch, flops, nbytes
+
+  def run(self, repeat: int) -> str:
+    first = timed(self.ours)
+    contenders = [f for f in (self.ours, self.ref_np, self.ref_torch) if f is not None]
+    for f in contenders[1:]: f()                                 # the peers' warm-up
+    times = {id(f): math.inf for f in contenders}
+    # rounds of blocks: each contender `repeat` times in a row, then a pause. Interleaving single calls would make each
+    # run beside the previous one's thread pool still spinning (OpenBLAS, PyTorch and OpenMP all spin-wait a while),
+    # which on two cores costs whoever comes next up to half the machine
+    for _ in range(ROUNDS):
+      for f in contenders:
+        time.sleep(PAUSE)
+        for _ in range(repeat): times[id(f)] = min(times[id(f)], timed(f))
+    t_ours = times[id(self.ours)]
+    peers = {k: times[id(f)] for k, f in (("numpy", self.ref_np), ("torch", self.ref_torch)) if f is not None}
+    def rate(t: float) -> str:
+      if self.flops: return f"{self.flops / t / 1e9:8.1f} GFLOP/s"
+      if self.nbytes: return f"{self.nbytes / t / 1e9:8.1f} GB/s   "
+      return f"{t * 1e3:8.2f} ms     "
+    cols = [f"{self.name:<22}", f"first {first:6.2f} s", f"uopc {t_ours * 1e3:9.3f} ms {rate(t_ours)}"]
+    for k in ("numpy", "torch"):
+      cols.append(f"{k} {peers[k] * 1e3:9.3f} ms {rate(peers[k])}" if k in peers else f"{k} {'-':>9}               ")
+    better = min(peers.values()) if peers else None
+    cols.append(f"ratio {better / t_ours:5.2f}" if better else "ratio     -")
+    return "  ".join(cols)
+
+
+def gemm(n: int) -> Row:
+  rng = np.random.default_rng(n)
+  a, b = rng.standard_normal((2, n, n), dtype=np.float32)
+  ta, tb = Tensor(a), Tensor(b)
+  xa, xb = (torch.from_numpy(a), torch.from_numpy(b)) if torch else (None, None)
+  return Row(f"gemm {n}", lambda: (ta @ tb).realize(), lambda: a @ b, (lambda: xa @ xb) if torch else None, flops=2 * n ** 3)
+
+
+def _attention_np(q, k, v):
+  s = q @ k.T / 8
+  e = np.exp(s - s.max(1, keepdims=True))
+  return e / e.sum(1, keepdims=True)
+
+
+def attention(backward: bool) -> Row:
+  rng = np.random.default_rng(1)
+  Q, K, V, R = (rng.standard_normal((512, 64)).astype(np.float32) for _ in range(4))
+  flops = 2 * 2 * 512 * 512 * 64 * (3 if backward else 1)
+  if not backward:
+    q, k, v = Tensor(Q), Tensor(K), Tensor(V)
+    xq, xk, xv = (torch.from_numpy(a) for a in (Q, K, V)) if torch else (None,) * 3
+    return Row("attention fwd", lambda: (((q @ k.T) / 8).softmax(-1) @ v).realize(), lambda: _attention_np(Q, K, V) @ V,
+               (lambda: torch.softmax(xq @ xk.T / 8, -1) @ xv) if torch else None, flops=flops)
+  q, k, v = (Tensor(a, requires_grad=True) for a in (Q, K, V))
+  r = Tensor(R)
+  def ours():
+    for t in (q, k, v): t.grad = None
+    out = ((q @ k.T) / 8).softmax(-1) @ v
+    (out * r).sum().backward()
+    Tensor.realize(out, q.grad, k.grad, v.grad)
+  def ref_np():   # the same gradients, by hand
+    p = _attention_np(Q, K, V)
+    dp = R @ V.T
+    ds = p * (dp - (dp * p).sum(1, keepdims=True)) / 8
+    return p @ V, ds @ K, ds.T @ Q, p.T @ R
+  def ref_torch():
+    xq, xk, xv = (torch.from_numpy(a).requires_grad_() for a in (Q, K, V))
+    out = torch.softmax(xq @ xk.T / 8, -1) @ xv
+    (out * torch.from_numpy(R)).sum().backward()
+  return Row("attention fwd+bwd", ours, ref_np, ref_torch if torch else None, flops=flops)
+
+
+def conv2d() -> Row:
+  rng = np.random.default_rng(2)
+  X = rng.standard_normal((8, 64, 32, 32)).astype(np.float32)
+  W = (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)
+  x, w = Tensor(X), Tensor(W)
+  def ref_np():   # im2col by a sliding window view, then one matmul
+    win = np.lib.stride_tricks.sliding_window_view(np.pad(X, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))   # (8,64,32,32,3,3)
+    return np.tensordot(win, W, axes=([1, 4, 5], [1, 2, 3]))
+  xt, wt = (torch.from_numpy(X), torch.from_numpy(W)) if torch else (None, None)
+  return Row("conv2d 8x64x32x32 3x3", lambda: x.conv2d(w, padding=1).realize(), ref_np,
+             (lambda: torch.nn.functional.conv2d(xt, wt, padding=1)) if torch else None, flops=2 * 8 * 64 * 32 * 32 * 64 * 9)
+
+
+def reduce_sum() -> Row:
+  X = np.random.default_rng(3).standard_normal(1 << 24).astype(np.float32)
+  x = Tensor(X)
+  xt = torch.from_numpy(X) if torch else None
+  return Row("sum 16M", lambda: x.sum().realize(), lambda: X.sum(), (lambda: xt.sum()) if torch else None, nbytes=X.nbytes)
+
+
+def axpy() -> Row:
+  X = np.random.default_rng(4).standard_normal(1 << 24).astype(np.float32)
+  x = Tensor(X)
+  xt = torch.from_numpy(X) if torch else None
+  return Row("a*x+b 16M", lambda: (x * 2.0 + 1.0).realize(), lambda: X * np.float32(2) + np.float32(1),
+             (lambda: xt * 2.0 + 1.0) if torch else None, nbytes=2 * X.nbytes)
+
+
+def mlp() -> Row:
+  rng = np.random.default_rng(5)
+  X = rng.standard_normal((256, 784)).astype(np.float32)
+  Y = rng.integers(0, 10, 256).astype(np.int32)
+  W1, W2 = (rng.standard_normal((784, 256)) / 28).astype(np.float32), (rng.standard_normal((256, 10)) / 16).astype(np.float32)
+  b1, b2 = np.zeros(256, np.float32), np.zeros(10, np.float32)
+  params = [Tensor(a, requires_grad=True) for a in (W1, b1, W2, b2)]
+  x, y = Tensor(X), Tensor(Y)
+  def ours():
+    for p in params: p.grad = None
+    loss = ((x @ params[0] + params[1]).relu() @ params[2] + params[3]).cross_entropy(y)
+    loss.backward()
+    Tensor.realize(loss, *[p.grad for p in params])
+  def ref_np():
+    h = X @ W1 + b1
+    a = np.maximum(h, 0)
+    z = a @ W2 + b2
+    e = np.exp(z - z.max(1, keepdims=True))
+    p = e / e.sum(1, keepdims=True)
+    dz = p.copy()
+    dz[np.arange(256), Y] -= 1
+    dz /= 256
+    dW2, db2 = a.T @ dz, dz.sum(0)
+    dh = (dz @ W2.T) * (h > 0)
+    return dW2, db2, X.T @ dh, dh.sum(0)
+  def ref_torch():
+    ps = [torch.from_numpy(a).requires_grad_() for a in (W1, b1, W2, b2)]
+    loss = torch.nn.functional.cross_entropy((torch.from_numpy(X) @ ps[0] + ps[1]).relu() @ ps[2] + ps[3], torch.from_numpy(Y).long())
+    loss.backward()
+  return Row("mlp step 784-256-10", ours, ref_np, ref_torch if torch else None, flops=3 * 2 * 256 * (784 * 256 + 256 * 10))
+
+
+def gpt() -> Row:
+  from uopc.gpt import GPT, GPTConfig
+  cfg = GPTConfig(vocab=65, context=64, layers=2, width=128, heads=4)
+  Tensor.manual_seed(0)
+  model = GPT(cfg)
+  opt = nn.AdamW(model.parameters(), lr=1e-3)
+  rng = np.random.default_rng(6)
+  T, Yt = rng.integers(0, 65, (16, 64)).astype(np.int32), rng.integers(0, 65, (16, 64)).astype(np.int32)
+  tokens, targets = Tensor(T), Tensor(Yt)
+  def ours():
+    opt.zero_grad()
+    loss = model.loss(tokens, targets)
+    loss.backward()
+    opt.step()
+    return loss.item()
+  ref_torch = _torch_gpt(cfg, T, Yt) if torch else None
+  return Row("gpt step (AdamW)", ours, None, ref_torch)
+
+
+def _torch_gpt(cfg, T, Y):
+  """The same model in PyTorch eager: one training step per call."""
+  class Block(torch.nn.Module):
+    def __init__(self):
+      super().__init__()
+      c = cfg.width
+      self.ln1, self.ln2 = torch.nn.LayerNorm(c), torch.nn.LayerNorm(c)
+      self.attn, self.proj, self.fc, self.out = torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c), torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
+    def forward(self, x):
+      B, L, C = x.shape
+      q, k, v = self.attn(self.ln1(x)).split(C, -1)
+      q, k, v = (t.reshape(B, L, cfg.heads, C // cfg.heads).transpose(1, 2) for t in (q, k, v))
+      y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, L, C)
+      x = x + self.proj(y)
+      return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+  class Model(torch.nn.Module):
+    def __init__(self):
+      super().__init__()
+      self.wte, self.wpe = torch.nn.Embedding(cfg.vocab, cfg.width), torch.nn.Embedding(cfg.context, cfg.width)
+      self.blocks = torch.nn.ModuleList([Block() for _ in range(cfg.layers)])
+      self.lnf, self.head = torch.nn.LayerNorm(cfg.width), torch.nn.Linear(cfg.width, cfg.vocab, bias=False)
+    def forward(self, t):
+      x = self.wte(t) + self.wpe(torch.arange(t.shape[1]))
+      for b in self.blocks: x = b(x)
+      return self.head(self.lnf(x))
+  torch.manual_seed(0)
+  model = Model()
+  opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+  t, y = torch.from_numpy(T).long(), torch.from_numpy(Y).long()
+  def step():
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(t).reshape(-1, cfg.vocab), y.reshape(-1))
+    loss.backward()
+    opt.step()
+    return loss.item()
+  return step
+
+
+ROWS = {"gemm": lambda: [gemm(n) for n in (256, 512, 1024, 2048)], "attention": lambda: [attention(False), attention(True)],
+        "conv": lambda: [conv2d()], "sum": lambda: [reduce_sum()], "axpy": lambda: [axpy()], "mlp": lambda: [mlp()], "gpt": lambda: [gpt()]}
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--repeat", type=int, default=7)
+  ap.add_argument("--only", help=f"comma-separated rows among {', '.join(ROWS)}")
+  ap.add_argument("--warm-cache", action="store_true", help="keep $UOPC_CACHE_DIR (first calls then skip gcc)")
+  args = ap.parse_args()
+  caps = get_backend("C").caps
+  print(f"uopc C backend: {caps.threads} threads, {caps.vector_width} f32 lanes, fma {caps.fma}; "
+        f"numpy {np.__version__}; torch {torch.__version__ if torch else 'not installed'}; compile cache {os.environ['UOPC_CACHE_DIR']}")
+  for key in (args.only.split(",") if args.only else ROWS):
+    for row in ROWS[key]():
+      print(row.run(args.repeat if key != "gpt" else max(2, args.repeat // 3)), flush=True)
+
+
+if __name__ == "__main__":
+  main()
