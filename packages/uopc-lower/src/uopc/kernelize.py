@@ -197,8 +197,10 @@ def _stored_form(u: UOp, live: set[UOp], keep_layout: bool = False) -> UOp | Non
   fewest elements: an EXPAND of a (B, T, C) activation to (B, T, C, 4C) stores the activation, and its consumers read
   it through the view. Between nodes of equal size only movement ops are passed (store x, not flip(x); but exp(x), not
   x, or every consumer would recompute the exp). An explicit STAGE keeps the layout it was given (keep_layout): a
-  permutation is stored permuted, which is how a GEMM operand is packed into panels; only an expansion is refused.
+  permutation is stored permuted (a GEMM operand packed into panels), a padding padded (a convolution's input); only
+  a broadcast (an EXPAND that grows an axis, in its chain of movement ops) is refused and stored as above.
   None when nothing needs storing: a BUFFER is read as it is, and a value made of constants alone is recomputed."""
+  if keep_layout and not any(_expands(x) for x in _movement_chain(u)): return u if u in live and u.op is not Ops.BUFFER else None
   best, cur, moves_only = u, u, True
   while True:
     if cur.op in MOVEMENT or cur.op is Ops.STAGE: nxt = cur.src[0]
@@ -208,8 +210,15 @@ def _stored_form(u: UOp, live: set[UOp], keep_layout: bool = False) -> UOp | Non
       nxt, moves_only = inputs[0], False
     else: break
     cur = nxt
-    if prod(cur.shape) < prod(best.shape) or (moves_only and not keep_layout and prod(cur.shape) == prod(best.shape)): best, moves_only = cur, True
+    if prod(cur.shape) < prod(best.shape) or (moves_only and prod(cur.shape) == prod(best.shape)): best, moves_only = cur, True
   return best if best in live and best.op is not Ops.BUFFER else None
+
+
+def _movement_chain(u: UOp) -> list[UOp]:
+  """u and the movement ops under it, down to the first other node."""
+  chain = [u]
+  while chain[-1].op in MOVEMENT: chain.append(chain[-1].src[0])
+  return chain
 
 
 def _staged(roots: list[UOp]) -> set[UOp]:

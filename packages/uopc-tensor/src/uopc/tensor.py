@@ -729,31 +729,39 @@ class Tensor:
     out = self.matmul(weight.T)
     return out + bias if bias is not None else out
 
-  def _windows(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
-    """Sliding windows over the last len(kernel) axes with movement ops only: (..., *in) -> (..., *out, *kernel).
-    Per axis (length i, kernel k, dilation d, stride s): copy x e times and flatten, so w[p] = x[p % i]; view the first
-    k*(i+d) elements as (k, i+d), where row r reads x[r*d + c]; keep o*s columns, view as (k, o, s), keep column 0."""
-    t = self
+  def _windows(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...], value: float = 0.0) -> Tensor:
+    """Sliding windows over the last len(kernel) axes: (..., *in) -> (..., *out, K), K = prod(kernel) window positions,
+    as a STACK of shifted views. The view of window position p on an axis (length i, kernel k, dilation d, stride s,
+    o outputs) starts at p*d, takes o*s elements, views them as (o, s) and keeps column 0: movement ops alone, so a
+    kernel reads each window with plain strides, and once the small kernel axis is unrolled every STACK branch is a
+    constant choice. An axis too short for o*s elements from the last start is padded first (with `value`; those
+    elements are never read)."""
     nd = len(kernel)
-    for j in range(nd):
-      ax = t.ndim - (nd - j) - 2 * j   # axes already windowed sit at the end as (o, k) pairs
-      k, s, d = kernel[j], stride[j], dilation[j]
-      t = t.permute([a for a in range(t.ndim) if a != ax] + [ax])   # windowed axis last
-      i = t.shape[-1]
+    lead = self.shape[:self.ndim - nd]
+    outs = []
+    for k, s, d, i in zip(kernel, stride, dilation, self.shape[self.ndim - nd:]):
       o = (i - d * (k - 1) - 1) // s + 1
       if o <= 0: raise TensorError(f"window of {k} (dilation {d}) doesn't fit an axis of {i}")
-      extra = max(0, o * s - (i + d))
-      if extra: t = t.pad(tuple(None for _ in range(t.ndim - 1)) + ((0, extra),)); i += extra
-      e = math.ceil(k * (i + d) / i)
-      lead = t.shape[:-1]
-      t = t.reshape(lead + (1, i))._broadcast_to(lead + (e, i)).reshape(lead + (e * i,))
-      t = t.shrink(tuple(None for _ in lead) + ((0, k * (i + d)),)).reshape(lead + (k, i + d))
-      t = t.shrink(tuple(None for _ in lead) + ((0, k), (0, o * s))).reshape(lead + (k, o, s))
-      t = t.shrink(tuple(None for _ in lead) + ((0, k), (0, o), (0, 1))).reshape(lead + (k, o))
-      t = t.transpose(-1, -2)   # (..., o, k)
-    # now (..., o0, k0, o1, k1, ...): gather outputs first, then kernel positions
-    base = t.ndim - 2 * nd
-    return t.permute(list(range(base)) + [base + 2 * j for j in range(nd)] + [base + 2 * j + 1 for j in range(nd)])
+      outs.append(o)
+    need = [(k - 1) * d + o * s for k, s, d, o in zip(kernel, stride, dilation, outs)]
+    t = self
+    if any(n > i for n, i in zip(need, self.shape[self.ndim - nd:])):
+      t = t.pad(tuple(None for _ in lead) + tuple((0, max(0, n - i)) for n, i in zip(need, self.shape[self.ndim - nd:])), value=value)
+    views = []
+    for pos in itertools.product(*(range(k) for k in kernel)):
+      v = t.shrink(tuple(None for _ in lead) + tuple((p * d, p * d + o * s) for p, d, o, s in zip(pos, dilation, outs, stride)))
+      for j, (o, s) in enumerate(zip(outs, stride)):
+        if s == 1: continue
+        ax = len(lead) + j
+        v = v.reshape(v.shape[:ax] + (o, s) + v.shape[ax + 1:])
+        v = v.shrink(tuple((0, 1) if a == ax + 1 else None for a in range(v.ndim))).reshape(v.shape[:ax + 1] + v.shape[ax + 2:])
+      views.append(v)
+    return views[0].unsqueeze(-1) if len(views) == 1 else Tensor.stack(*views, dim=-1)
+
+  def contiguous(self) -> Tensor:
+    """The same value, materialized in its own row-major layout when it is next computed (a STAGE): its consumers read
+    a buffer instead of recomputing it through views (a convolution's padded input)."""
+    return self._new(UOp(Ops.STAGE, (self.uop,)), self)
 
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """2-D convolution (cross-correlation) of (N, C, H, W) with weight (O, C/groups, KH, KW), as torch.nn.functional.conv2d."""
@@ -766,12 +774,14 @@ class Tensor:
                         f"by {groups}, got {weight.shape}")
     if isinstance(padding, str): raise TensorError("conv2d: give padding as numbers")
     ph, pw = _pair(padding)
-    x = self.pad((None, None, (ph, ph), (pw, pw))) if ph or pw else self
-    win = x._windows((KH, KW), stride, dilation)                         # (N, C, Ho, Wo, KH, KW)
+    # the padded input is stored once (padding through views costs index arithmetic in every read of every window)
+    x = self.pad((None, None, (ph, ph), (pw, pw))).contiguous() if ph or pw else self
+    win = x._windows((KH, KW), stride, dilation)                         # (N, C, Ho, Wo, KH*KW)
     Ho, Wo = win.shape[2], win.shape[3]
-    win = win.reshape(N, groups, 1, Cg, Ho, Wo, KH, KW).permute(0, 1, 2, 4, 5, 3, 6, 7).reshape(N, groups, 1, Ho, Wo, Cg * KH * KW)
-    wt = weight.reshape(1, groups, O // groups, 1, 1, Cg * KH * KW)
-    out = (win * wt).sum(-1).reshape(N, O, Ho, Wo)
+    # out[n, o, h, w] = sum over (c, window position): the window positions innermost, a small axis to unroll
+    win = win.reshape(N, groups, 1, Cg, Ho, Wo, KH * KW).permute(0, 1, 2, 4, 5, 3, 6)      # (N, G, 1, Ho, Wo, Cg, K)
+    wt = weight.reshape(1, groups, O // groups, 1, 1, Cg, KH * KW)
+    out = (win * wt).sum((-2, -1)).reshape(N, O, Ho, Wo)
     return out + bias.reshape(1, O, 1, 1) if bias is not None else out
 
   def _pool(self, kernel, stride, padding, value: float) -> Tensor:
@@ -779,12 +789,12 @@ class Tensor:
     stride = _pair(stride) if stride is not None else kernel
     ph, pw = _pair(padding)
     if self.ndim < 2: raise TensorError(f"pooling needs at least 2 dimensions, got {self.shape}")
-    x = self.pad(tuple(None for _ in range(self.ndim - 2)) + ((ph, ph), (pw, pw)), value=value) if ph or pw else self
-    return x._windows(kernel, stride, (1, 1))
+    x = self.pad(tuple(None for _ in range(self.ndim - 2)) + ((ph, ph), (pw, pw)), value=value).contiguous() if ph or pw else self
+    return x._windows(kernel, stride, (1, 1), value)
   def max_pool2d(self, kernel_size=2, stride=None, padding=0) -> Tensor:
-    return self._pool(kernel_size, stride, padding, float("-inf")).max((-2, -1))
+    return self._pool(kernel_size, stride, padding, float("-inf")).max(-1)
   def avg_pool2d(self, kernel_size=2, stride=None, padding=0) -> Tensor:
-    return self._pool(kernel_size, stride, padding, 0.0).mean((-2, -1))
+    return self._pool(kernel_size, stride, padding, 0.0).mean(-1)
 
   def softmax(self, axis: int = -1) -> Tensor:
     m = self.max(axis, keepdim=True).detach()
