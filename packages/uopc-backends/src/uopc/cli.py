@@ -3,6 +3,7 @@
     uopc render PROGRAM.uir [--device NAME]                     the generated source (C by default)
     uopc run PROGRAM.uir [--input SLOT=F.npy] [--device NAME]   compile and run it (random inputs by default), print the result
     uopc graph PROGRAM.uir -o FILE                              draw the UOp graph: Graphviz DOT, or SVG/PNG when `dot` is installed
+    uopc tune SCRIPT.py [ARGS...]                               run a script with a timed search of every new kernel's Opts
 
 A program that is already lowered (its last statement is a SINK) is compiled as it is; a shaped program is one
 kernel into a new output BUFFER in the first free slot, lowered plainly (the book's loops) or, with --opt, with the
@@ -151,6 +152,24 @@ def cmd_graph(args) -> int:
   return 0
 
 
+def cmd_tune(args) -> int:
+  """Run SCRIPT as __main__ with UOPC_SEARCH=1: every kernel it runs for the first time is timed under candidate Opts
+  and the winner cached on disk (uopc.search), where every later run finds it. Then print what the search found."""
+  import runpy
+  from uopc import search
+  script = Path(args.script)
+  if not script.is_file(): raise CLIError(f"{args.script}: no such file")
+  os.environ["UOPC_SEARCH"] = "1"
+  saved = sys.argv
+  sys.argv = [str(script), *args.args]
+  try: runpy.run_path(str(script), run_name="__main__")
+  except SystemExit as e:
+    if e.code not in (None, 0): raise CLIError(f"{args.script} exited with status {e.code}") from None
+  finally: sys.argv = saved
+  print(search.report())
+  return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
   ap = argparse.ArgumentParser(prog="uopc", description="Render, run and draw uopc programs (.uir).")
   ap.add_argument("--debug", action="store_true", help="show the full traceback of an error")
@@ -173,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
   g.add_argument("program", help="a .uir file")
   g.add_argument("-o", "--output", required=True, help="FILE.dot, or FILE.svg / FILE.png with Graphviz installed")
   g.set_defaults(func=cmd_graph)
+  t = sub.add_parser("tune", help="run a Python script with a timed search of each new kernel's Opts, cached for later runs")
+  t.add_argument("script", help="a .py file that runs uopc kernels (a training script, a benchmark)")
+  t.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+  t.set_defaults(func=cmd_tune)
   try: eps = list(importlib.metadata.entry_points(group="uopc.commands"))
   except Exception: eps = []
   for ep in eps:

@@ -27,6 +27,7 @@ What is the same for every backend lives here once, so no backend can forget it:
 from __future__ import annotations
 import atexit, os, sys, time, warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, MutableMapping, Sequence
 import numpy as np
 from uopc.dtype import DType
@@ -37,6 +38,11 @@ from uopc.kernelize import Kernel
 from uopc.symbolic import bounds
 from uopc.opt import Caps, choose_opts
 from uopc.backends import Backend, BackendError, LinearProgram, check_memory_safety, base_memory
+
+
+def cache_dir() -> Path:
+  """$UOPC_CACHE_DIR, or ~/.cache/uopc: compiled kernels and searched Opts live here (read at each use)."""
+  return Path(os.environ.get("UOPC_CACHE_DIR") or Path.home() / ".cache" / "uopc")
 
 
 def np_dtype(dtype: DType) -> np.dtype:
@@ -178,7 +184,9 @@ def compile_kernel(kernel: Kernel, backend: Backend, opts: Opts | None = None, n
   if (prog := _programs.get((backend, kernel.canonical_root, kernel.canonical_out, opts, name))) is not None: return prog
   caps = getattr(backend, "caps", None) or Caps()
   asked, chosen = opts, opts
-  if opts is None: chosen = choose_opts(kernel, caps)
+  if opts is None:   # a timed search's choice when one is cached on disk (uopc.search), else the heuristics'
+    from uopc.search import cached_opts
+    chosen = cached_opts(kernel, backend) or choose_opts(kernel, caps)
   elif not isinstance(opts, Opts): raise LowerError(f"compile_kernel: opts must be an Opts, got {type(opts).__name__}")
   key = (backend, kernel.canonical_root, kernel.canonical_out, chosen, name)
   if (prog := _programs.get(key)) is not None:
@@ -263,14 +271,20 @@ def format_linear(lin: Sequence[UOp]) -> str:
 
 def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMapping[UOp, Buffer]) -> list[tuple[Program, list[Buffer]]]:
   """Run `kernels` in order on `backend`. `buffers` maps BUFFER UOps to Buffers: every kernel input must be there, and each
-  kernel's output is allocated into it unless it already is. Returns the launches made, as (Program, Buffers)."""
+  kernel's output is allocated into it unless it already is. Returns the launches made, as (Program, Buffers). With
+  UOPC_SEARCH set, a kernel seen for the first time is searched on its real inputs first (uopc.search)."""
   launches = []
+  search = os.environ.get("UOPC_SEARCH", "").strip() not in ("", "0")
   for k in kernels:
-    prog = compile_kernel(k, backend)
     args = []
     for b in k.inputs:
-      if (data := buffers.get(b)) is None: raise BackendError(f"{prog.name}: reads a buffer that holds no data ({b.dtype.name}[{b.shape[0]}])")
+      if (data := buffers.get(b)) is None:
+        raise BackendError(f"{kernel_name(k)}: reads a buffer that holds no data ({b.dtype.name}[{b.shape[0]}])")
       args.append(data)
+    if search and (backend, k.canonical_root, k.canonical_out, None, None) not in _programs:
+      from uopc.search import cached_opts, search_opts
+      if cached_opts(k, backend) is None: search_opts(k, backend, args)
+    prog = compile_kernel(k, backend)
     if (out := buffers.get(k.out)) is None: out = buffers[k.out] = Buffer(backend, k.out.shape[0], k.out.dtype)
     args.append(out)
     prog(args)
@@ -379,5 +393,5 @@ class _Profile:
 profile = _Profile()
 
 
-__all__ = ["Buffer", "Program", "Param", "compile_kernel", "compile_program", "run_schedule", "run_lowered", "np_dtype",
+__all__ = ["cache_dir", "Buffer", "Program", "Param", "compile_kernel", "compile_program", "run_schedule", "run_lowered", "np_dtype",
            "program_buffers", "stored_slots", "check_arrays", "kernel_name", "format_linear", "debug_level", "profile"]

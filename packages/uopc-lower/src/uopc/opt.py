@@ -2,6 +2,7 @@
 
     choose_opts(kernel, caps) -> Opts          the heuristics (uopc.runtime asks whenever no Opts are given)
     analyze(kernel) -> Analysis                what they read: each load's stride along each loop
+    candidates(kernel, caps, base)             valid Opts around a choice, for the timed search (uopc.search)
 
 `Caps` is what a backend tells the optimizer about its machine: how many threads run a parallel loop, how many f32
 lanes a vector holds, the cache sizes, whether it has fused multiply-add, whether it is a GPU.
@@ -173,4 +174,39 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   return Opts()
 
 
-__all__ = ["Caps", "Analysis", "analyze", "choose_opts", "THREAD_MIN_WORK"]
+def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[Opts]:
+  """Valid Opts around `base` (the heuristics' choice) for a timed search to try: other register tiles (rows and vector
+  copies), vector widths, unrolling, thread axes, a cache tile on the row axis, and no vectors at all. `base` first."""
+  shape, root = kernel.root.shape, kernel.canonical_root
+  up = dict(base.upcast)
+  out: list[Opts] = [base]
+  def add(**changes) -> None:
+    fields = {"upcast": up, "thread": base.thread, "unroll": base.unroll, "tile": dict(base.tile), "vector": base.vector,
+              "reduce_vector": base.reduce_vector, "fma": base.fma}
+    fields.update(changes)
+    try: o = Opts(**fields)
+    except LowerError: return
+    if o in out: return
+    try: check_opts(root, o)
+    except LowerError: return
+    out.append(o)
+  if base.vector is not None:
+    vaxis, w = base.vector
+    rows = [k for k in up if k != vaxis]
+    for r in rows:
+      for f in (2, 4, 8, 16): add(upcast={**up, r: f})
+    for c in (1, 2, 4): add(upcast={**up, vaxis: c})
+    if w > 4: add(vector=(vaxis, w // 2), upcast={**up, vaxis: up.get(vaxis, 1) * 2})
+    for r in rows:
+      for t in (64, 128, 256):
+        if shape[r] > t: add(tile={r: t})
+  if base.reduce_vector > 1:
+    for u in (1, 2, 4, 8): add(unroll=u)
+    add(reduce_vector=base.reduce_vector // 2, unroll=base.unroll * 2)
+  for k in range(len(shape)):
+    if k != base.thread: add(thread=k)
+  add(vector=None, reduce_vector=1, upcast={}, unroll=1)
+  return out[:limit]
+
+
+__all__ = ["Caps", "Analysis", "analyze", "choose_opts", "candidates", "THREAD_MIN_WORK"]

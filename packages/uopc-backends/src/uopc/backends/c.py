@@ -35,7 +35,7 @@ from uopc.symbolic import vmin, bounds, simplify
 from uopc.evaluate import round_f32, round_f16
 from uopc.linearize import linearize
 from uopc.backends import BackendError, LinearProgram, check_memory_safety, base_memory, memory_name
-from uopc.runtime import program_buffers, run_lowered
+from uopc.runtime import program_buffers, run_lowered, cache_dir
 
 
 class CompileError(BackendError):
@@ -458,10 +458,6 @@ def render_c(sink: UOp, name: str = "kernel") -> str:
 CFLAGS = ["-O2", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-ffp-contract=off", "-fno-math-errno"]
 
 
-def cache_dir() -> Path:
-  return Path(os.environ.get("UOPC_CACHE_DIR") or Path.home() / ".cache" / "uopc")
-
-
 _SEAL_TAG = b"uopc-sha256:"
 _SEAL_LEN = len(_SEAL_TAG) + 32
 
@@ -593,6 +589,7 @@ class CBackend:
     self.caps = Caps(threads=_threads(), vector_width=width, fma="fma" in flags)
 
   def compile(self, src: str, name: str) -> CProgram: return compiler.compile(src, sanitize_name(name))   # as the signature has it
+  def identity(self) -> str: return compiler.identity()   # what a measured choice of Opts depends on (uopc.search)
   def alloc(self, n: int, dtype: DType) -> np.ndarray:
     if dtype.fmt is None: raise BackendError(f"can't allocate {dtype} memory")
     if free := self._pool.get((n, dtype.fmt)):

@@ -1,0 +1,116 @@
+"""The timed search (uopc.search): the fastest candidate wins only by a margin, within a budget; its choice is cached on
+disk (atomically, checksummed: a damaged entry is searched again) and every later run uses it without timing. Timing is
+injected here, so nothing depends on this machine's speed."""
+import json, os, subprocess, sys
+from pathlib import Path
+import numpy as np
+import pytest
+import uopc.search as search
+import uopc.runtime as runtime
+from uopc.dtype import dtypes
+from uopc.uop import Ops, buf
+from uopc.rangeify import Opts
+from uopc.kernelize import kernelize
+from uopc.backends import get_backend
+from uopc.runtime import Buffer, compile_kernel, run_schedule
+
+C = get_backend("C")
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path / "cache"))
+  monkeypatch.setattr(runtime, "_programs", {})      # nothing compiled by another test counts as "seen"
+  monkeypatch.setattr(search, "searched", [])
+
+
+def gemm(n=64, slot=0):
+  a, b = buf(slot, n * n).reshape((n, 1, n)).expand((n, n, n)), buf(slot + 1, n * n).reshape((n, n)).permute((1, 0)).reshape((1, n, n)).expand((n, n, n))
+  [k] = kernelize([((a * b).reduce(Ops.ADD, 1), buf(slot + 2, n * n))])
+  inputs = [Buffer.from_numpy(np.random.default_rng(0).standard_normal(n * n).astype(np.float32), C) for _ in range(2)]
+  return k, inputs
+
+
+def thread0_wins(prog, buffers):   # a timer that makes threads over the rows twice as fast (the heuristics take columns)
+  return 1.0 if prog.opts.thread == 0 else 2.0
+
+
+def test_the_fastest_candidate_is_cached_and_used_by_later_compiles():
+  k, inputs = gemm()
+  best = search.search_opts(k, C, inputs, timer=thread0_wins)
+  assert best.thread == 0 and search.cached_opts(k, C) == best
+  entry = json.loads(search.entry_path(k, C).read_text())
+  assert entry["body"]["seconds"] == 1.0 and entry["body"]["heuristic_seconds"] == 2.0
+  runtime._programs.clear()
+  assert compile_kernel(k, C).opts == best                     # a later compile takes the cached choice
+
+
+def test_a_candidate_must_beat_the_heuristic_by_the_margin():
+  k, inputs = gemm()
+  heuristic = compile_kernel(k, C).opts
+  almost = lambda prog, bufs: 0.99 if prog.opts != heuristic else 1.0     # 1% faster: noise, not a win
+  assert search.search_opts(k, C, inputs, timer=almost) == heuristic
+
+
+def test_the_budget_bounds_the_candidates_timed():
+  k, inputs = gemm()
+  now = [0.0]
+  def clock(): return now[0]
+  def slow(prog, bufs):
+    now[0] += 10.0
+    return 1.0
+  search.search_opts(k, C, inputs, budget=15.0, timer=slow, clock=clock)
+  assert json.loads(search.entry_path(k, C).read_text())["body"]["candidates"] == 2      # the heuristic and one more
+
+
+def test_run_schedule_searches_a_new_kernel_once_and_later_runs_time_nothing(monkeypatch):
+  k, inputs = gemm()
+  monkeypatch.setenv("UOPC_SEARCH", "1")
+  calls = []
+  real = search.search_opts
+  monkeypatch.setattr(search, "search_opts", lambda *a, **kw: calls.append(1) or real(*a, timer=thread0_wins, **kw))
+  bufs = dict(zip(k.inputs, inputs))
+  run_schedule([k], C, bufs)
+  assert len(calls) == 1 and runtime._programs and compile_kernel(k, C).opts.thread == 0
+  runtime._programs.clear()                                     # a new process: only the disk remembers
+  run_schedule([k], C, dict(zip(k.inputs, inputs)))
+  assert len(calls) == 1
+  a, b = (x.numpy().reshape(64, 64) for x in inputs)
+  np.testing.assert_allclose(bufs[k.out].numpy().reshape(64, 64), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("damage", [b"", b"{not json", b'{"body": {"opts": {}}, "sha256": "0"}'])
+def test_a_damaged_entry_is_ignored_and_searched_again(damage, monkeypatch):
+  k, inputs = gemm()
+  path = search.entry_path(k, C)
+  path.parent.mkdir(parents=True)
+  path.write_bytes(damage)
+  assert search.cached_opts(k, C) is None
+  monkeypatch.setenv("UOPC_SEARCH", "1")
+  monkeypatch.setattr(search, "time_launches", thread0_wins)
+  run_schedule([k], C, dict(zip(k.inputs, inputs)))
+  assert search.cached_opts(k, C) is not None and search.cached_opts(k, C).thread == 0
+
+
+def test_an_unwritable_cache_costs_only_the_next_search(tmp_path, monkeypatch):
+  blocker = tmp_path / "file"
+  blocker.write_text("not a directory")
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(blocker))
+  k, inputs = gemm()
+  assert search.search_opts(k, C, inputs, timer=thread0_wins).thread == 0 and search.cached_opts(k, C) is None
+
+
+def test_uopc_tune_runs_a_script_and_reports(tmp_path):
+  script = tmp_path / "work.py"
+  script.write_text(
+    "import sys, numpy as np\n"
+    "from uopc.uop import buf\nfrom uopc.kernelize import kernelize\nfrom uopc.backends import get_backend\n"
+    "from uopc.runtime import Buffer, run_schedule\n"
+    "C = get_backend('C')\nx = buf(0, 4096)\n[k] = kernelize([((x.reshape((64, 64)) * 2.0).reduce(__import__('uopc.uop').uop.Ops.ADD, 1), buf(1, 64))])\n"
+    "out = {k.inputs[0]: Buffer.from_numpy(np.ones(4096, np.float32), C)}\nrun_schedule([k], C, out)\n"
+    "assert sys.argv[1:] == ['--flag'], sys.argv\nprint('sum', out[k.out].numpy()[0])\n")
+  env = {**os.environ, "UOPC_CACHE_DIR": str(tmp_path / "cache"), "UOPC_SEARCH_BUDGET": "1"}
+  proc = subprocess.run([sys.executable, "-m", "uopc.cli", "tune", str(script), "--flag"], capture_output=True, text=True, env=env, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  assert "sum 128.0" in proc.stdout and "uopc tune: searched 1 kernels" in proc.stdout and "r_64__64" in proc.stdout
+  assert len(list((tmp_path / "cache" / "opts").glob("*.json"))) == 1
