@@ -2,14 +2,11 @@
 disk (atomically, checksummed: a damaged entry is searched again) and every later run uses it without timing. Timing is
 injected here, so nothing depends on this machine's speed."""
 import json, os, subprocess, sys
-from pathlib import Path
 import numpy as np
 import pytest
 import uopc.search as search
 import uopc.runtime as runtime
-from uopc.dtype import dtypes
 from uopc.uop import Ops, buf
-from uopc.rangeify import Opts
 from uopc.kernelize import kernelize
 from uopc.backends import get_backend
 from uopc.runtime import Buffer, compile_kernel, run_schedule
