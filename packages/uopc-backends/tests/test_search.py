@@ -22,7 +22,8 @@ def own_cache(tmp_path, monkeypatch):
 
 
 def gemm(n=64, slot=0):
-  a, b = buf(slot, n * n).reshape((n, 1, n)).expand((n, n, n)), buf(slot + 1, n * n).reshape((n, n)).permute((1, 0)).reshape((1, n, n)).expand((n, n, n))
+  a = buf(slot, n * n).reshape((n, 1, n)).expand((n, n, n))
+  b = buf(slot + 1, n * n).reshape((n, n)).permute((1, 0)).reshape((1, n, n)).expand((n, n, n))
   [k] = kernelize([((a * b).reduce(Ops.ADD, 1), buf(slot + 2, n * n))])
   inputs = [Buffer.from_numpy(np.random.default_rng(0).standard_normal(n * n).astype(np.float32), C) for _ in range(2)]
   return k, inputs
@@ -107,7 +108,8 @@ def test_uopc_tune_runs_a_script_and_reports(tmp_path):
     "out = {k.inputs[0]: Buffer.from_numpy(np.ones(4096, np.float32), C)}\nrun_schedule([k], C, out)\n"
     "assert sys.argv[1:] == ['--flag'], sys.argv\nprint('sum', out[k.out].numpy()[0])\n")
   env = {**os.environ, "UOPC_CACHE_DIR": str(tmp_path / "cache"), "UOPC_SEARCH_BUDGET": "1"}
-  proc = subprocess.run([sys.executable, "-m", "uopc.cli", "tune", str(script), "--flag"], capture_output=True, text=True, env=env, timeout=300)
+  argv = [sys.executable, "-m", "uopc.cli", "tune", str(script), "--flag"]
+  proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
   assert proc.returncode == 0, proc.stderr
   assert "sum 128.0" in proc.stdout and "uopc tune: searched 1 kernels" in proc.stdout and "r_64__64" in proc.stdout
   assert len(list((tmp_path / "cache" / "opts").glob("*.json"))) == 1
