@@ -102,9 +102,9 @@ def test_uopc_tune_runs_a_script_and_reports(tmp_path):
   script = tmp_path / "work.py"
   script.write_text(
     "import sys, numpy as np\n"
-    "from uopc.uop import buf\nfrom uopc.kernelize import kernelize\nfrom uopc.backends import get_backend\n"
+    "from uopc.uop import buf, Ops\nfrom uopc.kernelize import kernelize\nfrom uopc.backends import get_backend\n"
     "from uopc.runtime import Buffer, run_schedule\n"
-    "C = get_backend('C')\nx = buf(0, 4096)\n[k] = kernelize([((x.reshape((64, 64)) * 2.0).reduce(__import__('uopc.uop').uop.Ops.ADD, 1), buf(1, 64))])\n"
+    "C = get_backend('C')\nx = buf(0, 4096)\n[k] = kernelize([((x.reshape((64, 64)) * 2.0).reduce(Ops.ADD, 1), buf(1, 64))])\n"
     "out = {k.inputs[0]: Buffer.from_numpy(np.ones(4096, np.float32), C)}\nrun_schedule([k], C, out)\n"
     "assert sys.argv[1:] == ['--flag'], sys.argv\nprint('sum', out[k.out].numpy()[0])\n")
   env = {**os.environ, "UOPC_CACHE_DIR": str(tmp_path / "cache"), "UOPC_SEARCH_BUDGET": "1"}
