@@ -30,6 +30,7 @@ Kernels with the same structure up to buffer numbering have the same canonical (
 backend's kernel cache keyed on them compiles each structure once.
 """
 from __future__ import annotations
+import functools
 from dataclasses import dataclass
 from typing import Callable
 from uopc.uop import UOp, Ops, ParamArg, ALU, MOVEMENT, buf, prod, users_of
@@ -70,10 +71,14 @@ SPLIT_MAX_OUTPUTS = 1024   # ...into at most this many outputs is split into chu
 CHUNK = 4096
 
 
+@functools.lru_cache(maxsize=1024)
 def _chunk(n: int) -> int:
-  """The chunk a reduction of n elements is split into: a divisor of n near CHUNK when there is one (no padding)."""
-  near = [d for d in range(CHUNK // 4, CHUNK * 4 + 1) if n % d == 0]
-  return min(near, key=lambda d: abs(d - CHUNK)) if near else CHUNK
+  """The chunk a reduction of n elements is split into: the divisor of n nearest CHUNK within a factor of 4 when there
+  is one (no padding), else CHUNK. (Cached: the same sizes come back every step.)"""
+  for off in range(CHUNK * 3 + 1):
+    for d in (CHUNK - off, CHUNK + off):
+      if CHUNK // 4 <= d <= CHUNK * 4 and n % d == 0: return d
+  return CHUNK
 
 
 def _split_reduce(u: UOp) -> UOp:
