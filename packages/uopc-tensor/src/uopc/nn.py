@@ -77,13 +77,22 @@ class Dropout:
 # ---- optimizers ------------------------------------------------------------------------------------------------------
 
 class Optimizer:
+  """The parameters and the state of an optimizer are Tensors updated with assign: every step is the same graph over the
+  same tensors, so it compiles once, and uopc.jit can capture a whole training step and replay it. Scalars that change
+  from step to step (the learning rate, Adam's bias corrections) are state tensors too, never python constants baked
+  into a kernel (a new constant is a new kernel structure: a compile every step, and a frozen value in a replay)."""
   def __init__(self, params: list[Tensor], lr: float):
     self.params = list(params)
     if not self.params: raise TensorError("an optimizer needs at least one parameter")
     for p in self.params:
       if not isinstance(p, Tensor): raise TensorError(f"optimizer parameters must be Tensors, got {type(p).__name__}")
       if not p.requires_grad: p.requires_grad_(True)
-    self.lr = lr
+    self._lr = self._scalar(lr)
+
+  @property
+  def lr(self) -> float: return float(self._lr.item())
+  @lr.setter
+  def lr(self, value: float) -> None: self._lr.assign(self._scalar(value)).realize()
 
   def zero_grad(self) -> None:
     for p in self.params: p.grad = None
@@ -94,23 +103,22 @@ class Optimizer:
 
   def update(self) -> list[Tensor]:
     """Give every parameter with a gradient its updated value, lazily (nothing runs), and return the tensors a step
-    realizes: the parameters and the optimizer's new state. step() is update() and one realize."""
+    realizes: the parameters and the optimizer's state. step() is update() and one realize."""
     todo = [(i, p) for i, p in enumerate(self.params) if p.grad is not None]
     if not todo: return []
-    # scalars that change between steps (the learning rate, Adam's bias corrections) go in as 1-element buffers, not as
-    # constants: a constant is part of a kernel's structure, and a new structure every step is a compile every step
-    self._lr = self._scalar(self.lr)
-    new_state: list[Tensor] = []
+    state = self._step_state()
     for i, p in todo:
-      value, state = self._update(i, p, p.grad.detach())
+      value, own = self._update(i, p, p.grad.detach())
       p.assign(value.cast(p.dtype))
-      new_state += state
-    return [p for _, p in todo] + new_state
+      state += own
+    return [p for _, p in todo] + state
 
+  def _step_state(self) -> list[Tensor]: return []
   def _update(self, i: int, p: Tensor, g: Tensor) -> tuple[Tensor, list[Tensor]]:
     raise NotImplementedError
 
   def _scalar(self, v: float) -> Tensor: return Tensor(np.array(v, dtype=np.float32), device=self.params[0].device)
+  def _zeros(self) -> list[Tensor]: return [Tensor.zeros(*p.shape, device=p.device).realize() for p in self.params]
 
 
 class SGD(Optimizer):
@@ -118,21 +126,22 @@ class SGD(Optimizer):
   def __init__(self, params: list[Tensor], lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False):
     super().__init__(params, lr)
     self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
-    self.buf: list[Tensor | None] = [None] * len(self.params)
+    self.buf = self._zeros() if momentum else []          # torch's first step sets v = g, which is 0 * momentum + g
 
   def _update(self, i, p, g):
     if self.weight_decay: g = g + self.weight_decay * p.detach()
     state = []
     if self.momentum:
-      v = g if self.buf[i] is None else self.buf[i] * self.momentum + g
-      self.buf[i] = v
+      v = self.buf[i].assign(self.buf[i] * self.momentum + g)
       state.append(v)
       g = g + self.momentum * v if self.nesterov else v
     return p.detach() - self._lr * g, state
 
 
 class Adam(Optimizer):
-  """Adam (weight_decay adds weight_decay * p to the gradient, as torch's Adam); AdamW decays the weights directly."""
+  """Adam (weight_decay adds weight_decay * p to the gradient, as torch's Adam); AdamW decays the weights directly.
+  The bias corrections 1/(1 - b**t) come from state kept as 1 - b**t, updated as s*b + (1 - b): no cancellation in
+  1 - 0.999**t for small t, as computing b**t in f32 would give."""
   decoupled = False
 
   def __init__(self, params: list[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
@@ -141,24 +150,23 @@ class Adam(Optimizer):
     self.b1, self.b2 = betas
     self.eps, self.weight_decay = eps, weight_decay
     self.t = 0
-    self.m = [Tensor.zeros(*p.shape, device=p.device) for p in self.params]
-    self.v = [Tensor.zeros(*p.shape, device=p.device) for p in self.params]
+    self.m, self.v = self._zeros(), self._zeros()
+    self._s1, self._s2 = self._scalar(0.0), self._scalar(0.0)       # 1 - b1**t and 1 - b2**t
 
-  def update(self) -> list[Tensor]:
+  def _step_state(self) -> list[Tensor]:
     self.t += 1
-    self._c1 = self._scalar(1 / (1 - self.b1 ** self.t))
-    self._c2 = self._scalar(1 / (1 - self.b2 ** self.t))
-    self._decay = self._scalar(1 - self.lr * self.weight_decay)
-    return super().update()
+    self._s1.assign(self._s1 * self.b1 + (1 - self.b1))
+    self._s2.assign(self._s2 * self.b2 + (1 - self.b2))
+    return [self._s1, self._s2]
 
   def _update(self, i, p, g):
     w = p.detach()
     if self.weight_decay and not self.decoupled: g = g + self.weight_decay * w
-    if self.weight_decay and self.decoupled: w = w * self._decay
-    self.m[i] = self.m[i] * self.b1 + g * (1 - self.b1)
-    self.v[i] = self.v[i] * self.b2 + g * g * (1 - self.b2)
-    mhat, vhat = self.m[i] * self._c1, self.v[i] * self._c2
-    return w - self._lr * mhat / (vhat.sqrt() + self.eps), [self.m[i], self.v[i]]
+    if self.weight_decay and self.decoupled: w = w * (1 - self._lr * self.weight_decay)
+    m = self.m[i].assign(self.m[i] * self.b1 + g * (1 - self.b1))
+    v = self.v[i].assign(self.v[i] * self.b2 + g * g * (1 - self.b2))
+    mhat, vhat = m / self._s1, v / self._s2
+    return w - self._lr * mhat / (vhat.sqrt() + self.eps), [m, v]
 
 
 class AdamW(Adam):

@@ -39,6 +39,28 @@ class TensorError(ValueError):
   """A Tensor operation called with shapes, dtypes or arguments it can't take."""
 
 
+class JitError(TensorError):
+  """A function uopc.jit can't capture or replay faithfully (see uopc.jit)."""
+
+
+class _Capture:
+  """What uopc.jit records while it captures a call: every launch the call makes, and every tensor whose value it
+  replaced (assign), with the value the tensor held before."""
+  def __init__(self):
+    self.launches: list = []
+    self.assigned: list[tuple[Tensor, UOp]] = []
+
+
+_capture: _Capture | None = None   # the capture in progress (uopc.jit sets and clears it); None almost always
+
+
+def _not_while_capturing(what: str) -> None:
+  if _capture is not None:
+    raise JitError(f"{what} inside a function uopc.jit is capturing: a replay runs only the captured kernels, so "
+                   f"{'the value read here' if 'item' in what or 'numpy' in what else 'the numbers drawn here'} would be "
+                   "the capture's on every call. Return the tensor (or pass random numbers in as an argument) instead")
+
+
 # ---- storage: the data behind realized BUFFERs -------------------------------------------------------------------
 # the only state here is keyed by UOps: a BUFFER's memory (a uopc.runtime.Buffer on the tensor's backend) dies with the
 # last graph that mentions the BUFFER. Data stays on the backend between kernels and crosses to NumPy only in numpy().
@@ -173,7 +195,8 @@ class Tensor:
       if not _realized(t.uop): todo.setdefault(t.uop, []).append(t)
     if not todo: return self
     outs = [(u, _new_buffer(prod(u.shape), u.dtype)) for u in todo]
-    run_schedule(kernelize(outs, _new_buffer), get_backend(self.device), _storage)
+    launches = run_schedule(kernelize(outs, _new_buffer), get_backend(self.device), _storage)
+    if _capture is not None: _capture.launches += launches
     for (u, b) in outs:
       view = b.reshape(u.shape) if u.shape != b.shape else b
       # a value computed from gradient leaves (not a leaf itself: an optimizer's update is a fresh start) keeps its graph
@@ -182,6 +205,7 @@ class Tensor:
     return self
 
   def numpy(self) -> np.ndarray:
+    _not_while_capturing(".numpy() / .item() / .tolist()")
     if self.numel() == 0: return np.zeros(self.shape, np_dtype(self.dtype))
     self.realize()
     b = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
@@ -213,6 +237,7 @@ class Tensor:
     other = other if isinstance(other, Tensor) else Tensor(other, dtype=self.dtype, device=self.device)
     if other.shape != self.shape or other.dtype is not self.dtype:
       raise TensorError(f"assign: {other.dtype.name}{other.shape} into {self.dtype.name}{self.shape}")
+    if _capture is not None: _capture.assigned.append((self, self.uop))
     self.uop = other.uop
     return self
 
@@ -242,14 +267,17 @@ class Tensor:
   def manual_seed(seed: int = 0) -> None: Tensor._rng = np.random.default_rng(seed)
   @staticmethod
   def rand(*shape, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
+    _not_while_capturing("Tensor.rand")
     d = _to_dtype(dtype) or dtypes.f32
     return Tensor(Tensor._rng.random(_shape_arg(shape), dtype=np.float32).astype(np_dtype(d)), requires_grad=requires_grad, device=device)
   @staticmethod
   def randn(*shape, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
+    _not_while_capturing("Tensor.randn")
     d = _to_dtype(dtype) or dtypes.f32
     return Tensor(Tensor._rng.standard_normal(_shape_arg(shape), dtype=np.float32).astype(np_dtype(d)), requires_grad=requires_grad, device=device)
   @staticmethod
   def uniform(*shape, low: float = 0.0, high: float = 1.0, **kw) -> Tensor:
+    _not_while_capturing("Tensor.uniform")
     return Tensor((Tensor._rng.random(_shape_arg(shape)) * (high - low) + low).astype(np.float32), **kw)
   def zeros_like(self, **kw) -> Tensor: return Tensor.zeros(*self.shape, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
   def ones_like(self, **kw) -> Tensor: return Tensor.ones(*self.shape, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
@@ -840,6 +868,7 @@ class Tensor:
     if not 0 <= p <= 1: raise TensorError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0: return self
     if p == 1: return self * 0
+    _not_while_capturing("dropout (training, p > 0)")
     keep = Tensor(Tensor._rng.random(self.shape) >= p, device=self.device)
     return keep.where(self * (1 / (1 - p)), 0)
 
@@ -875,4 +904,4 @@ class Tensor:
       t.grad = gt if t.grad is None else t.grad + gt
 
 
-__all__ = ["Tensor", "TensorError", "broadcast_shape"]
+__all__ = ["Tensor", "TensorError", "JitError", "broadcast_shape"]

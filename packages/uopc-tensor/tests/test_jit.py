@@ -1,0 +1,100 @@
+"""uopc.jit: a captured function replays exactly what running it would compute, without running its body, and refuses
+what a replay can't reproduce."""
+import numpy as np
+import pytest
+import uopc.runtime as runtime
+from uopc.tensor import Tensor
+from uopc.jit import jit, JitError
+from uopc import nn
+
+
+def data(seed: int, *shape):
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def mlp_trainer(jitted: bool):
+  Tensor.manual_seed(0)
+  l1, l2 = nn.Linear(3, 8), nn.Linear(8, 2)
+  opt = nn.AdamW([l1.weight, l1.bias, l2.weight, l2.bias], lr=0.05)
+  calls = []
+  def step(x, y):
+    calls.append(1)
+    opt.zero_grad()
+    loss = l2(l1(x).relu()).cross_entropy(y)
+    loss.backward()
+    opt.step()
+    return loss
+  return (jit(step) if jitted else step), calls, [l1.weight, l1.bias, l2.weight, l2.bias]
+
+
+def test_a_replayed_training_step_matches_the_plain_one_bit_for_bit_and_skips_the_body():
+  plain, _, p_params = mlp_trainer(False)
+  fast, calls, j_params = mlp_trainer(True)
+  for i in range(6):
+    x, y = Tensor(data(i, 16, 3)), Tensor((np.arange(16) % 2).astype(np.int32))
+    a, b = plain(x, y).item(), fast(x, y).item()
+    assert a == b, (i, a, b)
+  assert len(calls) == 2                                     # run once, captured once, replayed four times
+  for p, q in zip(p_params, j_params): np.testing.assert_array_equal(p.numpy(), q.numpy())
+
+
+def test_a_replay_launches_kernels_and_nothing_else(monkeypatch):
+  fast, _, _ = mlp_trainer(True)
+  x, y = Tensor(data(0, 16, 3)), Tensor((np.arange(16) % 2).astype(np.int32))
+  fast(x, y), fast(x, y)
+  import uopc.kernelize, uopc.runtime
+  def forbidden(*a, **k): raise AssertionError("a replay kernelized or compiled")
+  monkeypatch.setattr(uopc.kernelize, "kernelize", forbidden)
+  monkeypatch.setattr(uopc.runtime, "compile_kernel", forbidden)
+  fast(x, y).item()
+
+
+def test_inputs_of_another_shape_or_dtype_are_refused_naming_both():
+  f = jit(lambda a: (a * 2).sum())
+  for _ in range(2): f(Tensor(data(0, 4, 3)))
+  with pytest.raises(JitError, match=r"tensor argument 0 is f32\(5, 3\), but the function was captured with f32\(4, 3\)"): f(Tensor(data(0, 5, 3)))
+  with pytest.raises(JitError, match=r"is i32\(4, 3\)"): f(Tensor(np.ones((4, 3), np.int32)))
+
+
+def test_other_arguments_must_equal_the_captured_ones():
+  f = jit(lambda a, k: (a * k).sum())
+  for _ in range(2): f(Tensor(data(0, 4)), 2.0)
+  assert f(Tensor(np.ones(4, np.float32)), 2.0).item() == 8.0
+  with pytest.raises(JitError, match="other arguments"): f(Tensor(data(0, 4)), 3.0)
+
+
+def test_new_inputs_are_copied_in_and_outputs_are_fresh_each_call():
+  f = jit(lambda a, b: a @ b + 1)
+  for seed in range(5):
+    a, b = data(seed, 4, 6), data(seed + 10, 6, 3)
+    np.testing.assert_allclose(f(Tensor(a), Tensor(b)).numpy(), a @ b + 1, rtol=1e-5)
+
+
+@pytest.mark.parametrize("inside", ["item", "numpy", "rand", "dropout"])
+def test_reading_values_or_drawing_random_numbers_inside_a_capture_is_refused(inside):
+  def fn(a):
+    if inside == "item": a.sum().item()
+    if inside == "numpy": a.numpy()
+    if inside == "rand": a = a + Tensor.rand(*a.shape)
+    if inside == "dropout": a = a.dropout(0.5)
+    return a * 2
+  f = jit(fn)
+  f(Tensor(data(0, 4)))
+  with pytest.raises(JitError, match="inside a function uopc.jit is capturing"): f(Tensor(data(0, 4)))
+
+
+def test_an_output_that_aliases_an_input_is_refused():
+  f = jit(lambda a: a)
+  f(Tensor(data(0, 4)))
+  with pytest.raises(JitError, match="aliases an input"): f(Tensor(data(1, 4)))
+
+
+def test_the_debug_road_of_a_replay_times_every_launch(monkeypatch, capfd):
+  f = jit(lambda a: (a.exp() * 2).sum())
+  for _ in range(2): f(Tensor(data(0, 64)))
+  p = runtime._Profile()
+  p._registered = True
+  monkeypatch.setattr(runtime, "profile", p)
+  monkeypatch.setenv("UOPC_DEBUG", "1")
+  f(Tensor(data(0, 64))).numpy()
+  assert sum(n for n, _ in p.runs.values()) >= 1 and "ms" in capfd.readouterr().err
