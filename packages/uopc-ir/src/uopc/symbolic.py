@@ -315,6 +315,8 @@ symbolic = PatternMatcher([
   # every ALU op on constants folds (f32 results rounded to f32, i32 wrapped): the evaluator's semantics
   (UPat({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.FLOORDIV, Ops.FLOORMOD, Ops.CAST, Ops.RECIP, Ops.EXP2, Ops.LOG2,
          Ops.SQRT, Ops.SIN, Ops.WHERE, Ops.MULACC}, name="u"), _fold),
+  # a CAST to the dtype it already has is the value itself (Tensor.detach's stop-gradient marker, after lowering)
+  (UPat(Ops.CAST, src=(x,), name="u"), lambda u, x: x if x.dtype is u.dtype else None),
   # ---- integers: sums and products in normal form (x+0, x*1, x*0, like terms, distribution, order)
   (UPat(Ops.ADD, name="u", dtype=_ints), _norm_add),
   (UPat(Ops.MUL, name="u", dtype=_ints), _norm_mul),

@@ -28,7 +28,7 @@ Every choice is checked by check_opts like any user's Opts, so the heuristics ca
 from __future__ import annotations
 from dataclasses import dataclass
 from uopc.dtype import dtypes
-from uopc.uop import UOp, Ops, AxisType, prod
+from uopc.uop import UOp, Ops, AxisType, MOVEMENT, prod
 from uopc.rangeify import Opts, Ctx, lower, check_opts, LowerError
 from uopc.kernelize import Kernel
 from uopc.symbolic import simplify
@@ -102,9 +102,15 @@ def analyze(kernel: Kernel) -> Analysis:
   out_strides = tuple(tuple(stride(i, axis_range[k]) if k in axis_range else None for k in range(len(shape))) for i in loads)
   reduce_strides = tuple(next((stride(i, r) for r in innermost if stride(i, r) != 0), 0) if innermost else None for i in loads)
   inner = tuple(bool(reduce_ranges & set(i.toposort())) for i in loads)
-  products = any(u.arg[0] is Ops.ADD and u.dtype is dtypes.f32 and u.src[0].op is Ops.MUL for u in reduces)
+  products = any(u.arg[0] is Ops.ADD and u.dtype is dtypes.f32 and _under_movement(u.src[0]).op is Ops.MUL for u in reduces)
   return Analysis(shape, tuple(u.src[0].shape[-1] for u in reduces), out_strides, reduce_strides, inner,
                   frozenset(u.dtype for u in nodes), products)
+
+
+def _under_movement(u: UOp) -> UOp:
+  """The first node under u's movement ops (a weight gradient sums a permuted product)."""
+  while u.op in MOVEMENT: u = u.src[0]
+  return u
 
 
 def _innermost_reduce_ranges(ranges: list[UOp], reduces: list[UOp]) -> set[UOp]:
