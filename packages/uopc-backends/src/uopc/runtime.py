@@ -179,29 +179,51 @@ def compile_kernel(kernel: Kernel, backend: Backend, opts: Opts | None = None, n
   """The Program that runs `kernel` on `backend`: Opts from uopc.opt when none are given, then lower, linearize, the
   memory-safety proof, render and compile. Cached in-process by (backend, canonical kernel, Opts). Its parameters are
   the kernel's buffers (Kernel.buffers' order); its name says what it computes unless `name` is given."""
+  plan = _plan_kernel(kernel, backend, opts, name)
+  return plan if isinstance(plan, Program) else plan.finish(backend.compile(plan.compilable, plan.name))
+
+
+def compile_kernels(kernels: Sequence[Kernel], backend: Backend) -> list[Program]:
+  """compile_kernel for each kernel (with the Opts uopc.opt or a cached search chooses), the backend's compiles running
+  side by side: a C compile is a gcc process, so a schedule of new kernels compiles in about 1/threads of the time."""
+  unique: dict[tuple, Program | _Pending] = {}            # a schedule repeats structures (every layer's GEMMs): plan each once
+  for k in kernels:
+    if (k.canonical_root, k.canonical_out) not in unique: unique[(k.canonical_root, k.canonical_out)] = _plan_kernel(k, backend, None, None)
+  plans = [unique[(k.canonical_root, k.canonical_out)] for k in kernels]
+  pending = list({id(p): p for p in plans if not isinstance(p, Program)}.values())
+  if len(pending) > 1:
+    from concurrent.futures import ThreadPoolExecutor
+    workers = min(len(pending), max(2, os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool: handles = list(pool.map(lambda p: backend.compile(p.compilable, p.name), pending))
+  else: handles = [backend.compile(p.compilable, p.name) for p in pending]
+  done = {id(p): p.finish(h) for p, h in zip(pending, handles)}
+  return [p if isinstance(p, Program) else done[id(p)] for p in plans]
+
+
+def _plan_kernel(kernel: Kernel, backend: Backend, opts: Opts | None, name: str | None) -> Program | _Pending:
+  """The cached Program, or everything up to the backend's compile (done in Python), waiting for its handle."""
   if not isinstance(kernel, Kernel): raise BackendError(f"compile_kernel takes a uopc.kernelize.Kernel, got {type(kernel).__name__}")
   # the heuristics' choice is cached with the program (under opts=None): choosing lowers the kernel once to read it
-  if (prog := _programs.get((backend, kernel.canonical_root, kernel.canonical_out, opts, name))) is not None: return prog
+  asked_key = (backend, kernel.canonical_root, kernel.canonical_out, opts, name)
+  if (prog := _programs.get(asked_key)) is not None: return prog
   caps = getattr(backend, "caps", None) or Caps()
-  asked, chosen = opts, opts
+  chosen = opts
   if opts is None:   # a timed search's choice when one is cached on disk (uopc.search), else the heuristics'
     from uopc.search import cached_opts
     chosen = cached_opts(kernel, backend) or choose_opts(kernel, caps)
   elif not isinstance(opts, Opts): raise LowerError(f"compile_kernel: opts must be an Opts, got {type(opts).__name__}")
   key = (backend, kernel.canonical_root, kernel.canonical_out, chosen, name)
   if (prog := _programs.get(key)) is not None:
-    _programs[(backend, kernel.canonical_root, kernel.canonical_out, asked, name)] = prog
+    _programs[asked_key] = prog
     return prog
-  opts = chosen
-  if opts.gpu and not caps.gpu:
+  if chosen.gpu and not caps.gpu:
     raise LowerError(f"Opts.gpu: backend {backend.name} is not a GPU; lower with gpu=False (kernel shape {kernel.root.shape})")
   start = time.perf_counter()
-  sink = lower(kernel.canonical_root, kernel.canonical_out, Ctx(opts=opts))
+  sink = lower(kernel.canonical_root, kernel.canonical_out, Ctx(opts=chosen))
   # every buffer of the kernel is a parameter, read or not: inputs 0..n-1 in canonical order, then the output
   inputs = sorted((u for u in kernel.canonical_root.toposort() if u.op is Ops.BUFFER), key=lambda b: b.arg.slot)
-  prog = _programs[key] = _build(sink, backend, name or kernel_name(kernel), tuple(inputs) + (kernel.canonical_out,), opts, kernel.root.shape, start)
-  _programs[(backend, kernel.canonical_root, kernel.canonical_out, asked, name)] = prog
-  return prog
+  return _Pending(sink, backend, name or kernel_name(kernel), tuple(inputs) + (kernel.canonical_out,), chosen, kernel.root.shape, start,
+                  (key, asked_key))
 
 
 def compile_program(sink: UOp, backend: Backend, name: str = "kernel", params: Sequence[UOp] | None = None) -> Program:
@@ -211,31 +233,36 @@ def compile_program(sink: UOp, backend: Backend, name: str = "kernel", params: S
   params = tuple(params) if params is not None else tuple(program_buffers(sink))
   key = (backend, sink, params, name)
   if (prog := _programs.get(key)) is not None: return prog
-  start = time.perf_counter()
   written = [p for p in params if p.arg.slot in stored_slots(sink)]
-  prog = _programs[key] = _build(sink, backend, name, params, None, (written[-1].shape[0],) if written else (), start)
-  return prog
+  plan = _Pending(sink, backend, name, params, None, (written[-1].shape[0],) if written else (), time.perf_counter(), (key,))
+  return plan.finish(backend.compile(plan.compilable, name))
 
 
-def _build(sink: UOp, backend: Backend, name: str, params: tuple[UOp, ...], opts: Opts | None, shape: tuple[int, ...],
-           start: float) -> Program:
-  lin = tuple(linearize(sink))
-  check_memory_safety(lin)                 # for every backend, before anything is rendered
-  if missing := {u for u in lin if u.op is Ops.BUFFER} - set(params):
-    raise BackendError(f"{name}: the program uses BUFFER slots {sorted(b.arg.slot for b in missing)} that are not among its parameters")
-  program = LinearProgram(name, lin, params)
-  src = backend.renderer.render(program) if backend.renderer is not None else None
-  handle = backend.compile(src if src is not None else program, name)
-  written = stored_slots(lin)
-  flops, nbytes = _cost(lin, params)
-  global_size, local_size = _grid(lin, AxisType.GLOBAL), _grid(lin, AxisType.LOCAL)
-  prog = Program(name, src, opts, tuple(Param(b.arg.slot, b.dtype, b.shape[0], b.arg.slot in written) for b in params), backend, handle,
-                 global_size, local_size, shape, flops, nbytes, lin)
-  if level := debug_level():
-    profile.compiled(prog, time.perf_counter() - start)
-    if level >= 2: print(f"--- {name} ({backend.name}) ---\n{src if src is not None else format_linear(lin)}", file=sys.stderr)
-    if level >= 3 and src is not None: print(f"--- {name}: linearized ---\n{format_linear(lin)}", file=sys.stderr)
-  return prog
+class _Pending:
+  """A program linearized, proven safe and rendered, waiting for the backend's compile (which may run in a thread)."""
+  def __init__(self, sink: UOp, backend: Backend, name: str, params: tuple[UOp, ...], opts: Opts | None, shape: tuple[int, ...],
+               start: float, keys: tuple):
+    self.backend, self.name, self.params, self.opts, self.shape, self.start, self.keys = backend, name, params, opts, shape, start, keys
+    self.lin = tuple(linearize(sink))
+    check_memory_safety(self.lin)                 # for every backend, before anything is rendered
+    if missing := {u for u in self.lin if u.op is Ops.BUFFER} - set(params):
+      raise BackendError(f"{name}: the program uses BUFFER slots {sorted(b.arg.slot for b in missing)} that are not among its parameters")
+    program = LinearProgram(name, self.lin, params)
+    self.src = backend.renderer.render(program) if backend.renderer is not None else None
+    self.compilable = self.src if self.src is not None else program
+
+  def finish(self, handle: Any) -> Program:
+    lin, params = self.lin, self.params
+    written = stored_slots(lin)
+    flops, nbytes = _cost(lin, params)
+    prog = Program(self.name, self.src, self.opts, tuple(Param(b.arg.slot, b.dtype, b.shape[0], b.arg.slot in written) for b in params),
+                   self.backend, handle, _grid(lin, AxisType.GLOBAL), _grid(lin, AxisType.LOCAL), self.shape, flops, nbytes, lin)
+    for key in self.keys: _programs[key] = prog
+    if level := debug_level():
+      profile.compiled(prog, time.perf_counter() - self.start)
+      if level >= 2: print(f"--- {self.name} ({self.backend.name}) ---\n{self.src if self.src is not None else format_linear(lin)}", file=sys.stderr)
+      if level >= 3 and self.src is not None: print(f"--- {self.name}: linearized ---\n{format_linear(lin)}", file=sys.stderr)
+    return prog
 
 
 def _grid(lin: Sequence[UOp], kind: AxisType) -> tuple[int, ...] | None:
@@ -275,6 +302,7 @@ def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMa
   UOPC_SEARCH set, a kernel seen for the first time is searched on its real inputs first (uopc.search)."""
   launches = []
   search = os.environ.get("UOPC_SEARCH", "").strip() not in ("", "0")
+  programs = None if search else compile_kernels(kernels, backend)    # every new kernel compiled up front, side by side
   for k in kernels:
     args = []
     for b in k.inputs:
@@ -284,7 +312,7 @@ def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMa
     if search and (backend, k.canonical_root, k.canonical_out, None, None) not in _programs:
       from uopc.search import cached_opts, search_opts
       if cached_opts(k, backend) is None: search_opts(k, backend, args)
-    prog = compile_kernel(k, backend)
+    prog = programs[len(launches)] if programs is not None else compile_kernel(k, backend)
     if (out := buffers.get(k.out)) is None: out = buffers[k.out] = Buffer(backend, k.out.shape[0], k.out.dtype)
     args.append(out)
     prog(args)
@@ -393,5 +421,6 @@ class _Profile:
 profile = _Profile()
 
 
-__all__ = ["cache_dir", "Buffer", "Program", "Param", "compile_kernel", "compile_program", "run_schedule", "run_lowered", "np_dtype",
+__all__ = ["cache_dir", "Buffer", "Program", "Param", "compile_kernel", "compile_kernels", "compile_program", "run_schedule", "run_lowered",
+           "np_dtype",
            "program_buffers", "stored_slots", "check_arrays", "kernel_name", "format_linear", "debug_level", "profile"]

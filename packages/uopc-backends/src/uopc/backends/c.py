@@ -200,7 +200,9 @@ class CRenderer:
 def vector_prelude(width: int, fused: bool) -> str:
   """The vector types of `width` lanes and their helpers: broadcast, select, fused multiply-add."""
   w, nb = width, width * 4
-  fma_isa = {16: ("__AVX512F__", "_mm512_fmadd_ps", "__m512"), 8: ("__FMA__", "_mm256_fmadd_ps", "__m256"), 4: ("__FMA__", "_mm_fmadd_ps", "__m128")}
+  # gcc's own builtins for the x86 fused multiply-adds: immintrin.h would cost 0.15 s of every compile to parse
+  fma_isa = {16: ("__AVX512F__", "__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)"),
+             8: ("__FMA__", "__builtin_ia32_vfmaddps256(a, b, c)"), 4: ("__FMA__", "__builtin_ia32_vfmaddps(a, b, c)")}
   lines = [f"typedef float f32x{w} __attribute__((vector_size({nb})));", f"typedef int i32x{w} __attribute__((vector_size({nb})));",
            # unaligned views for vector loads and stores at any element (aligned(4)), that may alias the buffer's floats
            f"typedef float f32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));",
@@ -219,9 +221,8 @@ def vector_prelude(width: int, fused: bool) -> str:
   if fused:
     lanewise = f"f32x{w} r; for (int l = 0; l < {w}; l++) r[l] = fmaf(a[l], b[l], c[l]); return r;"
     if w in fma_isa:
-      macro, intrinsic, mtype = fma_isa[w]
-      body = f"\n#if defined({macro})\n  return (f32x{w}){intrinsic}(({mtype})a, ({mtype})b, ({mtype})c);\n#else\n  {lanewise}\n#endif\n"
-      lines = ["#if defined(__x86_64__)\n#include <immintrin.h>\n#endif"] + lines
+      macro, builtin = fma_isa[w]
+      body = f"\n#if defined(__x86_64__) && defined({macro})\n  return {builtin};\n#else\n  {lanewise}\n#endif\n"
     else: body = f" {lanewise} "
     lines.append(f"static inline f32x{w} fma_f32x{w}(f32x{w} a, f32x{w} b, f32x{w} c) {{{body}}}")
   return "\n".join(lines) + "\n"
@@ -385,14 +386,25 @@ class _Body:
 
   def lanes_of(self, index: UOp) -> tuple[str | None, list[str]]:
     """An address that depends on the lane: (the expression of lane 0 when lane c is lane 0's address + c, else None;
-    each lane's own address expression)."""
-    exprs, base = [], None
+    each lane's own address expression, only computed when the address is not contiguous). The address is contiguous
+    when the lane enters it only through sums and products by lane-free factors (an affine function of the lane) and
+    lane 1 lies one element after lane 0: two substitutions, not one per lane."""
     lane = self.lane_of[index]
-    firsts = [simplify(index.substitute({lane: UOp.const(c)})) for c in range(self.width)]
-    contiguous = all((d := simplify(f - firsts[0])).op is Ops.CONST and d.arg == c for c, f in enumerate(firsts))
-    exprs = [self.expr(f) for f in firsts]
-    if contiguous: base = exprs[0]
-    return base, exprs
+    at = lambda c: simplify(index.substitute({lane: UOp.const(c)}))
+    if self._affine(index, lane) and (d := simplify(at(1) - at(0))).op is Ops.CONST and d.arg == 1: return self.expr(at(0)), []
+    return None, [self.expr(at(c)) for c in range(self.width)]
+
+  @staticmethod
+  def _affine(index: UOp, lane: UOp) -> bool:
+    """Is index an affine function of lane: the lane reaches it only through ADDs and MULs by lane-free values?"""
+    depends: dict[UOp, bool] = {}
+    for u in index.toposort():
+      depends[u] = u is lane or any(depends[s] for s in u.src)
+      if depends[u] and u is not lane:
+        if u.op is Ops.ADD: continue
+        if u.op is Ops.MUL and sum(depends[s] for s in u.src) == 1: continue
+        return False
+    return True
 
   def expr(self, root: UOp) -> str:
     """A scalar index expression that is not in the program (a lane's address), over the program's rendered values."""
@@ -409,8 +421,9 @@ class _Body:
   def vector_load(self, index: UOp) -> str:
     name, d, w = self.r[index.src[0]], index.dtype, self.width
     base, exprs = self.lanes_of(index.src[1])
+    if base is not None and d is not dtypes.bool: return f"(*({self.vtype(d)}_u*)({name}+{base}))"
+    if base is not None: exprs = [f"({base}+{c})" for c in range(w)]
     if d is dtypes.bool: return f"((i32x{w}){{{', '.join(f'-(int){name}[{e}]' for e in exprs)}}})"
-    if base is not None: return f"(*({self.vtype(d)}_u*)({name}+{base}))"
     return f"(({self.vtype(d)}){{{', '.join(f'{name}[{e}]' for e in exprs)}}})"
 
   def store(self, u: UOp) -> None:
@@ -436,6 +449,7 @@ class _Body:
       v = self.vector(value)
       if base is not None and value.dtype is not dtypes.bool: self.lines.append(f"{pad}*({self.vtype(value.dtype)}_u*)({name}+{base}) = {v};")
       else:
+        if base is not None: exprs = [f"({base}+{c})" for c in range(w)]
         self.lines.append(f"{pad}{{ {self.vtype(value.dtype)} _s = {v};")
         for c, e in enumerate(exprs):
           self.lines.append(f"{pad}  {name}[{e}] = " + (f"(_s[{c}]&1);" if value.dtype is dtypes.bool else f"_s[{c}];"))
@@ -495,14 +509,15 @@ class CCompiler:
     key = hashlib.sha256("\0".join([src, " ".join(flags), self.identity()]).encode()).hexdigest()[:32]
     with self._lock:
       if (p := self._loaded.get(key)) is not None: return p
-      path = cache_dir() / f"{key}.so"
+    # outside the lock: gcc runs as a process of its own, and compiles of a schedule run side by side (two threads that
+    # build one source both rename a whole file into place, so either result is the entry)
+    path = cache_dir() / f"{key}.so"
+    prog = self._load(path, name, src)
+    if prog is None:
+      self._build(src, flags, path)
       prog = self._load(path, name, src)
-      if prog is None:
-        self._build(src, flags, path)
-        prog = self._load(path, name, src)
-        if prog is None: raise CompileError(f"the shared object {path} was built but can't be loaded")
-      self._loaded[key] = prog
-      return prog
+      if prog is None: raise CompileError(f"the shared object {path} was built but can't be loaded")
+    with self._lock: return self._loaded.setdefault(key, prog)
 
   @staticmethod
   def _load(path: Path, name: str, src: str) -> CProgram | None:
