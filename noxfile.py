@@ -74,11 +74,13 @@ def lint(session: nox.Session) -> None:
 def benchmarks(session: nox.Session) -> None:
   """Speed against references measured in the same run (printed as ratios). Not part of `nox`."""
   _install_chain(session, "uopc-tensor")
-  # the reference column; when it can't be installed the benchmark says so and skips the column
+  # the reference columns: PyTorch (the CPU build on this disk) and tinygrad; one that can't be installed is skipped
+  session.run("python", "-m", "pip", "install", "-q", "torch==2.13.0", success_codes=[0, 1])
   session.run("python", "-m", "pip", "install", "-q", "tinygrad==0.14.0", success_codes=[0, 1])
   session.run("python", "benchmarks/ir.py", *session.posargs)
   session.run("python", "benchmarks/gemm.py")
   session.run("python", "benchmarks/tensor.py")
+  session.run("python", "benchmarks/cpu.py")
 
 
 @nox.session(python=PYTHON)

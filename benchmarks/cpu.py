@@ -4,7 +4,9 @@
 
 Rows: GEMM 256/512/1024/2048, attention forward and forward+backward (N=512, d=64), conv2d (batch 8, 64->64 channels,
 32x32, 3x3, padding 1), the sum and a*x+b of 16M f32, the MLP step of benchmarks/tensor.py and the GPT training step
-(vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW). Each row shows the first uopc call (it compiles:
+(vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW). The attention, MLP and GPT rows run twice:
+calling the Tensor code each time, and under uopc.jit (its first two calls run and capture, replays are timed),
+which is how a training loop runs it; the difference is the Python cost of building and scheduling the graph. Each row shows the first uopc call (it compiles:
 the compile cache is a fresh directory unless --warm-cache), then the best of three rounds of --repeat calls of each
 contender in turn, so that the machine's noise falls on all of them alike, and the ratio of the better peer's time to
 uopc's (above 1: uopc is faster). NumPy has no autograd or conv: its backward passes are written out by hand here; the GPT
@@ -80,22 +82,26 @@ def _attention_np(q, k, v):
   return e / e.sum(1, keepdims=True)
 
 
-def attention(backward: bool) -> Row:
+def attention(backward: bool, use_jit: bool = False) -> Row:
   rng = np.random.default_rng(1)
   Q, K, V, R = (rng.standard_normal((512, 64)).astype(np.float32) for _ in range(4))
   flops = 2 * 2 * 512 * 512 * 64 * (3 if backward else 1)
   if not backward:
     q, k, v = Tensor(Q), Tensor(K), Tensor(V)
     xq, xk, xv = (torch.from_numpy(a) for a in (Q, K, V)) if torch else (None,) * 3
-    return Row("attention fwd", lambda: (((q @ k.T) / 8).softmax(-1) @ v).realize(), lambda: _attention_np(Q, K, V) @ V,
+    fwd = lambda a, b, c: (((a @ b.T) / 8).softmax(-1) @ c).realize()
+    ours = _jitted(fwd, q, k, v) if use_jit else (lambda: fwd(q, k, v))
+    return Row("attention fwd" + (" (jit)" if use_jit else ""), ours, lambda: _attention_np(Q, K, V) @ V,
                (lambda: torch.softmax(xq @ xk.T / 8, -1) @ xv) if torch else None, flops=flops)
   q, k, v = (Tensor(a, requires_grad=True) for a in (Q, K, V))
   r = Tensor(R)
-  def ours():
+  def step():
     for t in (q, k, v): t.grad = None
     out = ((q @ k.T) / 8).softmax(-1) @ v
     (out * r).sum().backward()
     Tensor.realize(out, q.grad, k.grad, v.grad)
+    return out, q.grad, k.grad, v.grad
+  ours = _jitted(step) if use_jit else step
   def ref_np():   # the same gradients, by hand
     p = _attention_np(Q, K, V)
     dp = R @ V.T
@@ -105,7 +111,7 @@ def attention(backward: bool) -> Row:
     xq, xk, xv = (torch.from_numpy(a).requires_grad_() for a in (Q, K, V))
     out = torch.softmax(xq @ xk.T / 8, -1) @ xv
     (out * torch.from_numpy(R)).sum().backward()
-  return Row("attention fwd+bwd", ours, ref_np, ref_torch if torch else None, flops=flops)
+  return Row("attention fwd+bwd" + (" (jit)" if use_jit else ""), ours, ref_np, ref_torch if torch else None, flops=flops)
 
 
 def conv2d() -> Row:
@@ -136,7 +142,14 @@ def axpy() -> Row:
              (lambda: xt * 2.0 + 1.0) if torch else None, nbytes=2 * X.nbytes)
 
 
-def mlp() -> Row:
+def _jitted(fn, *args):
+  """fn(*args) under uopc.jit, as a benchmark callable: the first two calls run and capture, the rest replay."""
+  from uopc.jit import jit
+  f = jit(fn)
+  return lambda: f(*args)
+
+
+def mlp(use_jit: bool = False) -> Row:
   rng = np.random.default_rng(5)
   X = rng.standard_normal((256, 784)).astype(np.float32)
   Y = rng.integers(0, 10, 256).astype(np.int32)
@@ -144,11 +157,13 @@ def mlp() -> Row:
   b1, b2 = np.zeros(256, np.float32), np.zeros(10, np.float32)
   params = [Tensor(a, requires_grad=True) for a in (W1, b1, W2, b2)]
   x, y = Tensor(X), Tensor(Y)
-  def ours():
+  def step():
     for p in params: p.grad = None
     loss = ((x @ params[0] + params[1]).relu() @ params[2] + params[3]).cross_entropy(y)
     loss.backward()
     Tensor.realize(loss, *[p.grad for p in params])
+    return [loss] + [p.grad for p in params]
+  ours = _jitted(step) if use_jit else step
   def ref_np():
     h = X @ W1 + b1
     a = np.maximum(h, 0)
@@ -165,10 +180,11 @@ def mlp() -> Row:
     ps = [torch.from_numpy(a).requires_grad_() for a in (W1, b1, W2, b2)]
     loss = torch.nn.functional.cross_entropy((torch.from_numpy(X) @ ps[0] + ps[1]).relu() @ ps[2] + ps[3], torch.from_numpy(Y).long())
     loss.backward()
-  return Row("mlp step 784-256-10", ours, ref_np, ref_torch if torch else None, flops=3 * 2 * 256 * (784 * 256 + 256 * 10))
+  return Row("mlp step 784-256-10" + (" (jit)" if use_jit else ""), ours, ref_np, ref_torch if torch else None,
+             flops=3 * 2 * 256 * (784 * 256 + 256 * 10))
 
 
-def gpt() -> Row:
+def gpt(use_jit: bool = False) -> Row:
   from uopc.gpt import GPT, GPTConfig
   cfg = GPTConfig(vocab=65, context=64, layers=2, width=128, heads=4)
   Tensor.manual_seed(0)
@@ -177,14 +193,19 @@ def gpt() -> Row:
   rng = np.random.default_rng(6)
   T, Yt = rng.integers(0, 65, (16, 64)).astype(np.int32), rng.integers(0, 65, (16, 64)).astype(np.int32)
   tokens, targets = Tensor(T), Tensor(Yt)
-  def ours():
+  def step(x=tokens, y=targets):
     opt.zero_grad()
-    loss = model.loss(tokens, targets)
+    loss = model.loss(x, y)
     loss.backward()
     opt.step()
-    return loss.item()
+    return loss
+  if use_jit:
+    from uopc.jit import jit
+    jitted = jit(step)
+    ours = lambda: jitted(tokens, targets).item()
+  else: ours = lambda: step().item()
   ref_torch = _torch_gpt(cfg, T, Yt) if torch else None
-  return Row("gpt step (AdamW)", ours, None, ref_torch)
+  return Row("gpt step (AdamW)" + (" (jit)" if use_jit else ""), ours, None, ref_torch)
 
 
 def _torch_gpt(cfg, T, Y):
@@ -225,8 +246,10 @@ def _torch_gpt(cfg, T, Y):
   return step
 
 
-ROWS = {"gemm": lambda: [gemm(n) for n in (256, 512, 1024, 2048)], "attention": lambda: [attention(False), attention(True)],
-        "conv": lambda: [conv2d()], "sum": lambda: [reduce_sum()], "axpy": lambda: [axpy()], "mlp": lambda: [mlp()], "gpt": lambda: [gpt()]}
+ROWS = {"gemm": lambda: [gemm(n) for n in (256, 512, 1024, 2048)],
+        "attention": lambda: [attention(False), attention(False, True), attention(True), attention(True, True)],
+        "conv": lambda: [conv2d()], "sum": lambda: [reduce_sum()], "axpy": lambda: [axpy()], "mlp": lambda: [mlp(), mlp(True)],
+        "gpt": lambda: [gpt(), gpt(True)]}
 
 
 def main():
