@@ -6,11 +6,13 @@ Rows: GEMM 256/512/1024/2048, attention forward and forward+backward (N=512, d=6
 32x32, 3x3, padding 1), the sum and a*x+b of 16M f32, the MLP step of benchmarks/tensor.py and the GPT training step
 (vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW). The attention, MLP and GPT rows run twice:
 calling the Tensor code each time, and under uopc.jit (its first two calls run and capture, replays are timed),
-which is how a training loop runs it; the difference is the Python cost of building and scheduling the graph. Each row shows the first uopc call (it compiles:
-the compile cache is a fresh directory unless --warm-cache), then the best of three rounds of --repeat calls of each
-contender in turn, so that the machine's noise falls on all of them alike, and the ratio of the better peer's time to
-uopc's (above 1: uopc is faster). NumPy has no autograd or conv: its backward passes are written out by hand here; the GPT
-step has no NumPy column. With UOPC_DEBUG=1 every kernel prints its GFLOP/s or GB/s.
+which is how a training loop runs it; the difference is the Python cost of building and scheduling the graph.
+
+Each row shows the first uopc call (it compiles: the compile cache is a fresh directory unless --warm-cache), then
+the best of three rounds of --repeat calls of each contender in turn, so that the machine's noise falls on all of
+them alike, and the ratio of the better peer's time to uopc's (above 1: uopc is faster). NumPy has no autograd or
+conv: its backward passes are written out by hand here; the GPT step has no NumPy column. With UOPC_DEBUG=1 every
+kernel prints its GFLOP/s or GB/s.
 """
 from __future__ import annotations
 import argparse, math, os, sys, tempfile, time
