@@ -4,7 +4,7 @@
 
 Rows: GEMM 256/512/1024/2048, attention forward and forward+backward (N=512, d=64), conv2d (batch 8, 64->64 channels,
 32x32, 3x3, padding 1), the sum and a*x+b of 16M f32, the MLP step of benchmarks/tensor.py and the GPT training step
-(vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW). The attention, MLP and GPT rows run twice:
+(vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW). The attention, sum, a*x+b, MLP and GPT rows run twice:
 calling the Tensor code each time, and under uopc.jit (its first two calls run and capture, replays are timed),
 which is how a training loop runs it; the difference is the Python cost of building and scheduling the graph.
 
@@ -129,18 +129,20 @@ def conv2d() -> Row:
              (lambda: torch.nn.functional.conv2d(xt, wt, padding=1)) if torch else None, flops=2 * 8 * 64 * 32 * 32 * 64 * 9)
 
 
-def reduce_sum() -> Row:
+def reduce_sum(use_jit: bool = False) -> Row:
   X = np.random.default_rng(3).standard_normal(1 << 24).astype(np.float32)
   x = Tensor(X)
   xt = torch.from_numpy(X) if torch else None
-  return Row("sum 16M", lambda: x.sum().realize(), lambda: X.sum(), (lambda: xt.sum()) if torch else None, nbytes=X.nbytes)
+  ours = _jitted(lambda a: a.sum().realize(), x) if use_jit else (lambda: x.sum().realize())
+  return Row("sum 16M" + (" (jit)" if use_jit else ""), ours, lambda: X.sum(), (lambda: xt.sum()) if torch else None, nbytes=X.nbytes)
 
 
-def axpy() -> Row:
+def axpy(use_jit: bool = False) -> Row:
   X = np.random.default_rng(4).standard_normal(1 << 24).astype(np.float32)
   x = Tensor(X)
   xt = torch.from_numpy(X) if torch else None
-  return Row("a*x+b 16M", lambda: (x * 2.0 + 1.0).realize(), lambda: X * np.float32(2) + np.float32(1),
+  ours = _jitted(lambda a: (a * 2.0 + 1.0).realize(), x) if use_jit else (lambda: (x * 2.0 + 1.0).realize())
+  return Row("a*x+b 16M" + (" (jit)" if use_jit else ""), ours, lambda: X * np.float32(2) + np.float32(1),
              (lambda: xt * 2.0 + 1.0) if torch else None, nbytes=2 * X.nbytes)
 
 
@@ -250,7 +252,8 @@ def _torch_gpt(cfg, T, Y):
 
 ROWS = {"gemm": lambda: [gemm(n) for n in (256, 512, 1024, 2048)],
         "attention": lambda: [attention(False), attention(False, True), attention(True), attention(True, True)],
-        "conv": lambda: [conv2d()], "sum": lambda: [reduce_sum()], "axpy": lambda: [axpy()], "mlp": lambda: [mlp(), mlp(True)],
+        "conv": lambda: [conv2d()], "sum": lambda: [reduce_sum(), reduce_sum(True)], "axpy": lambda: [axpy(), axpy(True)],
+        "mlp": lambda: [mlp(), mlp(True)],
         "gpt": lambda: [gpt(), gpt(True)]}
 
 
