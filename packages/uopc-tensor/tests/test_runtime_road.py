@@ -259,3 +259,26 @@ def test_dtypes_of_buffers_survive_the_road():
   for dt, vals in ((dtypes.i32, [1, -2, 3]), (dtypes.bool, [True, False, True]), (dtypes.f16, [0.5, -1.25, 3.0])):
     t = Tensor(np.array(vals, dtype=np.dtype(dt.fmt)))
     assert (t + t).numpy().dtype == np.dtype(dt.fmt) if dt is not dtypes.bool else t.numpy().tolist() == vals
+
+
+# ---- long reductions: split into chunks, exact where f32 can be ----------------------------------------------------------
+
+def test_a_long_sum_of_ones_is_exact_past_2_to_the_24():
+  """One f32 accumulator stops growing at 2**24 (adding 1 to 16777216 rounds back); chunked partial sums don't."""
+  assert Tensor.ones(2**25).sum().item() == 2**25
+  assert Tensor.ones(20_000_000).mean().item() == 1.0
+
+
+def test_a_16m_element_sum_is_as_accurate_as_numpys_pairwise_sum_within_a_small_factor():
+  x = np.random.default_rng(0).standard_normal(1 << 24).astype(np.float32)
+  exact = x.astype(np.float64).sum()
+  ours, numpys = abs(Tensor(x).sum().item() - exact), abs(float(x.sum()) - exact)
+  assert ours <= 8 * max(numpys, np.abs(x).sum() * 1e-9), (ours, numpys)
+
+
+@pytest.mark.parametrize("n", [65536, 70001, 100003])
+def test_long_reductions_of_any_length_match_numpy(n):
+  x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+  assert Tensor(x).max().item() == x.max() and Tensor(-np.abs(x)).max().item() == (-np.abs(x)).max()
+  assert Tensor(x.astype(np.int32) * 0 + 1).sum().item() == n
+  np.testing.assert_allclose(Tensor(x).sum().item(), x.astype(np.float64).sum(), rtol=1e-5, atol=1e-3)

@@ -469,7 +469,7 @@ def render_c(sink: UOp, name: str = "kernel") -> str:
 
 # ---- compiling, with a content-addressed cache on disk -----------------------------------------------------------
 
-CFLAGS = ["-O2", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-ffp-contract=off", "-fno-math-errno"]
+CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-ffp-contract=off", "-fno-math-errno"]
 
 
 _SEAL_TAG = b"uopc-sha256:"
