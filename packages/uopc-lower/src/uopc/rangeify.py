@@ -232,7 +232,9 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
   lane = parts[-1].lane if parts else None
   terms = yield [(src, idx + c) for c in _combos(parts)]
   if 0 in popped: return UOp.const(identity(rop, u.dtype), u.dtype)     # a reduction over nothing is its identity
-  if not loops and lane is None: return _tree(rop, list(terms))
+  # no loop left (every reduced element unrolled): still start from the identity, as the evaluator and NumPy do (a sum
+  # of one -0.0 is +0.0)
+  if not loops and lane is None: return UOp(rop, (UOp.const(identity(rop, u.dtype), u.dtype), _tree(rop, list(terms))))
   zero = UOp.const(identity(rop, u.dtype), u.dtype)
   # one accumulator per iteration of the loops the output index uses (and, with lanes, per lane)
   acc = ctx.alloc(u.dtype)
