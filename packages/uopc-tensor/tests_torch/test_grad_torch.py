@@ -117,6 +117,14 @@ def test_unary_op_and_its_gradient_match_torch(name):
   check(f_uopc, f_torch, data(3, 4, 5, seed=4) * (3 if data is randn else 1))
 
 
+@pytest.mark.parametrize("name", ["sigmoid", "tanh", "gelu", "silu"])
+def test_saturating_activations_keep_finite_gradients_far_out(name):
+  # the plain 1/(1+e^-x) meets 0 * inf in its gradient below about x = -88 (a GPT's MLP reaches there in training)
+  f_uopc, f_torch, _ = UNARY[name]
+  x = np.array([-1e4, -200, -100, -50, -20, -9, -1e-3, 0, 1e-3, 9, 20, 50, 100, 200, 1e4], np.float32)
+  check(f_uopc, f_torch, x)
+
+
 def test_relu_and_abs_have_zero_gradient_at_zero_like_torch():
   x = np.array([-1.0, 0.0, 0.0, 2.0, -0.0], dtype=np.float32)
   check(lambda t: t.relu(), torch.relu, x)

@@ -44,18 +44,20 @@ class JitError(TensorError):
 
 
 class _Capture:
-  """What uopc.jit records while it captures a call: every launch the call makes, and every tensor whose value it
-  replaced (assign), with the value the tensor held before."""
-  def __init__(self):
+  """What uopc.jit records while it runs a call: every launch the call makes, and every tensor whose value it replaced
+  (assign), with the value the tensor held before. `strict` while it captures (the call a replay will repeat), when
+  reading values and drawing random numbers are refused; not on the first call, which runs normally."""
+  def __init__(self, strict: bool):
+    self.strict = strict
     self.launches: list = []
     self.assigned: list[tuple[Tensor, UOp]] = []
 
 
-_capture: _Capture | None = None   # the capture in progress (uopc.jit sets and clears it); None almost always
+_capture: _Capture | None = None   # the jit call in progress (uopc.jit sets and clears it); None almost always
 
 
 def _not_while_capturing(what: str) -> None:
-  if _capture is not None:
+  if _capture is not None and _capture.strict:
     raise JitError(f"{what} inside a function uopc.jit is capturing: a replay runs only the captured kernels, so "
                    f"{'the value read here' if 'item' in what or 'numpy' in what else 'the numbers drawn here'} would be "
                    "the capture's on every call. Return the tensor (or pass random numbers in as an argument) instead")
@@ -232,6 +234,17 @@ class Tensor:
     """The same value with no gradient flowing back (a same-dtype CAST is the stop-gradient marker)."""
     return self._new(UOp(Ops.CAST, (self.uop,), self.dtype)) if self.dtype.is_float else self._new(self.uop)
 
+  def _write(self, value) -> Tensor:
+    """Overwrite a realized tensor's buffer in place with `value` (array-like of its shape), as torch's copy_ does:
+    every view of the buffer sees it, and so does a uopc.jit capture that reads or rotates the buffer (an assign would
+    move the tensor to a new buffer the capture never saw). A tensor that isn't realized yet is assigned instead."""
+    arr = np.asarray(value)
+    if arr.shape != self.shape: raise TensorError(f"write: a value of shape {arr.shape} into a tensor of shape {self.shape}")
+    if self.numel() and _realized(self.uop):
+      _storage[self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop].copyin(arr)
+      return self
+    return self.assign(Tensor(arr, dtype=self.dtype, device=self.device)).realize()
+
   def assign(self, other: Tensor | Any) -> Tensor:
     """Make this tensor hold `other`'s value (same shape and dtype); its gradient is reset."""
     other = other if isinstance(other, Tensor) else Tensor(other, dtype=self.dtype, device=self.device)
@@ -404,7 +417,14 @@ class Tensor:
   def rsqrt(self) -> Tensor: return self.sqrt().recip()
   def cos(self) -> Tensor: return (self + math.pi / 2).sin()
   def tan(self) -> Tensor: return self.sin() / self.cos()
-  def sigmoid(self) -> Tensor: return (1.0 + (-self.float()).exp()).recip()
+  def sigmoid(self) -> Tensor:
+    # 1/(1+e^-x) for x >= 0 and e^x/(1+e^x) below, both through e = e^-|x| <= 1: no exp overflows, so neither the value
+    # nor the gradient (which would meet 0 * inf in the plain form for x below about -88) is ever NaN
+    x = self.float()
+    pos = x >= 0
+    e = pos.where(-x, x).exp()
+    r = (1.0 + e).recip()
+    return pos.where(r, e * r)
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self.float()).sigmoid() - 1.0
   def relu(self) -> Tensor: return (self > 0).where(self, 0)
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self > 0).where(self, self * neg_slope)
