@@ -83,6 +83,67 @@ def test_reading_values_or_drawing_random_numbers_inside_a_capture_is_refused(in
   with pytest.raises(JitError, match="inside a function uopc.jit is capturing"): f(Tensor(data(0, 4)))
 
 
+def cache_writer(jitted: bool):
+  """A key/value-cache step: write row `at` of the state, then read the whole state back in the same call."""
+  K = Tensor.zeros(5, 2).realize()
+  W = Tensor(data(3, 3, 2)).realize()
+  def step(tok, at):
+    v = (tok.reshape(1, 3) @ W).reshape(1, 2)
+    K.assign(at.reshape(5, 1).where(v, K))
+    return v @ K.transpose()
+  return (jit(step) if jitted else step), K
+
+
+def test_state_written_then_read_in_the_same_call_accumulates_across_replays():
+  # the first call leaves no assign lazy: otherwise the capture computes it inside its kernels and replays it forever
+  plain, Kp = cache_writer(False)
+  fast, Kj = cache_writer(True)
+  for pos in range(5):
+    tok, at = data(pos, 3), np.arange(5) == pos
+    np.testing.assert_array_equal(fast(Tensor(tok), Tensor(at)).numpy(), plain(Tensor(tok), Tensor(at)).numpy())
+  np.testing.assert_array_equal(Kj.numpy(), Kp.numpy())
+
+
+def test_state_left_unrealized_before_the_capture_is_refused():
+  fast, K = cache_writer(True)
+  fast(Tensor(data(0, 3)), Tensor(np.arange(5) == 0))
+  K.assign(K * 2)                                     # lazy: the capture would recompute it on every replay
+  with pytest.raises(JitError, match=r"\(f32\(5, 2\)\) held an unrealized value when the capture began"):
+    fast(Tensor(data(1, 3)), Tensor(np.arange(5) == 1))
+
+
+@pytest.mark.parametrize("inner_calls_before", [0, 3])
+def test_a_jit_function_called_inside_a_capture_becomes_part_of_it(inner_calls_before):
+  inner = jit(lambda a: a * 3)
+  for k in range(inner_calls_before): inner(Tensor(data(k, 4)))       # 3: inner is replaying when outer captures
+  outer = jit(lambda a: inner(a + 1).sum())
+  for k in range(4):
+    x = data(k, 4)
+    np.testing.assert_allclose(outer(Tensor(x)).item(), ((x + 1) * 3).sum(), rtol=1e-6)
+
+
+def test_the_learning_rate_and_loaded_weights_set_between_replays_reach_the_capture():
+  lin = nn.Linear(3, 2)
+  opt = nn.SGD([lin.weight, lin.bias], lr=0.1)
+  @jit
+  def step(x):
+    opt.zero_grad()
+    loss = lin(x).square().mean()
+    loss.backward()
+    opt.step()
+    return loss
+  x = Tensor(data(0, 8, 3))
+  for _ in range(3): step(x)
+  saved = {k: v.numpy().copy() for k, v in nn.get_state_dict(lin).items()}
+  opt.lr = 0.0                                                # a replay now leaves the weights alone
+  step(x)
+  for k, v in nn.get_state_dict(lin).items(): np.testing.assert_array_equal(v.numpy(), saved[k])
+  fresh = {k: np.full_like(v, 0.5) for k, v in saved.items()}
+  nn.load_state_dict(lin, fresh)                              # and computes its loss from weights loaded after the capture
+  expected = ((data(0, 8, 3) @ fresh["weight"].T + fresh["bias"]) ** 2).mean()
+  np.testing.assert_allclose(step(x).item(), expected, rtol=1e-5)
+
+
 def test_an_output_that_aliases_an_input_is_refused():
   f = jit(lambda a: a)
   f(Tensor(data(0, 4)))

@@ -17,8 +17,11 @@ kernelized or looked up in a cache.
 
 State the function updates with `assign` (parameters, an optimizer's moments and counters: uopc.nn's optimizers keep
 all of their state that way) is double-buffered: a captured launch reads the state's buffer from before the call and
-writes a new one, so each replay swaps the two and publishes the new one to the tensor. The tensors a replay returns
-live in the captured buffers: the next call overwrites them, so read them (or copy them) before calling again.
+writes a new one, so each replay swaps the two and publishes the new one to the tensor. Every call realizes what the
+function returns and every tensor it assigned, so no state is left lazy for the next call to compute (state assigned
+outside the function must be realized before the capture too: it is refused otherwise). The tensors a replay returns
+live in the captured buffers: the next call overwrites them, so read them (or copy them) before calling again. A jit
+function called by one being captured runs its body plainly, and its launches become part of the outer capture.
 
 What would make a replay differ from running the function is refused with a JitError at the call that would do it:
 inputs whose shape or dtype differ from the captured ones (both are named), other arguments that differ, reading a
@@ -72,9 +75,10 @@ class JitFunction:
     self.__dict__.pop("_plan", None)
 
   def __call__(self, *args, **kwargs):
+    if _tensor._capture is not None and _tensor._capture.strict:
+      return self._run(args, kwargs, strict=False)[0]    # called by a function being captured: its launches join that one
     if self.calls == 0:
-      out = self.fn(*args, **kwargs)
-      if outs := _flatten(out): outs[0].realize(*outs[1:])
+      out, _ = self._run(args, kwargs, strict=False)
       self.calls = 1
       return out
     if self.calls == 1:
@@ -83,18 +87,27 @@ class JitFunction:
       return out
     return self._replay(args, kwargs)
 
-  # ---- capture
-  def _capture(self, args: tuple, kwargs: dict):
-    if _tensor._capture is not None: raise JitError(f"{self.fn.__name__}: a jit function called while another is being captured")
-    inputs, others = _tensors(args, kwargs)
+  def _run(self, args: tuple, kwargs: dict, strict: bool) -> tuple[Any, _tensor._Capture]:
+    """Run the function, recording its launches and assigns, and realize what it returns and every tensor it assigned:
+    state left lazy would otherwise be computed inside the next call's kernels (and a capture would bake it in)."""
+    outer = _tensor._capture
+    inputs, _ = _tensors(args, kwargs)
     if inputs: inputs[0].realize(*inputs[1:])
-    cap = _tensor._capture = _tensor._Capture()
+    cap = outer if outer is not None else _tensor._Capture(strict)   # a first call inside a capture is part of it
+    start = len(cap.assigned)
+    _tensor._capture = cap
     try:
       out = self.fn(*args, **kwargs)
-      outs = _flatten(out)
-      state = [t for t, _ in cap.assigned]
-      if outs or state: (outs + state)[0].realize(*(outs + state)[1:])
-    finally: _tensor._capture = None
+      todo = _flatten(out) + [t for t, _ in cap.assigned[start:]]
+      if todo: todo[0].realize(*todo[1:])
+    finally: _tensor._capture = outer
+    return out, cap
+
+  # ---- capture
+  def _capture(self, args: tuple, kwargs: dict):
+    inputs, others = _tensors(args, kwargs)
+    out, cap = self._run(args, kwargs, strict=True)
+    outs = _flatten(out)
     table: list[Buffer] = []
     index: dict[int, int] = {}
     def slot(b: Buffer) -> int:
@@ -124,7 +137,12 @@ class JitFunction:
       if id(t) in seen: continue
       seen.add(id(t))
       new_u, old_u = _buffer_uop(t), old.src[0] if old.op is Ops.RESHAPE else old
-      if new_u is None or old_u.op is not Ops.BUFFER or old_u not in _storage: continue
+      if new_u is None: continue
+      if old_u.op is not Ops.BUFFER:
+        raise JitError(f"{self.fn.__name__}: a tensor it assigns ({t.dtype.name}{t.shape}) held an unrealized value when the "
+                       "capture began, so every replay would recompute that value instead of updating the state: "
+                       "realize it (t.realize()) before calling the function")
+      if old_u not in _storage: continue
       new_s, old_s = slot(_storage[new_u]), slot(_storage[old_u])
       if new_s != old_s and new_s in written: rotations.append((new_u, old_s, new_s) if old_s in read_first else (new_u, None, new_s))
     # outputs: they may not be an input (a replay would hand back the buffer it is about to refill)
@@ -135,12 +153,16 @@ class JitFunction:
       s = slot(_storage[b])
       if s in input_slots: raise JitError(f"{self.fn.__name__}: an output aliases an input (shape {t.shape}): return a new tensor")
       out_specs.append((b, s))
-    self._plan = (launches, table, input_specs, others, rotations, out, out_specs)
+    # every other buffer a launch reads first is state the call doesn't own (another jit's parameters, rotated by that
+    # jit): a replay reads it through the tensor store, where its owner publishes the current one
+    owned = input_slots | {s for _, old_s, new_s in rotations for s in (old_s, new_s)}
+    external = {index[id(b)]: u for u, b in list(_storage.items()) if id(b) in index and index[id(b)] in read_first - owned}
+    self._plan = (launches, table, input_specs, others, rotations, out, out_specs, external)
     return out
 
   # ---- replay
   def _replay(self, args: tuple, kwargs: dict):
-    launches, table, input_specs, others, rotations, out, out_specs = self._plan
+    launches, table, input_specs, others, rotations, out, out_specs, external = self._plan
     inputs, got_others = _tensors(args, kwargs)
     name = self.fn.__name__
     if len(inputs) != len(input_specs):
@@ -154,6 +176,8 @@ class JitFunction:
       if s is None: continue
       b = _buffer_uop(t.realize())
       if b is None or _storage[b] is not table[s]: table[s].copyin(t.numpy())
+    for s, u in external.items():
+      if (b := _storage.get(u)) is not None: table[s] = b
     for _, old_s, new_s in rotations:
       if old_s is not None: table[old_s], table[new_s] = table[new_s], table[old_s]
     if debug_level():

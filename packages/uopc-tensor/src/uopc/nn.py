@@ -12,7 +12,7 @@ dtype/shape/data_offsets per tensor, then the raw little-endian data), with NumP
 interchange with the `safetensors` library.
 """
 from __future__ import annotations
-import json, math, struct
+import json, math, os, struct, tempfile
 from pathlib import Path
 from typing import Any
 import numpy as np
@@ -92,7 +92,7 @@ class Optimizer:
   @property
   def lr(self) -> float: return float(self._lr.item())
   @lr.setter
-  def lr(self, value: float) -> None: self._lr.assign(self._scalar(value)).realize()
+  def lr(self, value: float) -> None: self._lr._write(np.full(self._lr.shape, value, np.float32))   # in place: a jit sees it
 
   def zero_grad(self) -> None:
     for p in self.params: p.grad = None
@@ -211,8 +211,7 @@ def load_state_dict(obj: Any, state: dict[str, Tensor | np.ndarray], strict: boo
   for k in set(own) & set(state):
     v = state[k]
     arr = v.numpy() if isinstance(v, Tensor) else np.asarray(v)
-    t = own[k]
-    t.assign(Tensor(arr.astype(t.numpy().dtype, copy=False), device=t.device)).realize()
+    own[k]._write(arr)          # in place, as torch's load_state_dict copies: views and jit captures see the new values
 
 
 _ST_DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "BOOL": np.bool_, "F64": np.float64, "I64": np.int64}
@@ -224,7 +223,9 @@ class SafetensorsError(ValueError):
 
 
 def safe_save(state: dict[str, Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
-  """Write tensors to a .safetensors file (readable by the safetensors library)."""
+  """Write tensors to a .safetensors file (readable by the safetensors library). The file is written beside `path`
+  under a unique temporary name, flushed to disk and renamed into place: a reader (or a crash) sees the old file or
+  the whole new one, two processes saving to one path each write their own temporary, and a failure removes it."""
   header: dict[str, Any] = {}
   blobs, off = [], 0
   for name in sorted(state):
@@ -238,16 +239,25 @@ def safe_save(state: dict[str, Tensor], path: str | Path, metadata: dict[str, st
   if metadata: header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
   h = json.dumps(header, separators=(",", ":")).encode()
   h += b" " * (-len(h) % 8)   # the data starts 8-byte aligned
-  tmp = Path(str(path) + ".tmp")
-  with open(tmp, "wb") as f:
-    f.write(struct.pack("<Q", len(h)))
-    f.write(h)
-    for b in blobs: f.write(b)
-  tmp.replace(path)
+  path = Path(path)
+  fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(struct.pack("<Q", len(h)))
+      f.write(h)
+      for b in blobs: f.write(b)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    try: os.unlink(tmp)
+    except OSError: pass
+    raise
 
 
-def safe_load(path: str | Path) -> dict[str, Tensor]:
-  """Read a .safetensors file into Tensors; a malformed file is a SafetensorsError that says what is wrong."""
+def safe_load(path: str | Path, with_metadata: bool = False) -> dict[str, Tensor] | tuple[dict[str, Tensor], dict[str, str]]:
+  """Read a .safetensors file into Tensors (and its metadata, with_metadata=True); a malformed file is a
+  SafetensorsError that says what is wrong."""
   raw = Path(path).read_bytes()
   if len(raw) < 8: raise SafetensorsError(f"{path}: too short to be a safetensors file ({len(raw)} bytes)")
   (n,) = struct.unpack("<Q", raw[:8])
@@ -268,7 +278,11 @@ def safe_load(path: str | Path) -> dict[str, Tensor]:
     arr = np.frombuffer(data[b:e], dtype=dt.newbyteorder("<")).reshape(shape).astype(dt)
     if arr.dtype in (np.float64, np.int64): arr = arr.astype(np.float32 if arr.dtype == np.float64 else np.int32)
     out[name] = Tensor(arr)
-  return out
+  if not with_metadata: return out
+  meta = header.get("__metadata__", {})
+  if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+    raise SafetensorsError(f"{path}: __metadata__ must map strings to strings")
+  return out, meta
 
 
 __all__ = ["Linear", "Embedding", "LayerNorm", "Conv2d", "Dropout", "Optimizer", "SGD", "Adam", "AdamW", "get_state_dict",
