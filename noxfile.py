@@ -21,12 +21,13 @@ CHAIN = {
 }
 
 
-def _install_chain(session: nox.Session, package: str, *extra: str) -> None:
-  session.install(*(f"./packages/{p}" for p in CHAIN[package]), *extra)
+def _install_chain(session: nox.Session, package: str, *extra: str, extras: str = "") -> None:
+  """Install the package (with `extras`, such as "[gpt]") and every in-repo package below it, plus `extra`."""
+  session.install(*(f"./packages/{p}" + (extras if p == package else "") for p in CHAIN[package]), *extra)
 
 
-def _test(session: nox.Session, package: str, tests: str = "tests", *extra: str) -> None:
-  _install_chain(session, package, *TEST_TOOLS, *extra)
+def _test(session: nox.Session, package: str, tests: str = "tests", *extra: str, extras: str = "") -> None:
+  _install_chain(session, package, *TEST_TOOLS, *extra, extras=extras)
   # the compile cache lives in the session's own directory, so runs don't share state with the user's ~/.cache
   env = {"UOPC_CACHE_DIR": os.path.join(session.virtualenv.location, "uopc-cache")}
   session.run("pytest", f"packages/{package}/{tests}", "-q", "-n", os.environ.get("UOPC_TEST_WORKERS", "2"), *session.posargs, env=env)
@@ -52,8 +53,9 @@ def backends(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tensor(session: nox.Session) -> None:
-  """uopc-tensor's tests."""
-  _test(session, "uopc-tensor")
+  """uopc-tensor's tests, with the `uopc gpt` command's extra (tqdm, matplotlib) and the safetensors library (which
+  must read the GPT's checkpoints)."""
+  _test(session, "uopc-tensor", "tests", "safetensors", extras="[gpt]")
 
 
 @nox.session(python=PYTHON)
@@ -81,12 +83,16 @@ def benchmarks(session: nox.Session) -> None:
   session.run("python", "benchmarks/gemm.py")
   session.run("python", "benchmarks/tensor.py")
   session.run("python", "benchmarks/cpu.py")
+  session.run("python", "benchmarks/gpt.py")
+
+
+DEMO_PROMPTS = ["12+34=", "99+1=", "57+68=", "7+5="]
 
 
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
-  """The main job: for now a showcase of the IR (build, print, parse, simplify, evaluate) and a small MLP trained on
-  the C backend (the GPT demo replaces this when it exists)."""
-  _install_chain(session, "uopc-tensor")
-  session.run("python", "examples/ir_showcase.py")
-  session.run("python", "examples/train_mlp.py")
+  """The main job: train the course GPT on 2-digit additions on the C backend (about a minute on 2 cores), write
+  gpt-run/model.safetensors and gpt-run/loss.png, then ask the trained model a few additions."""
+  _install_chain(session, "uopc-tensor", extras="[gpt]")
+  session.run("uopc", "gpt", "train", "--task", "addition", "--out", "gpt-run", *session.posargs)
+  for prompt in DEMO_PROMPTS: session.run("uopc", "gpt", "sample", "gpt-run", "--prompt", prompt)

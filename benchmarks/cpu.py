@@ -213,41 +213,11 @@ def gpt(use_jit: bool = False) -> Row:
 
 
 def _torch_gpt(cfg, T, Y):
-  """The same model in PyTorch eager: one training step per call."""
-  class Block(torch.nn.Module):
-    def __init__(self):
-      super().__init__()
-      c = cfg.width
-      self.ln1, self.ln2 = torch.nn.LayerNorm(c), torch.nn.LayerNorm(c)
-      self.attn, self.proj, self.fc, self.out = torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c), torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
-    def forward(self, x):
-      B, L, C = x.shape
-      q, k, v = self.attn(self.ln1(x)).split(C, -1)
-      q, k, v = (t.reshape(B, L, cfg.heads, C // cfg.heads).transpose(1, 2) for t in (q, k, v))
-      y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, L, C)
-      x = x + self.proj(y)
-      return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-  class Model(torch.nn.Module):
-    def __init__(self):
-      super().__init__()
-      self.wte, self.wpe = torch.nn.Embedding(cfg.vocab, cfg.width), torch.nn.Embedding(cfg.context, cfg.width)
-      self.blocks = torch.nn.ModuleList([Block() for _ in range(cfg.layers)])
-      self.lnf, self.head = torch.nn.LayerNorm(cfg.width), torch.nn.Linear(cfg.width, cfg.vocab, bias=False)
-    def forward(self, t):
-      x = self.wte(t) + self.wpe(torch.arange(t.shape[1]))
-      for b in self.blocks: x = b(x)
-      return self.head(self.lnf(x))
-  torch.manual_seed(0)
-  model = Model()
-  opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-  t, y = torch.from_numpy(T).long(), torch.from_numpy(Y).long()
-  def step():
-    opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(model(t).reshape(-1, cfg.vocab), y.reshape(-1))
-    loss.backward()
-    opt.step()
-    return loss.item()
-  return step
+  """The same model in PyTorch eager (benchmarks/gpt.py's): one training step per call."""
+  from gpt import torch_trainer, CFG
+  assert cfg == CFG
+  step = torch_trainer()
+  return lambda: step(T, Y)
 
 
 ROWS = {"gemm": lambda: [gemm(n) for n in (256, 512, 1024, 2048)],

@@ -1,20 +1,33 @@
-"""uopc.gpt: the course GPT, a decoder-only transformer built from Tensor ops.
+"""uopc.gpt: the course GPT, a decoder-only transformer built from Tensor ops, its tasks, training and sampling.
 
     GPT(GPTConfig(vocab=65, context=64, layers=2, width=128, heads=4))(tokens) -> logits (B, T, vocab)
+    uopc gpt train [--task addition | --data FILE] ...      train, save DIR/model.safetensors and DIR/loss.png
+    uopc gpt sample DIR --prompt "12+34="                    continue a prompt with a trained model
 
-Token and position embeddings, then `layers` pre-LayerNorm blocks (causal self-attention, then a GELU MLP four
-times as wide, each added back to the residual stream), a final LayerNorm and the head. Everything is ordinary
-Tensor code, so the forward pass, its gradients and the optimizer step are shaped UOp graphs that kernelize and
-compile like any other; the step of the configuration above has 421,632 parameters.
+The model: token and position embeddings, then `layers` pre-LayerNorm blocks (causal self-attention, then a GELU MLP
+four times as wide, each added back to the residual stream), a final LayerNorm and the head (its own weights, or the
+token embedding's when the head is tied). Everything is ordinary Tensor code, so the forward pass, its gradients and
+the optimizer step are shaped UOp graphs that kernelize and compile like any other; the training step is captured
+once by uopc.jit and replayed.
 
-State dict names are stable (`wte.weight`, `blocks.0.attn.weight`, `lnf.bias`, `head.weight`, ...): they are the
-attribute paths nn.get_state_dict walks, and checkpoints are keyed by them.
+Generation is incremental: `GPT.decode` feeds one token per sequence and keeps each layer's keys and values in a cache
+of the full context (fixed shapes: the new position is a one-hot row and attention masks the positions not written
+yet), so a token costs one position's work and the step is a jit replay.
+
+State dict names are stable (`wte.weight`, `blocks.0.attn.weight`, `lnf.bias`, `head.weight`, ...): the attribute
+paths nn.get_state_dict walks. A checkpoint is one .safetensors file that the safetensors library reads: the model's
+tensors, the optimizer's (`optim.*`), and in its metadata the config, the task and the training history.
 """
 from __future__ import annotations
-from dataclasses import dataclass
+import argparse, json, math, os, sys, time
+from dataclasses import dataclass, asdict
+from pathlib import Path
 import numpy as np
 from uopc.tensor import Tensor, TensorError
+from uopc.jit import jit
 from uopc import nn
+
+FORMAT = "uopc-gpt-1"
 
 
 @dataclass(frozen=True)
@@ -44,14 +57,37 @@ class Block:
     self.attn, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)        # q, k and v in one matmul
     self.fc, self.out = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
 
+  def _heads(self, t: Tensor) -> Tensor:   # (B, T, C) -> (B, H, T, C/H)
+    B, T, C = t.shape
+    return t.reshape(B, T, self.cfg.heads, C // self.cfg.heads).transpose(1, 2)
+
+  def _mlp(self, x: Tensor, training: bool) -> Tensor:
+    return x + self.out(self.fc(self.ln2(x)).gelu()).dropout(self.cfg.dropout, training)
+
   def __call__(self, x: Tensor, training: bool = False) -> Tensor:
     B, T, C = x.shape
-    H = self.cfg.heads
-    q, k, v = self.attn(self.ln1(x)).split(C, dim=-1)
-    q, k, v = (t.reshape(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))   # (B, H, T, C/H)
+    q, k, v = (self._heads(t) for t in self.attn(self.ln1(x)).split(C, dim=-1))
     y = q.scaled_dot_product_attention(k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
-    x = x + self.proj(y).dropout(self.cfg.dropout, training)
-    return x + self.out(self.fc(self.ln2(x)).gelu()).dropout(self.cfg.dropout, training)
+    return self._mlp(x + self.proj(y).dropout(self.cfg.dropout, training), training)
+
+  def decode(self, x: Tensor, at: Tensor, seen: Tensor, cache: tuple[Tensor, Tensor]) -> Tensor:
+    """One position per sequence: x (B, 1, C); `at` (1, 1, T, 1) is the position one-hot, `seen` (1, 1, 1, T) the
+    positions written so far (this one included). The new key and value are written into the caches at `at`."""
+    B, _, C = x.shape
+    q, k, v = (self._heads(t) for t in self.attn(self.ln1(x)).split(C, dim=-1))   # (B, H, 1, C/H)
+    K, V = cache
+    K.assign(at.where(k, K))
+    V.assign(at.where(v, V))
+    att = (q @ K.transpose(-1, -2)) * (1 / math.sqrt(C // self.cfg.heads))         # (B, H, 1, T)
+    y = seen.where(att, float("-inf")).softmax(-1) @ V
+    return self._mlp(x + self.proj(y.transpose(1, 2).reshape(B, 1, C)), False)
+
+
+class _Decoders:
+  """Batch size -> (the jitted decode step, its key/value caches). Scratch, not parameters: a class with __slots__ and
+  no __dict__, so nn.get_state_dict (which walks attributes, lists and dicts) never sees the caches."""
+  __slots__ = ("by_batch",)
+  def __init__(self): self.by_batch: dict[int, tuple] = {}
 
 
 class GPT:
@@ -62,6 +98,11 @@ class GPT:
     self.blocks = [Block(cfg) for _ in range(cfg.layers)]
     self.lnf = nn.LayerNorm(cfg.width)
     self.head = None if cfg.tied_head else nn.Linear(cfg.width, cfg.vocab, bias=False)
+    self._decoders = _Decoders()
+
+  def _logits(self, x: Tensor) -> Tensor:
+    x = self.lnf(x)
+    return x.linear(self.wte.weight) if self.head is None else self.head(x)
 
   def __call__(self, tokens: Tensor, training: bool = False) -> Tensor:
     """Logits (B, T, vocab) for integer tokens (B, T), T <= context."""
@@ -71,15 +112,34 @@ class GPT:
     pos = Tensor(np.arange(T, dtype=np.int32), device=tokens.device)
     x = (self.wte(tokens) + self.wpe(pos)).dropout(self.cfg.dropout, training)
     for block in self.blocks: x = block(x, training)
-    x = self.lnf(x)
-    return x.linear(self.wte.weight) if self.head is None else self.head(x)
+    return self._logits(x)
 
   def parameters(self) -> list[Tensor]: return list(nn.get_state_dict(self).values())
 
   def loss(self, tokens: Tensor, targets: Tensor, training: bool = True) -> Tensor:
-    """Mean cross-entropy of the next-token predictions."""
+    """Mean cross-entropy of the next-token predictions; a target of -100 is not predicted (a prompt's digits)."""
     logits = self(tokens, training)
-    return logits.reshape(-1, self.cfg.vocab).cross_entropy(targets.reshape(-1))
+    return logits.reshape(-1, self.cfg.vocab).cross_entropy(targets.reshape(-1), ignore_index=-100)
+
+  def decode(self, tokens: np.ndarray, position: int) -> np.ndarray:
+    """Logits (B, vocab) for the next token after feeding `tokens` (B,) at `position`, every earlier position of these B
+    sequences having been fed before (in order, from 0). A jit replay per call after the first two of a batch size."""
+    B, T, C = len(tokens), self.cfg.context, self.cfg.width
+    if not 0 <= position < T: raise TensorError(f"GPT.decode: position {position} is outside the context of {T}")
+    decoders = self._decoders.by_batch
+    if B not in decoders:
+      H = self.cfg.heads
+      caches = [(Tensor.zeros(B, H, T, C // H).realize(), Tensor.zeros(B, H, T, C // H).realize()) for _ in self.blocks]
+      def step(tok: Tensor, at: Tensor, seen: Tensor) -> Tensor:
+        x = self.wte(tok) + (at.reshape(1, T) @ self.wpe.weight).reshape(1, 1, C)
+        for block, cache in zip(self.blocks, caches): x = block.decode(x, at.reshape(1, 1, T, 1), seen.reshape(1, 1, 1, T), cache)
+        return self._logits(x).reshape(B, self.cfg.vocab)
+      decoders[B] = (jit(step), caches)
+    step, _ = decoders[B]
+    onehot = np.zeros(T, np.float32)
+    onehot[position] = 1
+    logits = step(Tensor(np.asarray(tokens, np.int32).reshape(B, 1)), Tensor(onehot), Tensor(np.arange(T) <= position))
+    return logits.numpy()
 
 
 def parameter_count(cfg: GPTConfig) -> int:
@@ -89,4 +149,343 @@ def parameter_count(cfg: GPTConfig) -> int:
   return v * c + cfg.context * c + cfg.layers * block + 2 * c + (0 if cfg.tied_head else v * c)
 
 
-__all__ = ["GPTConfig", "GPT", "Block", "parameter_count"]
+# ---- tasks: what the model learns ------------------------------------------------------------------------------------
+
+class AdditionTask:
+  """Additions written as text, "7+45=52\\n": operands below 10**digits, written as usual (no zero padding). Only the
+  answer and the newline after it are predicted (the operands are random); examples shorter than the longest are
+  padded after their newline, and the padding is not predicted either. A tenth of all problems (or 2000 of them, when
+  there are many) is held out and never trained on; accuracy is the share of held-out problems whose answer greedy
+  decoding gets exactly right."""
+  vocab = "0123456789+=\n"
+  EVAL_BATCH = 250              # prompts decoded together when measuring accuracy (one jit capture serves them all)
+
+  def __init__(self, digits: int = 2, seed: int = 0):
+    if not 1 <= digits <= 6: raise TensorError(f"--digits must be between 1 and 6, got {digits}")
+    self.digits, self.seed = digits, seed
+    rng = np.random.default_rng(seed)
+    n = 10 ** digits
+    if n * n <= 200_000:
+      pairs = rng.permutation(n * n)
+      cut = max(1, n * n // 10)
+      self.heldout, self._train = np.stack(np.divmod(pairs[:cut], n), 1), np.stack(np.divmod(pairs[cut:], n), 1)
+      # each operand's length is drawn uniformly, then the number: short operands are as common as long ones (drawn
+      # uniformly they are 1 in 10, and the model learns to line up their digits much later)
+      numbers_of_length = np.array([10] + [9 * 10 ** (k - 1) for k in range(2, digits + 1)])
+      lengths = np.char.str_len(self._train.astype(str))
+      w = (1 / numbers_of_length[lengths - 1]).prod(1)
+      self._weights = w / w.sum()
+    else:
+      self.heldout, self._train = rng.integers(0, n, (2000, 2)), None
+      self._held = set(map(tuple, self.heldout.tolist()))
+    self.length = 3 * digits + 4          # the longest example: a+b=c with c one digit longer, and the newline
+
+  def spec(self) -> dict: return {"task": "addition", "digits": self.digits, "seed": self.seed, "vocab": self.vocab}
+  def encode(self, text: str) -> list[int]: return [self.vocab.index(c) for c in text]
+  def prompt(self, a: int, b: int) -> str: return f"{a}+{b}="
+
+  def batch(self, rng: np.random.Generator, size: int, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
+    """(inputs, targets), each (size, length - 1): training problems, or held-out ones for split "val"."""
+    if split == "val": pairs = self.heldout[rng.integers(0, len(self.heldout), size)]
+    elif self._train is not None: pairs = self._train[rng.choice(len(self._train), size, p=self._weights)]
+    else:
+      pairs = rng.integers(0, 10 ** self.digits, (size * 2, 2))
+      pairs = np.array([p for p in pairs.tolist() if tuple(p) not in self._held][:size])
+    x = np.full((size, self.length - 1), self.vocab.index("\n"), np.int32)
+    y = np.full((size, self.length - 1), -100, np.int32)
+    for i, (a, b) in enumerate(pairs.tolist()):
+      p, answer = self.encode(self.prompt(a, b)), self.encode(f"{a + b}\n")
+      seq = p + answer
+      x[i, :len(seq) - 1] = seq[:-1]
+      y[i, len(p) - 1:len(seq) - 1] = answer          # predicted: the answer's digits and its newline
+    return x, y
+
+  def accuracy(self, model: GPT, limit: int | None = None) -> float:
+    """Share of held-out problems answered exactly by greedy decoding (batched by prompt length, through the decode
+    cache, in batches of EVAL_BATCH so that one capture serves every length)."""
+    pairs = (self.heldout[:limit] if limit else self.heldout).tolist()
+    by_length: dict[int, list] = {}
+    for a, b in pairs: by_length.setdefault(len(self.prompt(a, b)), []).append((a, b))
+    right = 0
+    for group in by_length.values():
+      for k in range(0, len(group), self.EVAL_BATCH):
+        chunk = group[k:k + self.EVAL_BATCH]
+        padded = chunk + [chunk[0]] * (self.EVAL_BATCH - len(chunk))
+        prompts = np.array([self.encode(self.prompt(a, b)) for a, b in padded], np.int32)
+        out = generate(model, prompts, self.digits + 2, temperature=0.0)
+        for (a, b), row in zip(chunk, out.tolist()):
+          right += "".join(self.vocab[t] for t in row).split("\n")[0] == str(a + b)
+    return right / len(pairs)
+
+
+class TextTask:
+  """Any UTF-8 text, character by character: the vocabulary is the file's characters, the last tenth is validation."""
+  def __init__(self, path: str, context: int, seed: int = 0, vocab: str | None = None):
+    p = Path(path)
+    if not p.is_file(): raise TensorError(f"--data {path}: no such file")
+    try: text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError: raise TensorError(f"--data {path}: not UTF-8 text") from None
+    if not text: raise TensorError(f"--data {path}: the file is empty")
+    self.path, self.seed = str(path), seed
+    self.vocab = vocab if vocab is not None else "".join(sorted(set(text)))
+    if missing := sorted(set(text) - set(self.vocab)): raise TensorError(f"--data {path}: characters {missing[:5]} are not in the model's vocabulary")
+    data = np.array([self.vocab.index(c) for c in text], np.int32)
+    cut = int(len(data) * 0.9)
+    self.train, self.val = data[:cut], data[cut:]
+    self.length = context + 1
+    if len(self.train) <= self.length or len(self.val) <= self.length:
+      raise TensorError(f"--data {path}: {len(data)} characters are too few for a context of {context} (need {10 * (self.length + 1)} or more)")
+
+  def spec(self) -> dict: return {"task": "text", "data": self.path, "seed": self.seed, "vocab": self.vocab}
+
+  def batch(self, rng: np.random.Generator, size: int, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
+    data = self.train if split == "train" else self.val
+    starts = rng.integers(0, len(data) - self.length, size)
+    seqs = np.stack([data[s:s + self.length] for s in starts])
+    return seqs[:, :-1], seqs[:, 1:]
+
+
+def generate(model: GPT, prompts: np.ndarray, tokens: int, temperature: float = 1.0, top_k: int | None = None,
+             rng: np.random.Generator | None = None) -> np.ndarray:
+  """`tokens` new tokens after each prompt (all prompts the same length), one position at a time through the decode
+  cache. temperature 0 is greedy; top_k keeps the k likeliest tokens before sampling."""
+  B, L = prompts.shape
+  if L + tokens > model.cfg.context + 1: raise TensorError(f"a prompt of {L} and {tokens} new tokens exceed the context of {model.cfg.context}")
+  rng = rng or np.random.default_rng(0)
+  logits = None
+  for pos in range(L): logits = model.decode(prompts[:, pos], pos)
+  out = np.zeros((B, tokens), np.int32)
+  for i in range(tokens):
+    if temperature <= 0: nxt = logits.argmax(-1)
+    else:
+      z = logits.astype(np.float64) / temperature
+      if top_k: z = np.where(z >= np.sort(z, -1)[:, -min(top_k, z.shape[-1]), None], z, -np.inf)
+      p = np.exp(z - z.max(-1, keepdims=True))
+      p /= p.sum(-1, keepdims=True)
+      nxt = np.array([rng.choice(len(q), p=q) for q in p])
+    out[:, i] = nxt
+    if i + 1 < tokens: logits = model.decode(nxt, L + i)
+  return out
+
+
+# ---- checkpoints -------------------------------------------------------------------------------------------------------
+
+def save(path: Path, model: GPT, opt: nn.AdamW, task, step: int, history: list, lr: float) -> None:
+  state = dict(nn.get_state_dict(model))
+  names = list(state)
+  for name, p, m, v in zip(names, opt.params, opt.m, opt.v): state[f"optim.m.{name}"], state[f"optim.v.{name}"] = m, v
+  state["optim.s1"], state["optim.s2"], state["optim.lr"] = opt._s1, opt._s2, opt._lr
+  meta = {"format": FORMAT, "config": json.dumps(asdict(model.cfg)), "task": json.dumps(task.spec()), "step": str(step),
+          "lr": repr(lr), "history": json.dumps(history)}
+  nn.safe_save(state, path, metadata=meta)
+
+
+def load(path: Path) -> tuple[GPT, dict, dict, dict]:
+  """(model, the checkpoint's tensors, its task spec, its metadata) from a checkpoint file (see save)."""
+  if not path.is_file(): raise TensorError(f"{path}: no checkpoint (expected a model.safetensors written by `uopc gpt train`)")
+  state, meta = nn.safe_load(path, with_metadata=True)
+  if meta.get("format") != FORMAT: raise TensorError(f"{path}: not a uopc GPT checkpoint (its metadata has no format {FORMAT!r})")
+  try: cfg, spec = GPTConfig(**json.loads(meta["config"])), json.loads(meta["task"])
+  except (KeyError, TypeError, ValueError) as e: raise TensorError(f"{path}: the checkpoint's config is damaged ({e})") from None
+  model = GPT(cfg)
+  nn.load_state_dict(model, {k: v for k, v in state.items() if not k.startswith("optim.")})
+  return model, state, spec, meta
+
+
+# ---- the `uopc gpt` command ----------------------------------------------------------------------------------------
+
+def _positive(name: str):
+  def parse(v: str) -> int:
+    try: n = int(v)
+    except ValueError: raise argparse.ArgumentTypeError(f"{name} takes a whole number, got {v!r}") from None
+    if n < 1: raise argparse.ArgumentTypeError(f"{name} must be at least 1, got {n}")
+    return n
+  return parse
+
+
+def learning_rate(peak: float, step: int, total: int) -> float:
+  """The schedule: a linear warmup over the first 5% of the steps (at most 100), then a cosine decay to a tenth."""
+  warm = max(1, min(100, total // 20))
+  if step < warm: return peak * (step + 1) / warm
+  t = (step - warm) / max(1, total - warm)
+  return peak * (0.1 + 0.45 * (1 + math.cos(math.pi * t)))
+
+
+def _number(name: str, low: float, inclusive: bool):
+  def parse(v: str) -> float:
+    try: x = float(v)
+    except ValueError: raise argparse.ArgumentTypeError(f"{name} takes a number, got {v!r}") from None
+    if not math.isfinite(x) or x < low or (x == low and not inclusive):
+      raise argparse.ArgumentTypeError(f"{name} must be {'at least' if inclusive else 'above'} {low:g}, got {v}")
+    return x
+  return parse
+
+
+def cmd_train(args) -> int:
+  if args.device: os.environ["UOPC_DEVICE"] = args.device
+  Tensor.manual_seed(args.seed)
+  history: list = []
+  shape = {k: getattr(args, k) for k in ("layers", "width", "heads", "context")}
+  if args.resume:
+    src = Path(args.resume) / "model.safetensors"
+    model, state, spec, meta = load(src)
+    for k, v in shape.items():
+      if v is not None and v != getattr(model.cfg, k):
+        raise TensorError(f"--resume {args.resume}: the checkpoint has {k} {getattr(model.cfg, k)}, but --{k} {v} was given")
+    if spec["task"] == "addition": task = AdditionTask(spec["digits"], spec["seed"])
+    else: task = TextTask(spec["data"], model.cfg.context, spec["seed"], spec["vocab"])
+    start, history = int(meta["step"]), json.loads(meta.get("history", "[]"))
+  else:
+    if args.data: task = TextTask(args.data, shape["context"] or 64, args.seed)
+    else: task = AdditionTask(args.digits, args.seed)
+    context = shape["context"] or (max(16, task.length - 1) if isinstance(task, AdditionTask) else 64)
+    if context < task.length - 1: raise TensorError(f"--context {context} is shorter than an example ({task.length - 1} tokens)")
+    model = GPT(GPTConfig(vocab=len(task.vocab), context=context, layers=shape["layers"] or 2, width=shape["width"] or 128,
+                          heads=shape["heads"] or 4))
+    start = 0
+  peak = args.lr if args.lr is not None else float(meta.get("lr", 3e-3)) if args.resume else 3e-3
+  opt = nn.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
+  rng = np.random.default_rng([args.seed, start])       # a resumed run draws new batches, not the first run's again
+  if args.resume:
+    names = list(nn.get_state_dict(model))
+    nn.load_state_dict(opt, {**{f"m.{i}": state[f"optim.m.{n}"] for i, n in enumerate(names)},
+                             **{f"v.{i}": state[f"optim.v.{n}"] for i, n in enumerate(names)},
+                             "_s1": state["optim.s1"], "_s2": state["optim.s2"]}, strict=False)
+  out = Path(args.out or args.resume or "gpt-run")
+  out.mkdir(parents=True, exist_ok=True)
+
+  @jit
+  def train_step(x: Tensor, y: Tensor) -> Tensor:
+    opt.zero_grad()
+    loss = model.loss(x, y)
+    loss.backward()
+    opt.step()
+    return loss
+
+  # evaluation: the loss on a fixed held-out batch (both tasks), and for addition the exact-answer accuracy
+  vx, vy = task.batch(np.random.default_rng(args.seed + 1), args.batch, "val")
+  val_step = jit(lambda x, y: model.loss(x, y, training=False))
+  addition = isinstance(task, AdditionTask)
+  def evaluate(final: bool = False) -> tuple[float, float | None]:
+    val = float(val_step(Tensor(vx), Tensor(vy)).item())
+    return val, (task.accuracy(model, limit=None if final else 500) if addition else None)
+  every = max(1, args.steps // 10)
+  try: from tqdm import tqdm
+  except ImportError: tqdm = None
+  bar = tqdm(total=args.steps, desc="uopc gpt train", unit="step", file=sys.stderr, dynamic_ncols=True) if tqdm else None
+  tokens_per_step = int((task.batch(np.random.default_rng(0), args.batch)[1] != -100).sum()) if addition else args.batch * (task.length - 1)
+  total = start + args.steps
+  t0, loss_value, val, acc = time.perf_counter(), float("nan"), None, None
+  for step in range(start, total):
+    opt.lr = learning_rate(peak, step, total)
+    x, y = task.batch(rng, args.batch)
+    loss_value = float(train_step(Tensor(x), Tensor(y)).item())
+    if not math.isfinite(loss_value):
+      if bar is not None: bar.close()
+      raise TensorError(f"the training loss became {loss_value} at step {step + 1}: the run diverged (try a smaller --lr than {peak:g})")
+    entry = [step + 1, loss_value, None, None]
+    if (step + 1 - start) % every == 0 and step + 1 < total: val, acc = entry[2], entry[3] = evaluate()
+    history.append(entry)
+    rate = (step + 1 - start) * tokens_per_step / max(time.perf_counter() - t0, 1e-9)
+    post = {"loss": f"{loss_value:.4f}"}
+    if val is not None: post["val"] = f"{val:.4f}"
+    if acc is not None: post["acc"] = f"{acc:.1%}"
+    post["tok/s"] = f"{rate:,.0f}"
+    if bar is not None:
+      bar.update(1)
+      bar.set_postfix(post, refresh=False)
+    elif (step + 1 - start) % every == 0: print(f"step {step + 1}: " + ", ".join(f"{k} {v}" for k, v in post.items()), file=sys.stderr)
+  if bar is not None: bar.close()
+  val, acc = evaluate(final=True)
+  if history: history[-1][2:] = [val, acc]
+  save(out / "model.safetensors", model, opt, task, total, history, peak)
+  plot = _plot(history, out / "loss.png", addition)
+  print(f"saved {out / 'model.safetensors'}" + (f" and the plot {plot}" if plot else " (no plot: matplotlib is not installed)"))
+  what = f"validation loss {val:.4f}"
+  if addition: what += f", accuracy {acc:.1%} on {len(task.heldout)} held-out additions of numbers below {10 ** task.digits}"
+  print(f"final loss {loss_value:.4f}, {what}")
+  return 0
+
+
+def _plot(history: list, path: Path, accuracy: bool) -> Path | None:
+  """Training loss by step, validation loss at each evaluation, and (for addition) accuracy on a second axis."""
+  try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+  except ImportError: return None
+  fig, ax = plt.subplots(figsize=(7, 4))
+  ax.plot([h[0] for h in history], [h[1] for h in history], label="training loss", lw=0.8)
+  vals = [(h[0], h[2]) for h in history if h[2] is not None]
+  if vals: ax.plot(*zip(*vals), "o-", color="tab:orange", label="validation loss")
+  ax.set_xlabel("step")
+  ax.set_ylabel("loss (cross-entropy per predicted token)")
+  ax.set_yscale("log")
+  lines = ax.get_legend_handles_labels()
+  accs = [(h[0], h[3]) for h in history if h[3] is not None]
+  if accuracy and accs:
+    ax2 = ax.twinx()
+    ax2.plot(*zip(*accs), "s-", color="tab:green", label="held-out accuracy")
+    ax2.set_ylabel("exact-answer accuracy")
+    ax2.set_ylim(0, 1.02)
+    more = ax2.get_legend_handles_labels()
+    lines = (lines[0] + more[0], lines[1] + more[1])
+  ax.legend(*lines, loc="center right")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
+def cmd_sample(args) -> int:
+  if args.device: os.environ["UOPC_DEVICE"] = args.device
+  model, _, spec, _ = load(Path(args.dir) / "model.safetensors")
+  vocab = spec["vocab"]
+  prompt = args.prompt
+  if missing := sorted(set(prompt) - set(vocab)):
+    raise TensorError(f"--prompt has characters the model never saw: {''.join(missing)!r} (its vocabulary: {vocab!r})")
+  if not prompt: raise TensorError("--prompt is empty: give the model something to continue")
+  room = model.cfg.context + 1 - len(prompt)
+  if room < 1: raise TensorError(f"--prompt has {len(prompt)} characters, more than the context of {model.cfg.context}")
+  tokens = min(args.tokens, room)
+  ids = np.array([[vocab.index(c) for c in prompt]], np.int32)
+  out = generate(model, ids, tokens, temperature=args.temperature, top_k=args.top_k, rng=np.random.default_rng(args.seed))[0]
+  text = "".join(vocab[i] for i in out)
+  if spec["task"] == "addition" and "\n" in text: text = text[:text.index("\n")]   # an answer ends with its line
+  print(prompt + text)
+  return 0
+
+
+def register(subparsers) -> None:
+  """The `uopc gpt` subcommands (the uopc.commands entry point of uopc-tensor)."""
+  g = subparsers.add_parser("gpt", help="train a GPT on additions or a text file, and sample from it")
+  sub = g.add_subparsers(dest="gpt_command", metavar="train|sample")
+  t = sub.add_parser("train", help="train a GPT (addition by default, or --data FILE)")
+  t.add_argument("--task", choices=["addition"], default="addition", help="the built-in task (default: addition)")
+  t.add_argument("--data", metavar="FILE", help="train on this UTF-8 text file, character by character, instead")
+  t.add_argument("--digits", type=_positive("--digits"), default=2, help="digits of each operand for addition (default 2)")
+  t.add_argument("--steps", type=_positive("--steps"), default=3000, help="training steps (default 3000)")
+  t.add_argument("--batch", type=_positive("--batch"), default=64, help="examples per step (default 64)")
+  t.add_argument("--context", type=_positive("--context"), help="tokens the model sees (default 16 for addition, 64 for text)")
+  t.add_argument("--layers", type=_positive("--layers"), help="transformer blocks (default 2)")
+  t.add_argument("--width", type=_positive("--width"), help="embedding width (default 128)")
+  t.add_argument("--heads", type=_positive("--heads"), help="attention heads (default 4; must divide --width)")
+  t.add_argument("--lr", type=_number("--lr", 0, False), help="peak AdamW learning rate (default 3e-3; warmup, then cosine decay)")
+  t.add_argument("--seed", type=int, default=0, help="seed of the data and the initial weights (default 0)")
+  t.add_argument("--device", help="backend (default: $UOPC_DEVICE, or C)")
+  t.add_argument("--out", metavar="DIR", help="where model.safetensors and loss.png go (default: gpt-run, or the --resume DIR)")
+  t.add_argument("--resume", metavar="DIR", help="continue training the checkpoint in DIR (optimizer state included)")
+  t.set_defaults(func=cmd_train)
+  s = sub.add_parser("sample", help="continue a prompt with a trained GPT")
+  s.add_argument("dir", metavar="DIR", help="the directory `uopc gpt train --out` wrote")
+  s.add_argument("--prompt", default="\n", help='the text to continue (for addition: "12+34=")')
+  s.add_argument("--tokens", type=_positive("--tokens"), default=32, help="tokens to generate at most (default 32)")
+  s.add_argument("--temperature", type=_number("--temperature", 0, True), default=0.0, help="0 is greedy (the default); higher is more random")
+  s.add_argument("--top-k", type=_positive("--top-k"), help="sample among the k likeliest tokens only")
+  s.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+  s.add_argument("--device", help="backend (default: $UOPC_DEVICE, or C)")
+  s.set_defaults(func=cmd_sample)
+  g.set_defaults(func=lambda args: g.print_help() or 2)
+
+
+__all__ = ["GPTConfig", "GPT", "Block", "parameter_count", "AdditionTask", "TextTask", "generate", "save", "load", "register"]

@@ -1,0 +1,236 @@
+"""uopc.gpt: the model (names, size, causality, incremental decoding against the full forward pass), the addition task,
+and the `uopc gpt` command on tiny configs: train, sample, resume, text data, and one-line errors for bad input."""
+import json
+import math
+import numpy as np
+import pytest
+from uopc.cli import main
+from uopc.tensor import Tensor, TensorError
+from uopc import nn
+from uopc.gpt import GPT, GPTConfig, AdditionTask, TextTask, generate, parameter_count, learning_rate, load
+
+TINY = ["--width", "16", "--heads", "2", "--layers", "1", "--batch", "4"]
+
+
+def tiny_model(**kw) -> GPT:
+  Tensor.manual_seed(0)
+  return GPT(GPTConfig(**{"vocab": 13, "context": 8, "layers": 2, "width": 16, "heads": 2, **kw}))
+
+
+def test_the_benchmark_config_has_the_parameter_count_of_the_issue():
+  cfg = GPTConfig(vocab=65, context=64, layers=2, width=128, heads=4)
+  assert parameter_count(cfg) == 421_632
+  assert sum(p.numel() for p in GPT(cfg).parameters()) == 421_632
+  tied = GPTConfig(vocab=65, context=64, layers=2, width=128, heads=4, tied_head=True)
+  assert sum(p.numel() for p in GPT(tied).parameters()) == parameter_count(tied) == 421_632 - 65 * 128
+
+
+def test_state_dict_names_are_stable():
+  names = set(nn.get_state_dict(tiny_model(layers=1)))
+  block = {f"blocks.0.{m}.{p}" for m in ("ln1", "ln2", "attn", "proj", "fc", "out") for p in ("weight", "bias")}
+  assert names == {"wte.weight", "wpe.weight", "lnf.weight", "lnf.bias", "head.weight"} | block
+
+
+@pytest.mark.parametrize("bad, message", [
+  (dict(width=30, heads=4), "width 30 is not divisible by heads 4"),
+  (dict(layers=0), "layers must be a positive integer"),
+  (dict(vocab=2.5), "vocab must be a positive integer"),
+  (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
+])
+def test_bad_configs_are_refused(bad, message):
+  with pytest.raises(TensorError, match=message): GPTConfig(**{"vocab": 13, **bad})
+
+
+def test_the_model_is_causal():
+  model = tiny_model()
+  x = np.random.default_rng(0).integers(0, 13, (2, 8)).astype(np.int32)
+  y = x.copy()
+  y[:, 5:] = (y[:, 5:] + 1) % 13
+  a, b = model(Tensor(x)).numpy(), model(Tensor(y)).numpy()
+  assert a.shape == (2, 8, 13)
+  np.testing.assert_array_equal(a[:, :5], b[:, :5])
+  assert np.abs(a[:, 5:] - b[:, 5:]).max() > 1e-4
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_incremental_decoding_matches_the_full_forward_pass(tied):
+  # positions 0 and 1 run and capture the decode jit; every later one is a replay that must see the cache grow
+  model = tiny_model(tied_head=tied)
+  x = np.random.default_rng(1).integers(0, 13, (3, 8)).astype(np.int32)
+  full = model(Tensor(x)).numpy()
+  for pos in range(8): np.testing.assert_allclose(model.decode(x[:, pos], pos), full[:, pos], rtol=1e-4, atol=1e-5)
+  # a second sequence through the same caches starts over at position 0
+  x2 = x[::-1].copy()
+  full2 = model(Tensor(x2)).numpy()
+  for pos in range(4): np.testing.assert_allclose(model.decode(x2[:, pos], pos), full2[:, pos], rtol=1e-4, atol=1e-5)
+
+
+def test_greedy_generation_follows_the_argmax_of_the_full_forward_pass():
+  model = tiny_model()
+  prompt = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
+  out = generate(model, prompt, 4, temperature=0.0)
+  seq = prompt
+  for _ in range(4):
+    nxt = model(Tensor(seq)).numpy()[:, -1].argmax(-1)
+    seq = np.concatenate([seq, nxt[:, None].astype(np.int32)], 1)
+  np.testing.assert_array_equal(out, seq[:, 3:])
+  with pytest.raises(TensorError, match="exceed the context of 8"): generate(model, prompt, 7)
+
+
+def test_the_decode_caches_are_not_parameters():
+  model = tiny_model()
+  model.decode(np.zeros(2, np.int32), 0)
+  assert not any("decoder" in k for k in nn.get_state_dict(model))
+
+
+def test_addition_examples_predict_only_the_answer_and_hold_out_a_tenth():
+  task = AdditionTask(2, seed=0)
+  x, y = task.batch(np.random.default_rng(0), 64)
+  assert x.shape == y.shape == (64, task.length - 1)
+  for row_x, row_y in zip(x, y):
+    text = "".join(task.vocab[t] for t in row_x)
+    a, rest = text.split("+", 1)
+    b = rest.split("=", 1)[0]
+    answer = f"{int(a) + int(b)}\n"
+    assert text.startswith(f"{a}+{b}={answer.strip()}")
+    predicted = "".join(task.vocab[t] for t in row_y if t != -100)
+    assert predicted == answer
+  assert len(task.heldout) == 1000
+  held = set(map(tuple, task.heldout.tolist()))
+  assert not held & set(map(tuple, task._train.tolist())) and len(held) + len(task._train) == 10_000
+  short = np.mean([min(len(str(a)), len(str(b))) == 1 for a, b in task._train[np.random.default_rng(0).choice(
+    len(task._train), 4000, p=task._weights)].tolist()])
+  assert 0.6 < short < 0.9            # operand lengths are drawn uniformly: P(some operand has one digit) = 3/4
+
+
+def test_the_schedule_warms_up_then_decays_to_a_tenth():
+  lrs = [learning_rate(1.0, s, 1000) for s in range(1000)]
+  assert lrs[0] == 1 / 50 and lrs[49] == 1.0 and max(lrs) == 1.0
+  assert all(a >= b for a, b in zip(lrs[49:], lrs[50:])) and math.isclose(lrs[-1], 0.1, rel_tol=1e-3)
+
+
+def test_text_task_splits_and_checks_its_file(tmp_path):
+  f = tmp_path / "t.txt"
+  f.write_text("hello world, " * 20, encoding="utf-8")
+  task = TextTask(str(f), context=8)
+  assert task.vocab == "".join(sorted(set("hello world, ")))
+  x, y = task.batch(np.random.default_rng(0), 5, "val")
+  assert x.shape == (5, 8) and (x[:, 1:] == y[:, :-1]).all()
+  f.write_text("abc", encoding="utf-8")
+  with pytest.raises(TensorError, match="too few for a context of 8"): TextTask(str(f), context=8)
+  f.write_bytes(b"\xff\xfe\x00")
+  with pytest.raises(TensorError, match="not UTF-8"): TextTask(str(f), context=8)
+
+
+# ---- the command ----------------------------------------------------------------------------------------------------
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+  status = main(["gpt", *argv])
+  out, err = capsys.readouterr()
+  return status, out, err
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A tiny addition run: 6 steps, written to a directory the tests below read (and resume from a copy of)."""
+  out = tmp_path_factory.mktemp("gpt") / "run"
+  assert main(["gpt", "train", "--steps", "6", *TINY, "--out", str(out)]) == 0
+  return out
+
+
+def test_train_writes_a_checkpoint_the_safetensors_library_reads_and_a_plot(trained):
+  from safetensors.numpy import load_file          # the library itself (the tensor session installs it)
+  tensors = load_file(str(trained / "model.safetensors"))
+  model, state, spec, meta = load(trained / "model.safetensors")
+  for name, t in nn.get_state_dict(model).items(): np.testing.assert_array_equal(tensors[name], t.numpy())
+  assert {k for k in tensors if k.startswith("optim.m.")} == {f"optim.m.{k}" for k in nn.get_state_dict(model)}
+
+
+def test_train_reports_and_saves_what_it_did(trained):
+  model, state, spec, meta = load(trained / "model.safetensors")
+  assert model.cfg == GPTConfig(vocab=13, context=16, layers=1, width=16, heads=2)
+  assert spec["task"] == "addition" and meta["step"] == "6"
+  history = json.loads(meta["history"])
+  assert [h[0] for h in history] == list(range(1, 7)) and history[-1][3] is not None
+  assert (trained / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_last_line_gives_the_final_loss_and_accuracy(capsys, tmp_path):
+  status, out, err = run(capsys, "train", "--steps", "2", *TINY, "--out", str(tmp_path))
+  assert status == 0
+  last = out.strip().splitlines()[-1]
+  assert last.startswith("final loss ") and "accuracy" in last and "held-out additions of numbers below 100" in last
+
+
+def test_sample_answers_an_addition_prompt(capsys, trained):
+  status, out, _ = run(capsys, "sample", str(trained), "--prompt", "12+34=")
+  assert status == 0
+  line = out.strip()
+  assert line.startswith("12+34=") and set(line[6:]) <= set("0123456789+=")
+  status, out2, _ = run(capsys, "sample", str(trained), "--prompt", "12+34=", "--temperature", "1.5", "--top-k", "3", "--seed", "4")
+  assert status == 0 and out2.startswith("12+34=")
+
+
+def test_resume_continues_the_step_count_and_the_optimizer_state(capsys, trained, tmp_path):
+  import shutil
+  run_dir = tmp_path / "resumed"
+  shutil.copytree(trained, run_dir)
+  _, before, _, _ = load(run_dir / "model.safetensors")
+  status, _, _ = run(capsys, "train", "--resume", str(run_dir), "--steps", "3")
+  assert status == 0
+  _, after, _, meta = load(run_dir / "model.safetensors")
+  assert meta["step"] == "9" and len(json.loads(meta["history"])) == 9
+  # Adam's bias corrections carried on from step 6: 1 - beta1^9, not 1 - beta1^3
+  np.testing.assert_allclose(after["optim.s1"].numpy(), 1 - 0.9 ** 9, rtol=1e-5)
+  assert not np.array_equal(after["optim.m.head.weight"].numpy(), before["optim.m.head.weight"].numpy())
+
+
+def test_train_on_a_text_file_then_sample_it(capsys, tmp_path):
+  data = tmp_path / "poem.txt"
+  data.write_text("the cat sat on the mat. " * 40, encoding="utf-8")
+  out = tmp_path / "text"
+  status, stdout, _ = run(capsys, "train", "--data", str(data), "--steps", "3", "--context", "16", *TINY, "--out", str(out))
+  assert status == 0 and "validation loss" in stdout.strip().splitlines()[-1]
+  status, stdout, _ = run(capsys, "sample", str(out), "--prompt", "the ", "--tokens", "5")
+  assert status == 0 and stdout.startswith("the ") and len(stdout.rstrip("\n")) <= 9
+
+
+@pytest.mark.parametrize("argv, message", [
+  (["train", "--data", "{tmp}/missing.txt"], "--data {tmp}/missing.txt: no such file"),
+  (["train", "--data", "{tmp}/empty.txt"], "the file is empty"),
+  (["train", "--width", "30", "--heads", "4"], "width 30 is not divisible by heads 4"),
+  (["train", "--resume", "{tmp}/nowhere"], "no checkpoint"),
+  (["train", "--context", "4"], "--context 4 is shorter than an example"),
+  (["sample", "{tmp}/nowhere", "--prompt", "1+1="], "no checkpoint"),
+])
+def test_bad_input_is_a_one_line_error(capsys, tmp_path, argv, message):
+  (tmp_path / "empty.txt").write_text("")
+  status, out, err = run(capsys, *[a.format(tmp=tmp_path) for a in argv])
+  assert status == 1 and err.count("\n") == 1 and err.startswith("uopc: error: ") and message.format(tmp=tmp_path) in err
+
+
+@pytest.mark.parametrize("argv, message", [
+  (["train", "--steps", "-5"], "--steps must be at least 1, got -5"),
+  (["train", "--lr", "-1"], "--lr must be above 0"),
+  (["sample", "x", "--temperature", "-1"], "--temperature must be at least 0"),
+])
+def test_bad_numbers_are_usage_errors(capsys, argv, message):
+  with pytest.raises(SystemExit) as e: main(["gpt", *argv])
+  assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_checkpoints_of_another_shape_and_prompts_outside_the_vocabulary_are_refused(capsys, trained):
+  status, _, err = run(capsys, "train", "--resume", str(trained), "--width", "32")
+  assert status == 1 and "the checkpoint has width 16, but --width 32 was given" in err
+  status, _, err = run(capsys, "sample", str(trained), "--prompt", "12*3=")
+  assert status == 1 and "characters the model never saw: '*'" in err
+  bad = trained.parent / "bad"
+  bad.mkdir(exist_ok=True)
+  nn.safe_save({"x": Tensor(np.zeros(3, np.float32))}, bad / "model.safetensors")
+  status, _, err = run(capsys, "sample", str(bad))
+  assert status == 1 and "not a uopc GPT checkpoint" in err
+
+
+def test_a_diverging_run_stops_with_an_error(capsys, tmp_path):
+  status, _, err = run(capsys, "train", "--steps", "20", *TINY, "--lr", "1e9", "--out", str(tmp_path))
+  assert status == 1 and "the run diverged" in err
