@@ -373,7 +373,7 @@ def cmd_train(args) -> int:
   try: from tqdm import tqdm
   except ImportError: tqdm = None
   bar = tqdm(total=args.steps, desc="uopc gpt train", unit="step", file=sys.stderr, dynamic_ncols=True) if tqdm else None
-  tokens_per_step = int((task.batch(np.random.default_rng(0), args.batch)[1] != -100).sum()) if addition else args.batch * (task.length - 1)
+  tokens_per_step = args.batch * (task.length - 1)          # positions the model reads per step
   total = start + args.steps
   t0, loss_value, val, acc = time.perf_counter(), float("nan"), None, None
   for step in range(start, total):
