@@ -7,7 +7,7 @@ editable, so a file missing from a wheel fails here), plus the test tools, and r
 import os
 import nox
 
-nox.options.sessions = ["ir", "lower", "backends", "tensor", "torch", "lint"]
+nox.options.sessions = ["ir", "lower", "backends", "tensor", "torch", "cuda(arch='sm_90')", "lint"]
 nox.options.reuse_existing_virtualenvs = False
 
 PYTHON = os.environ.get("UOPC_NOX_PYTHON")   # None: the python that runs nox
@@ -26,10 +26,10 @@ def _install_chain(session: nox.Session, package: str, *extra: str, extras: str 
   session.install(*(f"./packages/{p}" + (extras if p == package else "") for p in CHAIN[package]), *extra)
 
 
-def _test(session: nox.Session, package: str, tests: str = "tests", *extra: str, extras: str = "") -> None:
+def _test(session: nox.Session, package: str, tests: str = "tests", *extra: str, extras: str = "", env: dict | None = None) -> None:
   _install_chain(session, package, *TEST_TOOLS, *extra, extras=extras)
   # the compile cache lives in the session's own directory, so runs don't share state with the user's ~/.cache
-  env = {"UOPC_CACHE_DIR": os.path.join(session.virtualenv.location, "uopc-cache")}
+  env = {"UOPC_CACHE_DIR": os.path.join(session.virtualenv.location, "uopc-cache"), **(env or {})}
   session.run("pytest", f"packages/{package}/{tests}", "-q", "-n", os.environ.get("UOPC_TEST_WORKERS", "2"), *session.posargs, env=env)
 
 
@@ -66,6 +66,16 @@ def torch(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+@nox.parametrize("arch", ["sm_80", "sm_90"])
+def cuda(session: nox.Session, arch: str) -> None:
+  """The GPU suite (packages/uopc-tensor/tests_gpu) for one architecture: every kernel it needs compiled by nvcc for
+  `arch` (skipped, saying why, where nvcc is missing), the suite run on the PYTHON emulator against NumPy, and where a
+  CUDA device is present, the suite on it and benchmarks/gpu.py (which otherwise says there is no device)."""
+  _test(session, "uopc-tensor", "tests_gpu", env={"UOPC_CUDA_ARCH": arch})
+  session.run("python", "benchmarks/gpu.py")
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
   """ruff over the whole repository."""
   session.install("ruff>=0.5")
@@ -84,6 +94,7 @@ def benchmarks(session: nox.Session) -> None:
   session.run("python", "benchmarks/tensor.py")
   session.run("python", "benchmarks/cpu.py")
   session.run("python", "benchmarks/gpt.py")
+  session.run("python", "benchmarks/gpu.py")
 
 
 DEMO_PROMPTS = ["12+34=", "99+1=", "57+68=", "7+5="]

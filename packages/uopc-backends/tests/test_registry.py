@@ -70,9 +70,9 @@ def toy_installed(monkeypatch):
 def test_a_backend_registered_under_the_uopc_backends_entry_point_group_is_found_by_name(toy_installed):
   toy = get_backend("toy")
   assert isinstance(toy, ToyBackend) and get_backend("TOY") is toy
-  assert available_backends() == ["C", "Toy"]
+  assert available_backends() == ["C", "CUDA", "PYTHON", "Toy"]
   assert isinstance(get_backend("C"), CBackend)
-  with pytest.raises(BackendError, match="available: C, Toy"): get_backend("nope")
+  with pytest.raises(BackendError, match="available: C, CUDA, PYTHON, Toy"): get_backend("nope")
 
 
 def test_a_broken_entry_point_installation_does_not_hide_the_c_backend(monkeypatch):
@@ -80,8 +80,8 @@ def test_a_broken_entry_point_installation_does_not_hide_the_c_backend(monkeypat
   monkeypatch.setattr(backends.importlib.metadata, "entry_points", broken)
   monkeypatch.setattr(backends, "_instances", {})
   monkeypatch.setattr(backends, "_registered", {})
-  assert available_backends() == ["C"] and isinstance(get_backend("c"), CBackend)
-  with pytest.raises(BackendError, match="available: C"): get_backend("toy")
+  assert available_backends() == ["C", "CUDA", "PYTHON"] and isinstance(get_backend("c"), CBackend)
+  with pytest.raises(BackendError, match="available: C, CUDA, PYTHON"): get_backend("toy")
 
 
 # ---- uopc.testing ---------------------------------------------------------------------------------------------------

@@ -178,7 +178,7 @@ class GridRenderer(CRenderer):
   """What a GPU renderer overrides: the grid's index expressions, shared memory and the barrier."""
   barrier = "sync_block();"
   alloc_code = {**CRenderer.alloc_code, AddrSpace.SHARED: lambda ctype, name, n: f"shared {ctype} {name}[{n}];"}
-  def grid_index(self, kind, dim): return f"{'block' if kind is AxisType.GLOBAL else 'thread'}_id({dim})"
+  def grid_index(self, kind, dim, sizes): return f"{'block' if kind is AxisType.GLOBAL else 'thread'}_id({dim})"
 
 
 def test_a_subclass_renders_gpu_ranges_as_grid_indices_instead_of_loops():

@@ -37,6 +37,7 @@ from uopc.linearize import linearize
 from uopc.kernelize import Kernel
 from uopc.symbolic import bounds
 from uopc.opt import Caps, choose_opts
+from uopc.gpulower import block_threads
 from uopc.backends import Backend, BackendError, LinearProgram, check_memory_safety, base_memory
 
 
@@ -218,6 +219,11 @@ def _plan_kernel(kernel: Kernel, backend: Backend, opts: Opts | None, name: str 
     return prog
   if chosen.gpu and not caps.gpu:
     raise LowerError(f"Opts.gpu: backend {backend.name} is not a GPU; lower with gpu=False (kernel shape {kernel.root.shape})")
+  if chosen.gpu and (threads := block_threads(chosen)) > caps.max_local:
+    raise LowerError(f"Opts: {threads} threads per block, but backend {backend.name} runs at most {caps.max_local} "
+                     f"(kernel shape {kernel.root.shape})")
+  if chosen.tc and not caps.tensor_cores:
+    raise LowerError(f"Opts.tc: backend {backend.name} has no tensor cores (kernel shape {kernel.root.shape})")
   start = time.perf_counter()
   sink = lower(kernel.canonical_root, kernel.canonical_out, Ctx(opts=chosen))
   # every buffer of the kernel is a parameter, read or not: inputs 0..n-1 in canonical order, then the output

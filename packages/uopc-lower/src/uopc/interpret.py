@@ -11,7 +11,8 @@ literally, a misplaced node gives a wrong answer or a read of storage that was n
 
 It is slow and exact. uopc-lower's tests use it as their oracle (they have no C compiler), a test backend written
 only against the backend contract runs Tensor programs on it, and GPU emulation builds on it: GLOBAL and LOCAL
-ranges run here as plain loops, one thread after another, and a BARRIER does nothing.
+ranges run here as plain loops, one thread after another, and a BARRIER does nothing (so a program whose threads
+share memory needs the PYTHON backend, uopc.backends.python, which runs every thread at once and checks for races).
 """
 from __future__ import annotations
 from typing import MutableSequence
@@ -23,7 +24,7 @@ class InterpretError(Exception):
   """A linearized program that can't run: a memory access out of bounds, a read before any write, a loop never closed."""
 
 
-def _jumps(lin: list[UOp]) -> dict[int, int]:
+def loop_jumps(lin: list[UOp]) -> dict[int, int]:
   """For each RANGE, the position of its END, and for each END, the position of its RANGE."""
   opened: dict[UOp, int] = {}
   jumps: dict[int, int] = {}
@@ -40,7 +41,7 @@ def _jumps(lin: list[UOp]) -> dict[int, int]:
 
 def run_linear(lin: list[UOp], memory: dict[int, MutableSequence]) -> None:
   """Run the linearized program `lin` on `memory` ({BUFFER slot: values}), in place."""
-  jumps = _jumps(lin)
+  jumps = loop_jumps(lin)
   val: dict[UOp, object] = {}
   pc, n = 0, len(lin)
   while pc < n:
@@ -76,4 +77,4 @@ def run_linear(lin: list[UOp], memory: dict[int, MutableSequence]) -> None:
     pc += 1
 
 
-__all__ = ["run_linear", "InterpretError"]
+__all__ = ["run_linear", "loop_jumps", "InterpretError"]

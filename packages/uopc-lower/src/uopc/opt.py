@@ -26,6 +26,7 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
 Every choice is checked by check_opts like any user's Opts, so the heuristics can only pick valid ones.
 """
 from __future__ import annotations
+import math
 from dataclasses import dataclass
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, AxisType, MOVEMENT, prod
@@ -44,6 +45,7 @@ class Caps:
   l2_bytes: int = 1024 * 1024
   gpu: bool = False                 # lowers to GLOBAL/LOCAL ranges, shared memory and barriers
   max_local: int = 1                # threads per block (GPU)
+  tensor_cores: bool = False        # WMMA m16n8k16 on f16 (GPU, sm_80 and later)
 
 
 # a kernel doing less than this many element operations runs on one thread: waking the others costs more
@@ -133,9 +135,61 @@ def _divisor(n: int, want: int) -> int:
   return max(d for d in range(1, max(1, min(n, want)) + 1) if n % d == 0)
 
 
+def _first_valid(root: UOp, caps: Caps, choices: list[Opts]) -> Opts | None:
+  """The first of `choices` that fits the kernel and the machine's blocks."""
+  from uopc.gpulower import block_threads
+  for o in choices:
+    if block_threads(o) > caps.max_local or (o.tc and not caps.tensor_cores): continue
+    try:
+      check_opts(root, o)
+      return o
+    except LowerError: pass
+  return None
+
+
+def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
+  """Opts for a GPU (see uopc.gpulower for what each shape of kernel becomes):
+
+  * a GEMM of f16 operands on a GPU with tensor cores: WMMA, 2x2 warps per block, each with 2x4 tiles of 16x8 (a 64x64
+    output tile per block), smaller when the sizes don't divide;
+  * another GEMM: 16x16 threads per block, each with a 4x4 register tile, operand tiles 16 deep in shared memory;
+  * a long reduction (its innermost axis 64 or more): a block per output element, its threads sharing the reduction;
+  * anything else: a thread per output element, up to 256 threads per block along the last axes."""
+  from uopc.gpulower import gemm_pattern
+  root, shape = kernel.canonical_root, kernel.root.shape
+  fma = caps.fma and analyze(kernel).products
+  def opts(**kw) -> Opts: return Opts(gpu=True, fma=fma and not kw.get("tc", False), **kw)
+  choices: list[Opts] = []
+  if (g := gemm_pattern(root)) is not None:
+    i, j = g.i, g.j
+    if g.f16 and caps.tensor_cores:
+      choices += [opts(tc=True, local={i: wi, j: wj}, upcast={i: ui, j: uj})
+                  for wi, wj, ui, uj in ((2, 2, 2, 4), (2, 2, 1, 2), (1, 1, 2, 2), (1, 1, 1, 1))]
+    choices += [opts(stage=s, local={i: li, j: lj}, upcast={i: ui, j: uj})
+                for li, lj, ui, uj, s in ((16, 16, 4, 4, 16), (16, 16, 2, 2, 16), (8, 8, 2, 2, 8), (8, 8, 1, 1, 8), (4, 4, 1, 1, 4))]
+  reduces = [u for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0]
+  if reduces and min(u.src[0].shape[-1] for u in reduces) >= 64:
+    inner = math.gcd(*(u.src[0].shape[-1] for u in reduces))
+    # powers of two first (a warp is 32 threads), then any divisor of 16 or more (a softmax over 200 classes)
+    choices += [opts(group=n) for n in (256, 128, 64, 32, 16)] + [opts(group=_divisor(inner, 256))] * (_divisor(inner, 256) >= 16)
+  # a thread per output element: threads on the last axis (and the one before, when the last is short)
+  dims = [k for k in range(len(shape)) if shape[k] > 1]
+  if dims:
+    last = dims[-1]
+    t = max(d for d in range(1, min(shape[last], 256) + 1) if shape[last] % d == 0)
+    local = {last: t}
+    if t < 32 and len(dims) > 1:
+      prev = dims[-2]
+      local[prev] = max(d for d in range(1, min(shape[prev], 256 // t) + 1) if shape[prev] % d == 0)
+    choices += [opts(local=local), opts(local={last: t})]
+  choices.append(opts())
+  return _first_valid(root, caps, choices) or Opts(gpu=True)
+
+
 def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   """The Opts to lower `kernel` with on a machine described by `caps` (see the module docstring)."""
-  if caps.gpu or (caps.vector_width <= 1 and caps.threads <= 1): return Opts()
+  if caps.gpu: return choose_gpu_opts(kernel, caps)
+  if caps.vector_width <= 1 and caps.threads <= 1: return Opts()
   a = analyze(kernel)
   if not a.shape and not a.reduce_sizes: return Opts()
   vectorizable = a.dtypes <= {dtypes.f32, dtypes.i32, dtypes.bool}     # f16 stays scalar
@@ -221,4 +275,4 @@ def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[
   return out[:limit]
 
 
-__all__ = ["Caps", "Analysis", "analyze", "choose_opts", "candidates", "THREAD_MIN_WORK"]
+__all__ = ["Caps", "Analysis", "analyze", "choose_opts", "choose_gpu_opts", "candidates", "THREAD_MIN_WORK"]

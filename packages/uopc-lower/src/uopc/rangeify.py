@@ -29,7 +29,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Generator, NamedTuple
 from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink, range_, prod
-from uopc.dtype import DType, dtypes
+from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.symbolic import simplify
 from uopc.evaluate import identity
 
@@ -82,6 +82,9 @@ class Opts:
   vector: tuple[int, int] | None = None     # (output axis, lanes): its innermost lanes are one SIMD vector (an UPCAST range)
   reduce_vector: int = 1                    # lanes of partial accumulators on each reduction's innermost axis
   fma: bool = False                         # a sum of products accumulates with fused multiply-adds (MULACC)
+  group: int = 1                            # GPU: threads of a block that share each reduction (combined in shared memory)
+  stage: int = 0                            # GPU GEMM: depth of the operand tiles staged in shared memory (0: none)
+  tc: bool = False                          # GPU GEMM of f16 operands: tensor cores (WMMA); local = warps, upcast = 16x8 tiles
 
   def __post_init__(self):
     for name in ("upcast", "tile", "local"): object.__setattr__(self, name, _pairs(name, getattr(self, name)))
@@ -93,6 +96,9 @@ class Opts:
     if type(self.gpu) is not bool: raise LowerError(f"Opts.gpu is a bool, got {self.gpu!r}")
     if type(self.fma) is not bool: raise LowerError(f"Opts.fma is a bool, got {self.fma!r}")
     if type(self.reduce_vector) is not int: raise LowerError(f"Opts.reduce_vector is an int, got {self.reduce_vector!r}")
+    for name in ("group", "stage"):
+      if type(getattr(self, name)) is not int: raise LowerError(f"Opts.{name} is an int, got {getattr(self, name)!r}")
+    if type(self.tc) is not bool: raise LowerError(f"Opts.tc is a bool, got {self.tc!r}")
     if self.vector is not None:
       try: axis, lanes = (operator.index(x) for x in self.vector)
       except (TypeError, ValueError): raise LowerError(f"Opts.vector is (axis, lanes), got {self.vector!r}") from None
@@ -107,6 +113,16 @@ class Ctx:
   memo: dict = field(default_factory=dict)               # (node, index) -> its scalar value
   reduce_ranges: dict = field(default_factory=dict)      # (REDUCE, the ranges its index uses) -> its loops
   opts: Opts = field(default_factory=Opts)
+  # GPU lowering (uopc.gpulower): each output axis's (tile origin, thread range, threads, elements per thread), the
+  # output indices one thread stores, the LOCAL range a group of threads shares reductions over, the GEMM being
+  # staged or put on tensor cores, its results by output index, and the tensor cores' layout
+  gpu_axes: dict = field(default_factory=dict)
+  out_combos: list = field(default_factory=list)
+  group_lane: UOp | None = None
+  gemm: object = None
+  gemm_results: dict = field(default_factory=dict)
+  tc: tuple | None = None
+  tc_slots: dict = field(default_factory=dict)
 
   def rng(self, size: int, kind: AxisType = AxisType.LOOP) -> UOp:
     """A fresh RANGE of `size` iterations."""
@@ -114,9 +130,9 @@ class Ctx:
     self.next_range += 1
     return r
 
-  def alloc(self, d: DType, n: int = 1) -> UOp:
-    """A fresh accumulator: n elements of call-scope storage."""
-    a = UOp(Ops.ALLOC, (), ParamArg(self.next_alloc, d, (n,)))
+  def alloc(self, d: DType, n: int = 1, addrspace: AddrSpace | None = None) -> UOp:
+    """A fresh accumulator: n elements of call-scope storage (of a thread; AddrSpace.SHARED: of a GPU block)."""
+    a = UOp(Ops.ALLOC, (), ParamArg(self.next_alloc, d, (n,), addrspace))
     self.next_alloc += 1
     return a
 
@@ -214,10 +230,22 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
   src = u.src[0]
   popped = src.shape[len(src.shape) - n:]
   o = ctx.opts
+  if o.gpu and ctx.gemm is not None and u is ctx.gemm.reduce:
+    from uopc.gpulower import staged_gemm, tc_gemm
+    return (yield from (tc_gemm if o.tc else staged_gemm)(u, idx, ctx))
   # the loops are shared by every request that uses the same output ranges: unrolled copies of one reduce (indices that
   # differ only by constants) accumulate in one loop, which is what a register tile is
   outer = ranges_in(*idx)
   key = (u, frozenset(outer))
+  # a GPU block's threads share the reduction, unless it is evaluated inside one they already share (x @ x summed: the
+  # inner sums run per thread, at the outer sum's elements of that thread)
+  grouped = o.gpu and o.group > 1 and n > 0 and (ctx.group_lane is None or ctx.group_lane not in outer)
+  if grouped and ctx.group_lane is None: ctx.group_lane = ctx.rng(o.group, AxisType.LOCAL)
+  if grouped and key not in ctx.reduce_ranges:
+    *rest, inner = popped
+    steps = inner // o.group
+    ctx.reduce_ranges[key] = [_axis_parts(ctx, size, 1, AxisType.REDUCE) for size in rest] + \
+      [_Walk(ctx.rng(steps, AxisType.REDUCE) if steps > 1 else UOp.const(0), 1, ctx.group_lane, o.group)]
   if key not in ctx.reduce_ranges:
     # a reduction evaluated inside another one's lanes (x @ x summed in one kernel: the product's sum runs for every
     # element of the outer sum) keeps a scalar loop: a value can't have the lanes of two vectors
@@ -243,6 +271,9 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
   inside = here.after(start, *loops)                    # in the reduce loops, once it has been initialized
   update = inside.index(0).store(_accumulate(rop, inside.index(0).load(), list(terms), o.fma))
   done = here.after(update.end(*loops))                 # read after the loops are done
+  if grouped:
+    from uopc.gpulower import combine_group
+    return combine_group(u, done.index(0).load(), outer, ctx)
   if lane is None: return done.index(0).load()
   # partial accumulators: each lane summed its own share of the axis; they are combined lane by lane, in order, into one
   total = ctx.alloc(u.dtype)
@@ -296,12 +327,15 @@ def merge_ends(root: UOp) -> UOp:
     root = root.substitute(dict.fromkeys(group, joined))
 
 
-def _gpu_axis(ctx: Ctx, size: int, local: int, factor: int) -> _Walk:
-  """A GPU axis: blocks of `local` threads, each computing `factor` elements: index = (block * local + thread) * factor + c."""
+def _gpu_axis(ctx: Ctx, axis: int, size: int, local: int, factor: int) -> _Walk:
+  """A GPU axis: blocks of `local` threads, each computing `factor` elements: index = (block * local + thread) * factor + c.
+  Records the axis's block tile in ctx.gpu_axes: (its origin, block * local * factor; the thread range; local; factor)."""
   if size % (local * factor) != 0: raise LowerError(f"gpu axis of size {size} is not divisible by local {local} * upcast {factor}")
   blocks = size // (local * factor)
   block = ctx.rng(blocks, AxisType.GLOBAL) if blocks > 1 else UOp.const(0)
-  return _Walk(block if local == 1 else block * local + ctx.rng(local, AxisType.LOCAL), factor)
+  thread = ctx.rng(local, AxisType.LOCAL) if local > 1 else None
+  ctx.gpu_axes[axis] = (block * (local * factor) if blocks > 1 else UOp.const(0), thread, local, factor)
+  return _Walk(block if thread is None else block * local + thread, factor)
 
 
 def _check_lower_args(root: UOp, out: UOp, o: Opts):
@@ -349,10 +383,12 @@ def check_opts(root: UOp, o: Opts) -> None:
   if o.gpu:
     if o.vector is not None or o.reduce_vector != 1: bad("vector", "GPU kernels take no SIMD vectors: threads are their lanes")
     if o.thread is not None or o.tile: bad("thread" if o.thread is not None else "tile", "a GPU kernel has no CPU threads or cache tiles")
-    for k, n in o.local:
-      if shape[k] % (n * up.get(k, 1)): bad("local", f"axis {k} of size {shape[k]} is not divisible by local {n} * upcast {up.get(k, 1)}")
+    from uopc.gpulower import check_gpu_opts
+    check_gpu_opts(root, o, bad)
     return
   if o.local: bad("local", "threads per block need gpu=True")
+  for name, default in (("group", 1), ("stage", 0), ("tc", False)):
+    if getattr(o, name) != default: bad(name, "is a GPU option: it needs gpu=True")
   lanes = {o.vector[0]: o.vector[1]} if o.vector is not None else {}
   step = lambda k: up.get(k, 1) * lanes.get(k, 1)      # the elements of axis k one iteration of its loop computes
   for k, t in o.tile:
@@ -371,7 +407,7 @@ def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[_Walk]:
   vaxis, lanes = o.vector if o.vector is not None else (None, 1)
   if o.gpu:
     local = dict(o.local)
-    return [_gpu_axis(ctx, s, local.get(k, 1), up.get(k, 1)) for k, s in enumerate(shape)]
+    return [_gpu_axis(ctx, k, s, local.get(k, 1), up.get(k, 1)) for k, s in enumerate(shape)]
   kind = lambda k: AxisType.THREAD if k == o.thread else AxisType.LOOP
   # the loops over tiles come first (outermost), so a block of outputs reuses the same rows of each operand while they
   # are in cache; the THREAD axis goes before everything, as the loop OpenMP splits
@@ -391,13 +427,22 @@ def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   ctx = ctx or Ctx()
   _check_lower_args(root, out, ctx.opts)
   if prod(root.shape) == 0: return sink()                   # nothing to compute
-  parts = _output_parts(ctx, root.shape)
+  o = ctx.opts
+  if o.gpu and (o.stage or o.tc):
+    from uopc.gpulower import gemm_pattern, tc_outputs
+    ctx.gemm = gemm_pattern(root)
+  if o.gpu and o.tc: combos = tc_outputs(ctx, root.shape)
+  else:
+    parts = _output_parts(ctx, root.shape)
+    combos = _combos(parts)
+  ctx.out_combos = combos
   stores = []
-  for idx in _combos(parts):
+  for idx in combos:
     address = ravel(idx, root.shape) if root.shape else UOp.const(0)   # outputs are contiguous, row-major
     stores.append(out.index(address).store(rangeify(root, idx, ctx)))
   body = stores[0] if len(stores) == 1 else UOp(Ops.SINK, tuple(stores))
-  program = sink(body.end(*ranges_in(*(w.base for w in parts), *(w.lane for w in parts if w.lane is not None))))
+  shared_lane = [ctx.group_lane] if ctx.group_lane is not None else []
+  program = sink(body.end(*ranges_in(*(i for idx in combos for i in idx), *shared_lane)))
   return simplify(merge_ends(program))
 
 

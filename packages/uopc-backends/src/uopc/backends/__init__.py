@@ -25,8 +25,15 @@ same for all backends (choosing Opts, lowering, linearizing, the memory-safety p
 checking every launch's buffers, profiling). A backend never sees a program the proof refused, and it never gets
 a parameter list that disagrees with the program it compiled: both come from the one LinearProgram.
 
-Backends are found by name: the built-in ones, those registered in-process with `register_backend(name, factory)`,
-and those another distribution declares under the entry point group "uopc.backends".
+Backends are found by name: the built-in ones (C; CUDA, uopc.backends.cuda; PYTHON, the NumPy GPU emulator of
+uopc.backends.python), those registered in-process with `register_backend(name, factory)`, and those another
+distribution declares under the entry point group "uopc.backends".
+
+The launch grid of a GPU program: global_size and local_size are the sizes of its GLOBAL and LOCAL ranges, in range
+order. A launch runs prod(global_size) blocks of prod(local_size) threads, numbered flat (CUDA: blockIdx.x and
+threadIdx.x), and each range's coordinate is a digit of that number, the first range the most significant: range k is
+(flat // prod(sizes[k+1:])) % sizes[k]. So the last LOCAL range moves fastest from thread to thread, and a warp is 32
+consecutive threads. Renderers and emulators compute the coordinates the same way, from this paragraph.
 
 The memory-safety proof (DESIGN 5.3): each LOAD and STORE index is proven in range from the symbolic bounds, or the
 kernel is refused with an error naming the buffer, the index and its bounds. Division by zero needs no proof: the
@@ -73,7 +80,8 @@ class Backend(Protocol):
   def synchronize(self) -> None: ...
 
 
-_BUILTIN: dict[str, str] = {"C": "uopc.backends.c:CBackend"}
+_BUILTIN: dict[str, str] = {"C": "uopc.backends.c:CBackend", "PYTHON": "uopc.backends.python:PythonBackend",
+                            "CUDA": "uopc.backends.cuda:CUDABackend"}
 _registered: dict[str, Callable[[], Backend]] = {}
 _instances: dict[str, Backend] = {}
 

@@ -108,16 +108,18 @@ def _float_lit(v: float, suffix: str = "f") -> str:
   return repr(v) + suffix
 
 
-def render_const(v, dtype: DType) -> str:
+def render_const(v, dtype: DType, half: str = "_Float16") -> str:
   if dtype is dtypes.bool: return "1" if v else "0"
   if dtype is dtypes.i32: return "(-2147483647-1)" if v == I32_MIN else str(v)   # C has no literal for INT_MIN
   if dtype is dtypes.f32: return _float_lit(round_f32(v))
-  return f"((_Float16){_float_lit(round_f16(v))})"
+  return f"(({half}){_float_lit(round_f16(v))})"
 
 
 def _fmax(a: str, b: str) -> str: return f"((({a}>{b})||({a}!={a}))?{a}:{b})"   # NaN propagates, as numpy.maximum
 def _loop(var: str, end: str) -> str: return f"for (int {var} = 0; {var} < {end}; {var}++) {{"
 def _array(ctype: str, name: str, n: int) -> str: return f"{ctype} {name}{f'[{n}]' if n != 1 else ''};"
+
+_VIA_F32 = {Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.SIN}
 
 # an expression longer than this gets a variable instead of being pasted into its users: the source stays linear in the
 # program's size (a chain of inlined multiplies would copy every prefix into the next: quadratic memory and time)
@@ -137,22 +139,24 @@ class CRenderer:
     Ops.CMPNE: lambda d, a, b: f"({a}!={b})",
     Ops.WHERE: lambda d, c, a, b: f"({c}?{a}:{b})",
     Ops.MULACC: lambda d, a, b, c: f"fmaf({a},{b},{c})",   # one rounding, in hardware where there is an FMA unit
-    Ops.RECIP: lambda d, x: f"(1.0f/{x})" if d is dtypes.f32 else f"((_Float16)(1.0f/(float){x}))",
-    Ops.EXP2: lambda d, x: f"uopc_exp2({x})" if d is dtypes.f32 else f"((_Float16)uopc_exp2((float){x}))",
-    Ops.LOG2: lambda d, x: f"log2f({x})" if d is dtypes.f32 else f"((_Float16)log2f((float){x}))",
-    Ops.SQRT: lambda d, x: f"sqrtf({x})" if d is dtypes.f32 else f"((_Float16)sqrtf((float){x}))",
-    Ops.SIN: lambda d, x: f"sinf({x})" if d is dtypes.f32 else f"((_Float16)sinf((float){x}))",
+    # f32 only: f16 math is done in f32 and rounded back (_Body.emit)
+    Ops.RECIP: lambda d, x: f"(1.0f/{x})",
+    Ops.EXP2: lambda d, x: f"uopc_exp2({x})",
+    Ops.LOG2: lambda d, x: f"log2f({x})",
+    Ops.SQRT: lambda d, x: f"sqrtf({x})",
+    Ops.SIN: lambda d, x: f"sinf({x})",
   }
-  # a RANGE by its kind: (renderer, counter, end, its position among the ranges of its kind) -> the lines that open it.
-  # LOOP, REDUCE and THREAD open a block that their END closes; GLOBAL and LOCAL are the launch grid's coordinates.
-  range_code: dict[AxisType, Callable[[CRenderer, str, str, int], list[str]]] = {
-    AxisType.LOOP: lambda rn, var, end, dim: [_loop(var, end)],
-    AxisType.REDUCE: lambda rn, var, end, dim: [_loop(var, end)],
-    AxisType.THREAD: lambda rn, var, end, dim: ["#pragma omp parallel for", _loop(var, end)],
-    AxisType.GLOBAL: lambda rn, var, end, dim: [f"int {var} = {rn.grid_index(AxisType.GLOBAL, dim)};"],
-    AxisType.LOCAL: lambda rn, var, end, dim: [f"int {var} = {rn.grid_index(AxisType.LOCAL, dim)};"],
+  # a RANGE by its kind: (renderer, counter, end, its position among the ranges of its kind, the sizes of all of the
+  # ranges of its kind) -> the lines that open it. LOOP, REDUCE and THREAD open a block that their END closes; GLOBAL and
+  # LOCAL are the launch grid's coordinates (see grid_index).
+  range_code: dict[AxisType, Callable[[CRenderer, str, str, int, list[int]], list[str]]] = {
+    AxisType.LOOP: lambda rn, var, end, dim, sizes: [_loop(var, end)],
+    AxisType.REDUCE: lambda rn, var, end, dim, sizes: [_loop(var, end)],
+    AxisType.THREAD: lambda rn, var, end, dim, sizes: ["#pragma omp parallel for", _loop(var, end)],
+    AxisType.GLOBAL: lambda rn, var, end, dim, sizes: [f"int {var} = {rn.grid_index(AxisType.GLOBAL, dim, sizes)};"],
+    AxisType.LOCAL: lambda rn, var, end, dim, sizes: [f"int {var} = {rn.grid_index(AxisType.LOCAL, dim, sizes)};"],
     # the lanes of a vector: no loop, a vector of lane numbers (see _Body)
-    AxisType.UPCAST: lambda rn, var, end, dim: [f"i32x{end} {var} = {{{', '.join(map(str, range(int(end))))}}};"],
+    AxisType.UPCAST: lambda rn, var, end, dim, sizes: [f"i32x{end} {var} = {{{', '.join(map(str, range(int(end))))}}};"],
   }
   opens_block = {AxisType.LOOP, AxisType.REDUCE, AxisType.THREAD}
   # UPCAST ranges as vector lanes (see _Body); a renderer that sets this False runs them as plain loops, the same program
@@ -162,17 +166,24 @@ class CRenderer:
   # "block", so shared memory is an ordinary array
   alloc_code: dict[AddrSpace, Callable[[str, str, int], str]] = {AddrSpace.LOCAL: _array, AddrSpace.SHARED: _array}
 
-  def grid_index(self, kind: AxisType, dim: int) -> str:
+  half = "_Float16"                 # the C type of f16 values
+
+  def type_name(self, d: DType) -> str: return self.half if d is dtypes.f16 else d.ctype
+
+  def grid_index(self, kind: AxisType, dim: int, sizes: list[int]) -> str:
     raise BackendError(f"the C renderer has no GPU grid for a {kind.name} range: lower with Opts(gpu=False) for a CPU backend")
 
   def render_cast(self, x: UOp, to: DType, xs: str) -> str:
-    if x.op is Ops.CONST and to is dtypes.f16: return render_const(x.arg, dtypes.f16)
+    if x.op is Ops.CONST and to is dtypes.f16: return render_const(x.arg, dtypes.f16, self.half)
     if to is dtypes.i32 and x.dtype.is_float: return f"cast_f32_i32({xs})"
-    return f"(({to.ctype})({xs}))"
+    return f"(({self.type_name(to)})({xs}))"
+
+  def render_wmma(self, body: _Body, u: UOp) -> None:
+    raise BackendError(f"{type(self).__name__} has no tensor cores: WMMA is lowered only for a GPU backend (Opts(tc=True))")
 
   def prelude(self, program: LinearProgram) -> str: return PRELUDE
   def signature(self, program: LinearProgram) -> str:
-    params = ", ".join(f"{b.dtype.ctype}*{self.buffer_qualifier} {memory_name(b)}" for b in program.params)
+    params = ", ".join(f"{self.type_name(b.dtype)}*{self.buffer_qualifier} {memory_name(b)}" for b in program.params)
     return f"{self.kernel_prefix} {sanitize_name(program.name)}({params})"   # a name is never pasted in unchecked
 
   def render(self, program: LinearProgram) -> str:
@@ -244,6 +255,10 @@ class _Body:
     self.lines: list[str] = []
     self.counter = {"v": 1, "acc": 0}
     self.dims = {AxisType.GLOBAL: 0, AxisType.LOCAL: 0}
+    # the sizes of the launch grid's ranges, in range order (uopc.backends: the first is the most significant digit)
+    self.grid = {kind: [bounds(u.src[0])[1] for u in sorted((u for u in lin if u.op is Ops.RANGE and u.arg.kind is kind), key=lambda r: r.arg)]
+                 for kind in self.dims}
+    self.stacks: dict[UOp, list[str]] = {}     # a STACK (a WMMA operand): its elements' expressions
     self.blocks: list[bool] = []       # for each open RANGE: did it open a { block
     lanes = [u for u in lin if u.op is Ops.RANGE and u.arg.kind is AxisType.UPCAST] if rn.vectorize else []
     widths = {bounds(u.src[0])[1] for u in lanes}       # the end of each lane range
@@ -293,7 +308,7 @@ class _Body:
     return vec, vmem, horizontal
 
   def vtype(self, d: DType) -> str: return f"{'f32' if d is dtypes.f32 else 'i32'}x{self.width}"
-  def ctype(self, u: UOp) -> str: return self.vtype(u.dtype) if u in self.vec else u.dtype.ctype
+  def ctype(self, u: UOp) -> str: return self.vtype(u.dtype) if u in self.vec else self.rn.type_name(u.dtype)
   def vector(self, s: UOp) -> str:
     """s's value as a vector: itself, or a scalar broadcast to every lane (a bool as a mask)."""
     if s in self.vec: return self.r[s]
@@ -313,20 +328,22 @@ class _Body:
   def emit(self, u: UOp) -> None:
     rn, r, op = self.rn, self.r, u.op
     if op is Ops.BUFFER: r[u] = memory_name(u)
-    elif op is Ops.CONST: r[u] = render_const(u.arg, u.dtype)
+    elif op is Ops.CONST: r[u] = render_const(u.arg, u.dtype, rn.half)
     elif op is Ops.RANGE:
       kind = u.arg.kind if u.arg.kind is not AxisType.UPCAST or rn.vectorize else AxisType.LOOP
       r[u] = f"ridx{u.arg.idx}"
       dim = self.dims.get(kind, 0)
       if kind in self.dims: self.dims[kind] += 1
-      if u not in self.address_only: self.lines.extend(self.pad() + line for line in rn.range_code[kind](rn, r[u], r[u.src[0]], dim))
+      if u not in self.address_only:
+        self.lines.extend(self.pad() + line for line in rn.range_code[kind](rn, r[u], r[u.src[0]], dim, self.grid.get(kind, [])))
       self.blocks.append(kind in rn.opens_block)
     elif op is Ops.END:
       if self.blocks.pop(): self.lines.append(f"{self.pad()}}}")
     elif op is Ops.ALLOC:
       r[u] = f"acc{self.counter['acc']}"
       self.counter["acc"] += 1
-      self.lines.append(self.pad() + rn.alloc_code[u.addrspace](self.vtype(u.dtype) if u in self.vmem else u.dtype.ctype, r[u], u.arg.shape[0]))
+      ctype = self.vtype(u.dtype) if u in self.vmem else rn.type_name(u.dtype)
+      self.lines.append(self.pad() + rn.alloc_code[u.addrspace](ctype, r[u], u.arg.shape[0]))
     elif op is Ops.AFTER: r[u] = r[u.src[0]]
     elif op is Ops.INDEX:
       mem = base_memory(u.src[0])
@@ -337,9 +354,13 @@ class _Body:
     elif op is Ops.STORE: self.store(u)
     elif op is Ops.SINK: pass
     elif op is Ops.BARRIER: self.lines.append(f"{self.pad()}{rn.barrier}")
+    elif op is Ops.STACK: self.stacks[u] = [r[s] for s in u.src]
+    elif op is Ops.WMMA: rn.render_wmma(self, u)
     elif u in self.vec: r[u] = self.vector_alu(u)
     elif op is Ops.CAST: r[u] = rn.render_cast(u.src[0], u.dtype, r[u.src[0]])
     elif op in (Ops.FLOORDIV, Ops.FLOORMOD): r[u] = self.divmod(u, r[u.src[0]], r[u.src[1]])
+    elif u.dtype is dtypes.f16 and op in _VIA_F32:   # f16 math in f32, rounded back to f16
+      r[u] = f"(({rn.half})({rn.code_for_op[op](dtypes.f32, *(f'((float){r[s]})' for s in u.src))}))"
     elif op in rn.code_for_op: r[u] = rn.code_for_op[op](u.dtype, *(r[s] for s in u.src))
     else: raise BackendError(f"the C renderer has no rule for {op!r} (is the program lowered?)")
     if op in ALU and u not in self.horizontal and u not in self.address_only:
@@ -411,7 +432,7 @@ class _Body:
     out: dict[UOp, str] = {}
     for n in root.toposort():
       if n in self.r and n not in self.vec: out[n] = self.r[n]
-      elif n.op is Ops.CONST: out[n] = render_const(n.arg, n.dtype)
+      elif n.op is Ops.CONST: out[n] = render_const(n.arg, n.dtype, self.rn.half)
       elif n.op in (Ops.FLOORDIV, Ops.FLOORMOD): out[n] = self.divmod(n, out[n.src[0]], out[n.src[1]])
       elif n.op is Ops.CAST: out[n] = self.rn.render_cast(n.src[0], n.dtype, out[n.src[0]])
       elif n.op in self.rn.code_for_op: out[n] = self.rn.code_for_op[n.op](n.dtype, *(out[s] for s in n.src))

@@ -1,0 +1,382 @@
+"""The CUDA backend: kernels rendered as CUDA C++, compiled by nvcc (or NVRTC) to a cubin, run through the driver API.
+
+    CUDARenderer().render(program)   -> `extern "C" __global__ void name(float* __restrict__ data0, ...)`
+    get_backend("CUDA")              -> renders and compiles anywhere nvcc is; allocates and launches where a GPU is
+
+The renderer is the C renderer with a handful of table entries changed: the kernel prefix, `__restrict__`, the grid
+coordinates (GLOBAL ranges from blockIdx.x, LOCAL ones from threadIdx.x, as uopc.backends lays the grid out: the first
+range is the most significant digit of the flat block or thread number), `__shared__` arrays, `__syncthreads()`,
+`half` for f16 (cuda_fp16.h), and WMMA as the inline PTX of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (sm_80
+and later): a lane's 8 halves of A and 4 of B are packed two to a 32-bit register, low element first.
+
+Compilation: nvcc -cubin for the target architecture ($UOPC_CUDA_ARCH, else the device's compute capability, else
+sm_90), --fmad=false (a*b+c is never contracted: the IR's MULACC says where a fused multiply-add is wanted, as in the
+C backend), cached on disk like the C backend's shared objects (content-addressed, atomic, sealed with a checksum).
+Where nvcc is missing and libnvrtc is present, NVRTC compiles instead.
+
+The runtime is ctypes over libcuda (cuInit, the primary context, cuMemAlloc, cuMemcpy, cuModuleLoadData,
+cuLaunchKernel, cuCtxSynchronize): no CUDA Python package. On a machine without a GPU (or without the driver), the
+backend still renders and compiles, so every kernel can be checked with nvcc, and alloc or launch raises
+NoDeviceError, which says why no device was found.
+"""
+from __future__ import annotations
+import ctypes, hashlib, os, shutil, subprocess, tempfile, threading
+from dataclasses import dataclass
+from pathlib import Path
+import numpy as np
+from uopc.uop import UOp, Ops, AxisType
+from uopc.dtype import AddrSpace, DType, dtypes
+from uopc.backends import BackendError, LinearProgram
+from uopc.backends.c import CRenderer, CompileError, EXP2_POLY, _array, sanitize_name
+from uopc.runtime import cache_dir
+
+
+class NoDeviceError(BackendError):
+  """The CUDA backend was asked for memory or a launch where there is no GPU (or no driver)."""
+
+
+_HORNER = "".join(f" p = p*f + {repr(c)}f;" for c in EXP2_POLY[-2::-1])
+PRELUDE = f"""#include <cuda_fp16.h>
+#define INFINITY (__int_as_float(0x7f800000))
+#define NAN (__int_as_float(0x7fffffff))
+__device__ static inline int floordiv_i32(int a, int b) {{
+  if (b == 0) return 0;
+  if (b == -1) return (int)(0u - (unsigned)a);
+  int q = a / b;
+  return q - ((a % b != 0) & ((a < 0) != (b < 0)));
+}}
+__device__ static inline int floormod_i32(int a, int b) {{
+  if (b == 0 || b == -1) return 0;
+  int r = a % b;
+  return r + ((r != 0) & ((r < 0) != (b < 0))) * b;
+}}
+__device__ static inline int cast_f32_i32(float x) {{
+  return (x >= -2147483648.0f && x < 2147483648.0f) ? (int)x : (-2147483647-1);
+}}
+__device__ static inline float uopc_exp2(float x) {{   /* the C backend's uopc_exp2, operation for operation */
+  x = x < -160.0f ? -160.0f : x; x = x > 160.0f ? 160.0f : x;
+  float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{_HORNER}
+  int n = t == t ? (int)t : 0, a = n >> 1, b = n - a;
+  return (p * __int_as_float((a + 127) << 23)) * __int_as_float((b + 127) << 23);
+}}
+"""
+
+
+class CUDARenderer(CRenderer):
+  """CUDA C++ from the C renderer's tables (see the module docstring)."""
+  kernel_prefix = 'extern "C" __global__ void'
+  buffer_qualifier = " __restrict__"
+  barrier = "__syncthreads();"
+  half = "half"
+  vectorize = False                   # GPU kernels have no SIMD vectors: threads are the lanes
+  alloc_code = {AddrSpace.LOCAL: _array, AddrSpace.SHARED: lambda ctype, name, n: f"__shared__ {ctype} {name}[{n}];"}
+
+  def type_name(self, d: DType) -> str: return "bool" if d is dtypes.bool else super().type_name(d)   # C++, not C's _Bool
+
+  def grid_index(self, kind: AxisType, dim: int, sizes: list[int]) -> str:
+    flat = "blockIdx.x" if kind is AxisType.GLOBAL else "threadIdx.x"
+    below = 1
+    for s in sizes[dim + 1:]: below *= s
+    q = flat if below == 1 else f"({flat}/{below})"
+    return q if dim == 0 else f"({q}%{sizes[dim]})"
+
+  def render_cast(self, x: UOp, to: DType, xs: str) -> str:
+    # half converts to and from float only: anything else goes through float
+    if x.dtype is dtypes.f16 and to not in (dtypes.f32, dtypes.f16): return super().render_cast(x, to, f"((float){xs})")
+    if to is dtypes.f16 and x.dtype is not dtypes.f32 and x.op is not Ops.CONST: return f"((half)((float)({xs})))"
+    return super().render_cast(x, to, xs)
+
+  def render_wmma(self, body, u: UOp) -> None:
+    a, b, c = (body.stacks[s] for s in u.src)
+    if (len(a), len(b), len(c)) != (8, 4, 4) or u.src[0].dtype is not dtypes.f16 or u.src[2].dtype is not dtypes.f32:
+      raise BackendError("WMMA here is m16n8k16 with f16 inputs and f32 accumulators: (8 x f16, 4 x f16, 4 x f32) per lane")
+    name = f"wmma{body.counter['v']}"
+    body.counter["v"] += 1
+    body.r[u] = name
+    pad = body.pad()
+    regs = [f"__halves2half2({a[i]}, {a[i + 1]})" for i in range(0, 8, 2)] + [f"__halves2half2({b[i]}, {b[i + 1]})" for i in range(0, 4, 2)]
+    body.lines.append(f"{pad}float {name}[4];")
+    body.lines.append(f"{pad}{{ half2 _f[6] = {{{', '.join(regs)}}}; const unsigned* _r = (const unsigned*)_f;")
+    body.lines.append(f'{pad}  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, '
+                      f'{{%10,%11,%12,%13}};"')
+    body.lines.append(f'{pad}    : "=f"({name}[0]), "=f"({name}[1]), "=f"({name}[2]), "=f"({name}[3])')
+    body.lines.append(f'{pad}    : "r"(_r[0]), "r"(_r[1]), "r"(_r[2]), "r"(_r[3]), "r"(_r[4]), "r"(_r[5]), '
+                      f'"f"({c[0]}), "f"({c[1]}), "f"({c[2]}), "f"({c[3]})); }}')
+
+  def prelude(self, program: LinearProgram) -> str: return PRELUDE
+
+  def signature(self, program: LinearProgram) -> str:
+    threads = 1
+    for u in program.uops:
+      if u.op is Ops.RANGE and u.arg.kind is AxisType.LOCAL: threads *= int(u.src[0].arg)
+    return super().signature(program).replace(self.kernel_prefix, f"{self.kernel_prefix} __launch_bounds__({threads})", 1)
+
+
+# ---- compiling: nvcc (or NVRTC) to a cubin, cached on disk ----------------------------------------------------------
+
+NVCC_FLAGS = ["-cubin", "-O3", "--fmad=false", "-std=c++17"]
+_SEAL_TAG = b"uopc-sha256:"
+
+
+def default_arch() -> str:
+  """The architecture kernels are compiled for: $UOPC_CUDA_ARCH, else the device's, else sm_90 (an H100/H200)."""
+  if arch := os.environ.get("UOPC_CUDA_ARCH", "").strip(): return arch
+  try: return _driver().arch
+  except BackendError: return "sm_90"
+
+
+@dataclass
+class CUDAProgram:
+  name: str
+  src: str
+  arch: str
+  cubin: bytes
+  function: object = None               # the loaded CUfunction, once a launch needs it
+
+
+class CUDACompiler:
+  """CUDA source -> cubin for one architecture, with nvcc (or NVRTC), cached in memory and on disk."""
+  def __init__(self):
+    self._versions: dict[str, str] = {}
+    self._lock = threading.Lock()
+
+  def tool(self) -> str:
+    if shutil.which("nvcc"): return "nvcc"
+    if _nvrtc() is not None: return "nvrtc"
+    raise CompileError("neither nvcc (on PATH) nor libnvrtc was found: the CUDA backend needs one of them to compile kernels")
+
+  def version(self, tool: str) -> str:
+    if tool not in self._versions:
+      if tool == "nvcc": self._versions[tool] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+      else:
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        _nvrtc().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        self._versions[tool] = f"nvrtc {major.value}.{minor.value}"
+    return self._versions[tool]
+
+  def compile(self, src: str, name: str, arch: str) -> bytes:
+    tool = self.tool()
+    key = hashlib.sha256("\0".join([src, arch, " ".join(NVCC_FLAGS), tool, self.version(tool)]).encode()).hexdigest()[:32]
+    path = cache_dir() / f"{key}.cubin"
+    if (cubin := _read_sealed(path)) is not None: return cubin
+    cubin = self._nvcc(src, arch) if tool == "nvcc" else self._nvrtc(src, name, arch)
+    _write_sealed(path, cubin)
+    return cubin
+
+  @staticmethod
+  def _nvcc(src: str, arch: str) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="uopc-cuda-") as tmp:
+      cu, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
+      cu.write_text(src)
+      try: proc = subprocess.run(["nvcc", *NVCC_FLAGS, f"-arch={arch}", "-o", str(out), str(cu)], capture_output=True, text=True, timeout=600)
+      except subprocess.TimeoutExpired: raise CompileError("nvcc took more than 10 minutes") from None
+      if proc.returncode != 0: raise CompileError(_failure("nvcc", proc.returncode, proc.stderr, src))
+      return out.read_bytes()
+
+  @staticmethod
+  def _nvrtc(src: str, name: str, arch: str) -> bytes:
+    lib = _nvrtc()
+    prog = ctypes.c_void_p()
+    _nvrtc_check(lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), f"{name}.cu".encode(), 0, None, None), "nvrtcCreateProgram")
+    try:
+      include = next((str(p) for p in (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include",) if p.is_dir()), None)
+      opts = [f"--gpu-architecture={arch}", "--fmad=false", "-std=c++17"] + ([f"--include-path={include}"] if include else [])
+      arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+      status = lib.nvrtcCompileProgram(prog, len(opts), arr)
+      if status != 0:
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        raise CompileError(_failure("NVRTC", status, log.value.decode(errors="replace"), src))
+      size = ctypes.c_size_t()
+      _nvrtc_check(lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
+      cubin = ctypes.create_string_buffer(size.value)
+      _nvrtc_check(lib.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+      return cubin.raw
+    finally: lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def _failure(tool: str, status: int, log: str, src: str) -> str:
+  numbered = "\n".join(f"{i:4d} | {line}" for i, line in enumerate(src.splitlines(), 1))
+  return f"{tool} failed (status {status}):\n{log.strip()}\n--- source ---\n{numbered}"
+
+
+def _read_sealed(path: Path) -> bytes | None:
+  """A cache entry's contents, or None when it is missing or damaged (then it is removed, to be rebuilt)."""
+  try: data = path.read_bytes()
+  except OSError: return None
+  body, tag, digest = data[:-44], data[-44:-32], data[-32:]
+  if tag == _SEAL_TAG and hashlib.sha256(body).digest() == digest: return body
+  try: path.unlink()
+  except OSError: pass
+  return None
+
+
+def _write_sealed(path: Path, body: bytes) -> None:
+  """Write beside the final name and rename: a reader sees the old entry or the whole new one, never a part."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f: f.write(body + _SEAL_TAG + hashlib.sha256(body).digest())
+    os.replace(tmp, path)
+  except BaseException:
+    try: os.unlink(tmp)
+    except OSError: pass
+    raise
+
+
+_nvrtc_lib: object = None
+
+
+def _nvrtc():
+  """libnvrtc, or None where it isn't installed."""
+  global _nvrtc_lib
+  if _nvrtc_lib is None:
+    _nvrtc_lib = False
+    for name in ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"):
+      try:
+        _nvrtc_lib = ctypes.CDLL(name)
+        break
+      except OSError: continue
+  return _nvrtc_lib or None
+
+
+def _nvrtc_check(status: int, what: str) -> None:
+  if status != 0: raise CompileError(f"{what} failed with NVRTC status {status}")
+
+
+# ---- the driver API --------------------------------------------------------------------------------------------------
+
+class _Driver:
+  """libcuda through ctypes: the first device's primary context, memory, modules and launches."""
+  def __init__(self):
+    lib = None
+    for name in ("libcuda.so.1", "libcuda.so"):
+      try:
+        lib = ctypes.CDLL(name)
+        break
+      except OSError: continue
+    if lib is None: raise NoDeviceError("no CUDA device was found: the CUDA driver (libcuda.so.1) is not installed on this machine")
+    self.lib = lib
+    status = lib.cuInit(0)
+    if status != 0: raise NoDeviceError(f"no CUDA device was found: cuInit failed ({self.error(status)})")
+    count = ctypes.c_int()
+    self.check(lib.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+    if count.value == 0: raise NoDeviceError("no CUDA device was found: the driver sees no GPU")
+    self.device = ctypes.c_int()
+    self.check(lib.cuDeviceGet(ctypes.byref(self.device), 0), "cuDeviceGet")
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    self.check(lib.cuDeviceGetAttribute(ctypes.byref(major), 75, self.device), "cuDeviceGetAttribute")   # compute capability
+    self.check(lib.cuDeviceGetAttribute(ctypes.byref(minor), 76, self.device), "cuDeviceGetAttribute")
+    self.arch = f"sm_{major.value}{minor.value}"
+    self.context = ctypes.c_void_p()
+    self.check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device), "cuDevicePrimaryCtxRetain")
+    self.check(lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+    lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+    lib.cuMemFree_v2.argtypes = [ctypes.c_uint64]
+    lib.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
+    lib.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+    lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6 + [ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+
+  def error(self, status: int) -> str:
+    s = ctypes.c_char_p()
+    self.lib.cuGetErrorString(status, ctypes.byref(s))
+    return f"CUDA error {status}: {s.value.decode() if s.value else 'unknown'}"
+
+  def check(self, status: int, what: str) -> None:
+    if status != 0: raise BackendError(f"{what} failed: {self.error(status)}")
+
+
+_driver_instance: _Driver | None = None
+_driver_error: BackendError | None = None
+
+
+def _driver() -> _Driver:
+  """The driver, initialized once; the reason there is none, every time it is asked for again."""
+  global _driver_instance, _driver_error
+  if _driver_instance is None:
+    if _driver_error is not None: raise _driver_error
+    try: _driver_instance = _Driver()
+    except BackendError as e:
+      _driver_error = e
+      raise
+  return _driver_instance
+
+
+@dataclass
+class DeviceMemory:
+  """n elements of dtype on the GPU (a CUdeviceptr)."""
+  ptr: int
+  n: int
+  dtype: DType
+
+  @property
+  def nbytes(self) -> int: return self.n * self.dtype.itemsize
+
+
+class CUDABackend:
+  """NVIDIA GPUs through the driver API (see the module docstring)."""
+  name = "CUDA"
+  renderer = CUDARenderer()
+
+  def __init__(self):
+    from uopc.opt import Caps
+    self.arch = default_arch()
+    self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=int(self.arch.split("_")[-1].rstrip("a")) >= 80)
+    self.compiler = CUDACompiler()
+
+  def compile(self, src: str, name: str) -> CUDAProgram:
+    return CUDAProgram(sanitize_name(name), src, self.arch, self.compiler.compile(src, sanitize_name(name), self.arch))
+
+  def alloc(self, n: int, dtype: DType) -> DeviceMemory:
+    d = _driver()
+    ptr = ctypes.c_uint64()
+    d.check(d.lib.cuMemAlloc_v2(ctypes.byref(ptr), max(1, n * dtype.itemsize)), f"cuMemAlloc of {n} {dtype.name}")
+    return DeviceMemory(ptr.value, n, dtype)
+
+  def free(self, handle: DeviceMemory) -> None:
+    if _driver_instance is not None: _driver_instance.lib.cuMemFree_v2(handle.ptr)
+
+  def copyin(self, handle: DeviceMemory, array: np.ndarray) -> None:
+    d = _driver()
+    array = np.ascontiguousarray(array)
+    d.check(d.lib.cuMemcpyHtoD_v2(handle.ptr, array.ctypes.data, array.nbytes), "cuMemcpyHtoD")
+
+  def copyout(self, handle: DeviceMemory) -> np.ndarray:
+    d = _driver()
+    out = np.empty(handle.n, np.dtype(handle.dtype.fmt))
+    d.check(d.lib.cuMemcpyDtoH_v2(out.ctypes.data, handle.ptr, out.nbytes), "cuMemcpyDtoH")
+    return out
+
+  def launch(self, program: CUDAProgram, handles: list[DeviceMemory], global_size=None, local_size=None) -> None:
+    d = _driver()
+    if program.function is None:
+      if program.arch != d.arch and not os.environ.get("UOPC_CUDA_ARCH"):
+        raise BackendError(f"{program.name} was compiled for {program.arch}, the device is {d.arch}")
+      module, function = ctypes.c_void_p(), ctypes.c_void_p()
+      d.check(d.lib.cuModuleLoadData(ctypes.byref(module), program.cubin), f"cuModuleLoadData of {program.name}")
+      d.check(d.lib.cuModuleGetFunction(ctypes.byref(function), module, program.name.encode()), f"cuModuleGetFunction {program.name}")
+      program.function = function
+    blocks = int(np.prod(global_size or (1,), dtype=np.int64))
+    threads = int(np.prod(local_size or (1,), dtype=np.int64))
+    if blocks >= 2**31 or threads > self.caps.max_local:
+      raise BackendError(f"{program.name}: a grid of {blocks} blocks of {threads} threads is beyond the device (2**31 - 1, {self.caps.max_local})")
+    args = [ctypes.c_uint64(h.ptr) for h in handles]
+    params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args])
+    d.check(d.lib.cuLaunchKernel(program.function, blocks, 1, 1, threads, 1, 1, 0, None, params, None), f"cuLaunchKernel {program.name}")
+
+  def synchronize(self) -> None:
+    if _driver_instance is not None: _driver_instance.check(_driver_instance.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+def device_available() -> bool:
+  """Whether a CUDA device can be used here (the driver loads and sees a GPU)."""
+  try:
+    _driver()
+    return True
+  except BackendError: return False
+
+
+__all__ = ["CUDABackend", "CUDARenderer", "CUDACompiler", "CUDAProgram", "NoDeviceError", "device_available", "default_arch",
+           "PRELUDE", "NVCC_FLAGS"]

@@ -1,0 +1,355 @@
+"""The PYTHON backend: a GPU emulated with NumPy, the oracle for GPU lowering where no GPU is present.
+
+    UOPC_DEVICE=PYTHON python train.py        Tensor(x, device="PYTHON")        get_backend("PYTHON")
+
+It has no renderer: `compile` keeps the linearized program, and a launch runs it the way uopc.interpret does (a RANGE
+opens a loop, its END jumps back, statements run top to bottom), except that every statement runs for all the threads
+of the launch at once: a value is a NumPy array with one entry per thread (or a scalar, when every thread agrees). The
+launch grid follows the contract in uopc.backends: the GLOBAL ranges are the digits of the block number, the LOCAL
+ranges the digits of the thread number within the block, first range most significant. Memory: a BUFFER is the
+handle's array; an ALLOC is per thread (registers, made fresh each time it is reached) or, in AddrSpace.SHARED, per
+block (one array for the whole launch, as a GPU's shared memory is); a BARRIER ends a phase for every thread.
+
+Lockstep hides races: all threads finish a statement before any starts the next, so a program with a missing BARRIER
+still computes the right answer here. So the emulator checks them. Between two BARRIERs, every element of shared
+memory remembers which thread wrote it and which threads read it; a read of an element another thread wrote, or a
+write of an element another thread read or wrote, raises RaceError naming the buffer, the element and both threads.
+
+WMMA (tensor cores, mma.m16n8k16 with f16 inputs and f32 accumulators) is a warp-wide operation: each of a warp's 32
+lanes holds a fragment (8 elements of A, 4 of B, 4 of C). The emulator gathers the warp's A (16x16), B (16x8) and C
+(16x8) from the fragments, multiplies, and hands each lane its 4 elements of D. Its fragment table is written below
+from the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"), independently of the one the lowering
+uses (uopc.gpulower), so that a mistake in either shows up as a wrong GEMM.
+
+Numbers follow the C backend's semantics: f32 rounds per operation, i32 wraps, MAX propagates NaN, integer division by
+zero gives 0, a float cast to i32 out of range gives INT_MIN, and EXP2 is the same polynomial. MULACC is computed in
+float64 and rounded once to f32 (exact for all but products that need more than double's 53 bits near a tie).
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+import numpy as np
+from uopc.uop import UOp, Ops, AxisType
+from uopc.dtype import AddrSpace, DType, dtypes
+from uopc.interpret import loop_jumps
+from uopc.backends import BackendError, LinearProgram, memory_name
+from uopc.backends.c import EXP2_POLY
+
+
+class RaceError(BackendError):
+  """Two threads of a block touched one element of shared memory between two BARRIERs, and one of them wrote it."""
+
+
+_NP = {dtypes.f32: np.float32, dtypes.i32: np.int32, dtypes.bool: np.bool_, dtypes.f16: np.float16}
+
+
+def _np(d: DType):
+  if d not in _NP: raise BackendError(f"the PYTHON backend has no {d} values")
+  return _NP[d]
+
+
+# ---- WMMA, m16n8k16: which lane holds which element (PTX ISA 9.7.14.5.8) -------------------------------------------
+# For lane l: g = l >> 2 (its group of four), t = l & 3 (its place in the group).
+def _a_elements() -> np.ndarray:
+  """(32, 8, 2): the (row, column) of A (16x16) that lane l holds as its element i."""
+  out = np.zeros((32, 8, 2), np.int64)
+  for l in range(32):
+    g, t = l >> 2, l & 3
+    for i in range(8):
+      out[l, i] = (g if i in (0, 1, 4, 5) else g + 8, t * 2 + (i & 1) + (0 if i < 4 else 8))
+  return out
+
+
+def _b_elements() -> np.ndarray:
+  """(32, 4, 2): the (row, column) of B (16x8) that lane l holds as its element i."""
+  out = np.zeros((32, 4, 2), np.int64)
+  for l in range(32):
+    g, t = l >> 2, l & 3
+    for i in range(4):
+      out[l, i] = (t * 2 + (i & 1) + (0 if i < 2 else 8), g)
+  return out
+
+
+def _c_elements() -> np.ndarray:
+  """(32, 4, 2): the (row, column) of C and D (16x8) that lane l holds as its element i."""
+  out = np.zeros((32, 4, 2), np.int64)
+  for l in range(32):
+    g, t = l >> 2, l & 3
+    for i in range(4):
+      out[l, i] = (g if i < 2 else g + 8, t * 2 + (i & 1))
+  return out
+
+
+_A_AT, _B_AT, _C_AT = _a_elements(), _b_elements(), _c_elements()
+
+
+def wmma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+  """D = A @ B + C for every warp: a (threads, 8) f16, b (threads, 4) f16, c (threads, 4) f32, threads a multiple of
+  32 (consecutive threads are a warp's lanes) -> d (threads, 4) f32."""
+  n = a.shape[0]
+  if n % 32: raise BackendError(f"WMMA needs whole warps of 32 threads, the launch has {n}")
+  warps = n // 32
+  A = np.zeros((warps, 16, 16), np.float32)
+  B = np.zeros((warps, 16, 8), np.float32)
+  C = np.zeros((warps, 16, 8), np.float32)
+  a, b, c = a.reshape(warps, 32, 8), b.reshape(warps, 32, 4), c.reshape(warps, 32, 4)
+  A[:, _A_AT[..., 0], _A_AT[..., 1]] = a
+  B[:, _B_AT[..., 0], _B_AT[..., 1]] = b
+  C[:, _C_AT[..., 0], _C_AT[..., 1]] = c
+  # the products of f16 values are exact in f32; the sums are rounded in f32 (the hardware's order is its own)
+  D = (A.astype(np.float64) @ B.astype(np.float64) + C).astype(np.float32)
+  return D[:, _C_AT[..., 0], _C_AT[..., 1]].reshape(n, 4)
+
+
+# ---- scalar semantics, vectorized ------------------------------------------------------------------------------------
+
+def _exp2(x: np.ndarray) -> np.ndarray:
+  """uopc_exp2 of the C backend, operation for operation in f32 (see EXP2_POLY in uopc.backends.c)."""
+  f32 = np.float32
+  x = np.asarray(x, f32)
+  x = np.where(x < f32(-160), f32(-160), x)
+  x = np.where(x > f32(160), f32(160), x)
+  t = (x + f32(12582912.0)) - f32(12582912.0)
+  f = x - t
+  p = np.full_like(f, f32(EXP2_POLY[-1]))
+  for coef in EXP2_POLY[-2::-1]: p = p * f + f32(coef)
+  n = np.where(t == t, t, f32(0)).astype(np.int32)
+  a = n >> 1
+  b = n - a
+  sa = ((a + 127) << 23).astype(np.int32).view(np.float32)
+  sb = ((b + 127) << 23).astype(np.int32).view(np.float32)
+  return (p * sa) * sb
+
+
+def _cast(x: np.ndarray, frm: DType, to: DType) -> np.ndarray:
+  if to is dtypes.bool: return np.asarray(x != 0)
+  if to is dtypes.i32 and frm.is_float:
+    xf = np.asarray(x, np.float64)
+    ok = (xf >= -2147483648.0) & (xf < 2147483648.0)        # NaN and out of range: INT_MIN, as the C backend
+    return np.where(ok, np.trunc(np.where(ok, xf, 0)), -2147483648).astype(np.int32)
+  return np.asarray(x).astype(_np(to))
+
+
+def _wrap(x) -> np.ndarray:
+  """int64 values wrapped to i32 (two's complement), as the C backend's -fwrapv arithmetic."""
+  return ((np.asarray(x, np.int64) + 2**31) % 2**32 - 2**31).astype(np.int32)
+
+
+def _alu(u: UOp, vals: list) -> np.ndarray:
+  op, d = u.op, u.dtype
+  if op is Ops.WHERE: return np.where(vals[0], vals[1], vals[2]).astype(_np(d))
+  if op is Ops.CAST: return _cast(vals[0], u.src[0].dtype, d)
+  if op is Ops.MULACC:
+    a, b, c = (np.asarray(v, np.float64) for v in vals)
+    return (a * b + c).astype(np.float32)
+  if len(vals) == 1:
+    x = np.asarray(vals[0])
+    if op is Ops.EXP2 and d is dtypes.f32: return _exp2(x)
+    fn = {Ops.RECIP: lambda v: np.float32(1) / v if d is dtypes.f32 else (np.float32(1) / v.astype(np.float32)).astype(np.float16),
+          Ops.EXP2: lambda v: _exp2(v.astype(np.float32)).astype(np.float16),
+          Ops.LOG2: np.log2, Ops.SQRT: np.sqrt, Ops.SIN: np.sin}[op]
+    return np.asarray(fn(x)).astype(_np(d))
+  a, b = (np.asarray(v) for v in vals)
+  src = u.src[0].dtype
+  if src is dtypes.bool:
+    return {Ops.ADD: lambda: a | b, Ops.MUL: lambda: a & b, Ops.MAX: lambda: a | b, Ops.CMPLT: lambda: ~a & b,
+            Ops.CMPNE: lambda: a != b}[op]()
+  if op is Ops.CMPLT: return a < b
+  if op is Ops.CMPNE: return a != b
+  if op is Ops.MAX: return np.where((a > b) | (a != a), a, b).astype(_np(d))      # NaN wins, -0.0 vs 0.0 as the C code
+  if src is dtypes.i32:
+    if op in (Ops.FLOORDIV, Ops.FLOORMOD):
+      a64, b64 = a.astype(np.int64), b.astype(np.int64)
+      safe = np.where(b64 == 0, 1, b64)
+      r = np.mod(a64, safe) if op is Ops.FLOORMOD else np.floor_divide(a64, safe)
+      return _wrap(np.where(b64 == 0, 0, r))
+    return _wrap(a.astype(np.int64) + b.astype(np.int64) if op is Ops.ADD else a.astype(np.int64) * b.astype(np.int64))
+  return (a + b if op is Ops.ADD else a * b).astype(_np(d))
+
+
+# ---- memory ----------------------------------------------------------------------------------------------------------
+
+class _Memory:
+  """An ALLOC: per thread ((threads, n), rows by thread) or per block ((blocks, n)) for shared memory, with what has
+  been written (a read before any write is an error) and, in shared memory, who wrote and read each element since
+  the last BARRIER."""
+  def __init__(self, u: UOp, threads: int, blocks: int, per_block: int):
+    self.u, self.shared = u, u.addrspace is AddrSpace.SHARED
+    n = u.arg.shape[0]
+    rows = blocks if self.shared else threads
+    self.data = np.zeros((rows, n), _np(u.dtype))
+    self.written = np.zeros((rows, n), bool)
+    self.per_block = per_block
+    if self.shared:
+      self.writer = np.full((rows, n), -1, np.int64)
+      self.reader = np.full((rows, n), -1, np.int64)      # -2: more than one thread read it
+
+  def name(self) -> str: return f"{memory_name(self.u)} (shared)" if self.shared else memory_name(self.u)
+
+  def rows(self, tid: np.ndarray) -> np.ndarray: return tid // self.per_block if self.shared else tid
+
+  def load(self, idx, tid: np.ndarray) -> np.ndarray:
+    rows, cols = self.rows(tid), np.broadcast_to(idx, tid.shape)
+    self._in_range(cols)
+    if not self.written[rows, cols].all():
+      k = int(np.argmin(self.written[rows, cols]))
+      raise BackendError(f"{self.name()}: thread {tid[k]} reads element {cols[k]} before anything was stored in it")
+    if self.shared:
+      w = self.writer[rows, cols]
+      bad = (w >= 0) & (w != tid)
+      if bad.any():
+        k = int(np.argmax(bad))
+        raise RaceError(f"{self.name()}: thread {tid[k] % self.per_block} of block {rows[k]} reads element {cols[k]}, which thread "
+                        f"{w[k] % self.per_block} wrote since the last BARRIER (a BARRIER is missing between them)")
+      flat = rows * self.data.shape[1] + cols
+      uniq, first, counts = np.unique(flat, return_index=True, return_counts=True)
+      r = self.reader.reshape(-1)
+      prev = r[uniq]
+      mine = tid[first]
+      r[uniq] = np.where((counts > 1) | ((prev != -1) & (prev != mine)), -2, mine)
+    return self.data[rows, cols]
+
+  def store(self, idx, value, tid: np.ndarray) -> None:
+    rows, cols = self.rows(tid), np.broadcast_to(idx, tid.shape)
+    self._in_range(cols)
+    value = np.broadcast_to(np.asarray(value), tid.shape)
+    if self.shared:
+      flat = rows * self.data.shape[1] + cols
+      uniq, first, counts = np.unique(flat, return_index=True, return_counts=True)
+      if (counts > 1).any():
+        k = int(np.argmax(counts > 1))
+        others = tid[flat == uniq[k]] % self.per_block
+        raise RaceError(f"{self.name()}: threads {others[0]} and {others[1]} of block {uniq[k] // self.data.shape[1]} both write "
+                        f"element {uniq[k] % self.data.shape[1]} in one step")
+      w, r = self.writer[rows, cols], self.reader[rows, cols]
+      bad_w = (w >= 0) & (w != tid)
+      bad_r = (r == -2) | ((r >= 0) & (r != tid))
+      if bad_w.any() or bad_r.any():
+        k = int(np.argmax(bad_w | bad_r))
+        what = "wrote" if bad_w[k] else "read"
+        other = f"thread {w[k] % self.per_block}" if bad_w[k] else ("other threads" if r[k] == -2 else f"thread {r[k] % self.per_block}")
+        raise RaceError(f"{self.name()}: thread {tid[k] % self.per_block} of block {rows[k]} writes element {cols[k]}, which {other} "
+                        f"{what} since the last BARRIER (a BARRIER is missing between them)")
+      self.writer[rows, cols] = tid
+    self.data[rows, cols] = value
+    self.written[rows, cols] = True
+
+  def barrier(self) -> None:
+    if self.shared:
+      self.writer.fill(-1)
+      self.reader.fill(-1)
+
+  def _in_range(self, cols: np.ndarray) -> None:
+    n = self.data.shape[1]
+    if cols.size and (cols.min() < 0 or cols.max() >= n):
+      raise BackendError(f"{self.name()}: an access to element {int(cols.max() if cols.max() >= n else cols.min())} of {n}")
+
+
+@dataclass
+class EmulatedProgram:
+  """A linearized program the PYTHON backend runs: its statements, parameters and loop structure."""
+  name: str
+  uops: tuple[UOp, ...]
+  params: tuple[UOp, ...]
+  jumps: dict
+
+
+def grid_coordinates(sizes: tuple[int, ...], flat: np.ndarray) -> list[np.ndarray]:
+  """The coordinate along each range of a flat block (or thread) number: the first range is the most significant digit."""
+  out = []
+  for k, size in enumerate(sizes):
+    below = int(np.prod(sizes[k + 1:], dtype=np.int64))
+    out.append(((flat // below) % size).astype(np.int32))
+  return out
+
+
+def run_grid(program: EmulatedProgram, arrays: list[np.ndarray]) -> None:
+  """Run `program` on the flat NumPy arrays `arrays` (one per parameter, in order), every thread of its grid at once."""
+  lin, jumps = program.uops, program.jumps
+  kinds = {AxisType.GLOBAL: [], AxisType.LOCAL: []}
+  for u in sorted((u for u in lin if u.op is Ops.RANGE and u.arg.kind in kinds), key=lambda r: r.arg): kinds[u.arg.kind].append(u)
+  gsizes = tuple(int(r.src[0].arg) for r in kinds[AxisType.GLOBAL])
+  lsizes = tuple(int(r.src[0].arg) for r in kinds[AxisType.LOCAL])
+  blocks, per_block = int(np.prod(gsizes, dtype=np.int64)), int(np.prod(lsizes, dtype=np.int64))
+  threads = blocks * per_block
+  tid = np.arange(threads, dtype=np.int64)
+  coords = dict(zip(kinds[AxisType.GLOBAL], grid_coordinates(gsizes, tid // per_block)))
+  coords.update(zip(kinds[AxisType.LOCAL], grid_coordinates(lsizes, tid % per_block)))
+  buffers = {b.arg.slot: a for b, a in zip(program.params, arrays)}
+  val: dict[UOp, object] = {}
+  shared: dict[UOp, _Memory] = {}
+  pc, n = 0, len(lin)
+  with np.errstate(all="ignore"):
+    while pc < n:
+      u = lin[pc]
+      op = u.op
+      if op is Ops.CONST: val[u] = np.asarray(u.arg, _np(u.dtype))[()]
+      elif op is Ops.BUFFER: val[u] = buffers[u.arg.slot]
+      elif op is Ops.ALLOC:
+        if u.addrspace is AddrSpace.SHARED:     # one per launch, as a GPU's: a loop around it reuses the same memory
+          val[u] = shared.setdefault(u, _Memory(u, threads, blocks, per_block))
+        else: val[u] = _Memory(u, threads, blocks, per_block)
+      elif op is Ops.AFTER: val[u] = val[u.src[0]]
+      elif op is Ops.RANGE:
+        if u in coords: val[u] = coords[u]
+        else:
+          if int(val[u.src[0]]) <= 0: pc = jumps[pc] + 1; continue
+          val[u] = np.int32(0)
+      elif op is Ops.END:
+        r = lin[jumps[pc]]
+        if r not in coords:
+          val[r] = np.int32(val[r] + 1)
+          if val[r] < val[r.src[0]]: pc = jumps[pc] + 1; continue
+      elif op is Ops.INDEX:
+        base = val[u.src[0]]
+        if u.src[0].addrspace is AddrSpace.ALU: val[u] = np.asarray(base)[..., int(val[u.src[1]])]   # an element of a STACK
+        else: val[u] = (base, val[u.src[1]])
+      elif op is Ops.LOAD:
+        mem, i = val[u.src[0]]
+        if isinstance(mem, _Memory): val[u] = mem.load(i, tid)
+        else:
+          i = np.asarray(i)
+          if i.size and (i.min() < 0 or i.max() >= mem.size):
+            raise BackendError(f"{program.name}: load of element {int(i.max())} of a buffer of {mem.size}")
+          val[u] = mem[i]
+      elif op is Ops.STORE:
+        (mem, i), v = val[u.src[0]], val[u.src[1]]
+        if isinstance(mem, _Memory): mem.store(i, v, tid)
+        else:
+          i, v = np.broadcast_arrays(np.asarray(i), np.asarray(v))
+          mem[i] = v
+      elif op is Ops.BARRIER:
+        for m in shared.values(): m.barrier()
+      elif op is Ops.SINK: pass
+      elif op is Ops.STACK: val[u] = np.stack(np.broadcast_arrays(*(np.asarray(val[s]) for s in u.src)), axis=-1)
+      elif op is Ops.WMMA:
+        a, b, c = (np.broadcast_to(np.asarray(val[s]), (threads, s.shape[0])) for s in u.src)
+        val[u] = wmma(a.astype(np.float32), b.astype(np.float32), c.astype(np.float32))
+      else: val[u] = _alu(u, [val[s] for s in u.src])
+      pc += 1
+
+
+class PythonBackend:
+  """A GPU emulated with NumPy: slow, exact, and it reports races (see the module docstring)."""
+  name = "PYTHON"
+  renderer = None
+
+  def __init__(self):
+    from uopc.opt import Caps
+    # the GPU that CUDA lowers for (sm_80 and later): the same Opts, so the emulator runs the kernels CUDA would
+    self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=True)
+
+  def compile(self, program: LinearProgram, name: str) -> EmulatedProgram:
+    if not isinstance(program, LinearProgram): raise BackendError("the PYTHON backend runs LinearPrograms (it has no renderer)")
+    for u in program.uops:
+      if u.dtype not in (dtypes.void, *_NP): raise BackendError(f"{name}: the PYTHON backend has no {u.dtype} values")
+    return EmulatedProgram(name, program.uops, program.params, loop_jumps(list(program.uops)))
+
+  def alloc(self, n: int, dtype: DType) -> np.ndarray: return np.zeros(n, _np(dtype))
+  def copyin(self, handle: np.ndarray, array: np.ndarray) -> None: handle[...] = array
+  def copyout(self, handle: np.ndarray) -> np.ndarray: return handle.copy()
+  def launch(self, program: EmulatedProgram, handles: list[np.ndarray], global_size=None, local_size=None) -> None:
+    run_grid(program, handles)
+  def synchronize(self) -> None: pass
+
+
+__all__ = ["PythonBackend", "RaceError", "run_grid", "wmma", "grid_coordinates", "EmulatedProgram"]

@@ -1,0 +1,196 @@
+"""GPU lowering (uopc.gpulower, rangeify with Opts(gpu=True)) on the PYTHON backend's emulated grid against NumPy; its
+race detection; the WMMA fragment tables; the CUDA renderer and nvcc; the CUDA backend on a machine without a GPU."""
+import shutil
+import numpy as np
+import pytest
+from uopc.uop import UOp, Ops, buf
+from uopc.dtype import dtypes
+from uopc.rangeify import Opts, Ctx, lower, LowerError
+from uopc.linearize import linearize
+from uopc.gpulower import gemm_pattern, wmma_a, wmma_b, wmma_c
+from uopc.symbolic import simplify
+from uopc.backends import get_backend, LinearProgram, check_memory_safety
+from uopc.backends.python import RaceError, wmma
+from uopc.backends.cuda import CUDARenderer, CUDACompiler, NoDeviceError, device_available
+from uopc.runtime import run_lowered, program_buffers
+from uopc.testing import run_shaped
+
+PY = "PYTHON"
+
+
+def rand(seed, *shape, dtype=np.float32):
+  return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def matmul(M, N, K, dtype=dtypes.f32, batch=None):
+  """A shaped GEMM over BUFFERs 0 (M x K, or batch x M x K) and 1 (K x N), as kernelize hands it over: a sum over the
+  last axis of a broadcast product (f16 operands are cast to f32 first)."""
+  lead = (batch,) if batch else ()
+  a = buf(0, (batch or 1) * M * K, dtype).reshape(lead + (M, 1, K)).expand(lead + (M, N, K))
+  b = buf(1, K * N, dtype).reshape((K, N)).permute((1, 0)).reshape((1,) * len(lead) + (1, N, K)).expand(lead + (M, N, K))
+  if dtype is dtypes.f16: a, b = a.cast(dtypes.f32), b.cast(dtypes.f32)
+  return (a * b).reduce(Ops.ADD, 1)
+
+
+@pytest.mark.parametrize("opts", [Opts(gpu=True), Opts(gpu=True, local={1: 8}), Opts(gpu=True, local={0: 4, 1: 8}, upcast={1: 2})],
+                         ids=["a-thread-each", "local", "local-upcast"])
+def test_elementwise_and_plain_gemm_threads(opts):
+  a, b = rand(0, 16, 24), rand(1, 24, 32)
+  np.testing.assert_allclose(run_shaped(matmul(16, 32, 24), [a, b], PY, opts), a @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("group", [4, 16, 64])
+def test_a_reduction_shared_by_the_threads_of_a_block(group):
+  x = rand(2, 6, 128)
+  root = buf(0, 6 * 128).reshape((6, 128)).reduce(Ops.ADD, 1)
+  np.testing.assert_allclose(run_shaped(root, [x], PY, Opts(gpu=True, group=group)), x.sum(1), rtol=1e-5, atol=1e-5)
+  mx = buf(0, 6 * 128).reshape((6, 128)).reduce(Ops.MAX, 1)
+  np.testing.assert_array_equal(run_shaped(mx, [x], PY, Opts(gpu=True, group=group)), x.max(1))
+
+
+def test_a_reduction_inside_a_shared_one_runs_per_thread():
+  # sum_j (x @ x)[i, j]: the outer sum is shared by the block, each thread's inner sums are its own loops
+  x = rand(3, 32, 32)
+  xb = buf(0, 32 * 32).reshape((32, 32))
+  inner = (xb.reshape((32, 1, 32)).expand((32, 32, 32)) * xb.permute((1, 0)).reshape((1, 32, 32)).expand((32, 32, 32))).reduce(Ops.ADD, 1)
+  np.testing.assert_allclose(run_shaped(inner.reduce(Ops.ADD, 1), [x], PY, Opts(gpu=True, group=8)), (x @ x).sum(1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("opts", [Opts(gpu=True, local={0: 4, 1: 4}, upcast={0: 2, 1: 2}, stage=8),
+                                  Opts(gpu=True, local={0: 8, 1: 2}, upcast={1: 4}, stage=4),
+                                  Opts(gpu=True, local={0: 2, 1: 4}, stage=16, fma=True)], ids=["square", "skewed", "fma"])
+def test_a_gemm_staged_in_shared_memory(opts):
+  a, b = rand(4, 32, 48), rand(5, 48, 32)
+  np.testing.assert_allclose(run_shaped(matmul(32, 32, 48), [a, b], PY, opts), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_staged_gemm_with_a_batch_axis_and_a_fused_epilogue():
+  a, b = rand(6, 2 * 16 * 16).reshape(2, 16, 16), rand(7, 16, 16)
+  root = matmul(16, 16, 16, batch=2)
+  relu = root.alu(Ops.MAX, 0.0)
+  assert gemm_pattern(relu) is not None and (gemm_pattern(relu).i, gemm_pattern(relu).j) == (1, 2)
+  got = run_shaped(relu, [a, b], PY, Opts(gpu=True, local={1: 4, 2: 4}, upcast={1: 2, 2: 2}, stage=8))
+  np.testing.assert_allclose(got, np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("warps, tiles", [({}, {}), ({0: 2, 1: 2}, {0: 1, 1: 2}), ({1: 2}, {0: 2, 1: 1})], ids=["1warp", "2x2", "2x1"])
+def test_a_gemm_of_f16_on_tensor_cores(warps, tiles):
+  # the lowering's fragment table (which lane loads and stores which element) against the emulator's own
+  a, b = rand(8, 32, 32, dtype=np.float16), rand(9, 32, 64, dtype=np.float16)
+  got = run_shaped(matmul(32, 64, 32, dtypes.f16), [a, b], PY, Opts(gpu=True, tc=True, local=warps, upcast=tiles))
+  np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-3, atol=1e-3)
+
+
+def test_the_two_wmma_tables_agree_with_the_ptx_layout():
+  """Every element of A, B and C is held by exactly one (lane, element) in both tables, and a WMMA of the fragments of
+  known matrices gives their product."""
+  from uopc.uop import UOp as U
+  for table, n, shape in ((wmma_a, 8, (16, 16)), (wmma_b, 4, (16, 8)), (wmma_c, 4, (16, 8))):
+    cells = set()
+    for lane in range(32):
+      for e in range(n):
+        r, c = (simplify(v).arg for v in table(U.const(lane), e))
+        cells.add((r, c))
+    assert cells == {(r, c) for r in range(shape[0]) for c in range(shape[1])}
+  A, B, C = rand(10, 16, 16), rand(11, 16, 8), rand(12, 16, 8)
+  def frag(table, M, n):
+    return np.array([[M[tuple(simplify(v).arg for v in table(U.const(lane), e))] for e in range(n)] for lane in range(32)], np.float32)
+  D = wmma(frag(wmma_a, A, 8), frag(wmma_b, B, 4), frag(wmma_c, C, 4))
+  np.testing.assert_allclose(D, frag(wmma_c, A @ B + C, 4), rtol=1e-5, atol=1e-5)
+
+
+def staged_gemm_sink():
+  return lower(matmul(32, 32, 32), buf(2, 32 * 32), Ctx(opts=Opts(gpu=True, local={0: 4, 1: 4}, upcast={0: 2, 1: 2}, stage=8)))
+
+
+def without_barriers(sink, which):
+  barriers = [u for u in sink.toposort() if u.op is Ops.BARRIER]     # sources first: in the order they run
+  [out] = UOp.wrap([sink], {barriers[k] for k in which}, lambda b: UOp(Ops.SINK, b.src))
+  return out
+
+
+@pytest.mark.parametrize("which", [(0, 1), (0,), (1,)], ids=["both", "after-the-copies", "before-the-next-copies"])
+def test_removing_a_barrier_from_the_tiled_gemm_is_a_race(which):
+  a, b = rand(13, 32 * 32), rand(14, 32 * 32)
+  ok = np.zeros(32 * 32, np.float32)
+  run_lowered(staged_gemm_sink(), {0: a, 1: b, 2: ok}, get_backend(PY))
+  np.testing.assert_allclose(ok.reshape(32, 32), a.reshape(32, 32) @ b.reshape(32, 32), rtol=1e-5, atol=1e-5)
+  with pytest.raises(RaceError, match=r"acc\d+ \(shared\): thread \d+ of block \d+ (reads|writes) element \d+, which (thread \d+|other threads)"):
+    run_lowered(without_barriers(staged_gemm_sink(), which), {0: a, 1: b, 2: np.zeros(32 * 32, np.float32)}, get_backend(PY))
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_removing_a_barrier_of_a_shared_reduction_is_a_race(level):
+  # level 0: between the partials and the tree; 1, 2: between two levels of the tree
+  sink = lower(buf(0, 4 * 64).reshape((4, 64)).reduce(Ops.ADD, 1), buf(1, 4), Ctx(opts=Opts(gpu=True, group=16)))
+  assert sum(u.op is Ops.BARRIER for u in sink.toposort()) == 6          # the partials, 4 levels of 16 -> 1, the read
+  with pytest.raises(RaceError, match=r"thread (\d+) of block 0 reads element (?!\1)\d+, which thread \d+ wrote since the last BARRIER"):
+    run_lowered(without_barriers(sink, (level,)), {0: rand(15, 256), 1: np.zeros(4, np.float32)}, get_backend(PY))
+
+
+@pytest.mark.parametrize("opts, message", [
+  (Opts(gpu=True, group=48), "48 threads do not divide the reduced axis of size 64"),
+  (Opts(gpu=True, stage=8, local={0: 4}), "not a GEMM"),
+  (Opts(gpu=True, tc=True), "not a GEMM"),
+  (Opts(group=4), "is a GPU option: it needs gpu=True"),
+  (Opts(gpu=True, local={0: 3}), "not divisible by local 3"),
+])
+def test_gpu_opts_that_dont_fit_are_refused(opts, message):
+  root = buf(0, 4 * 64).reshape((4, 64)).reduce(Ops.ADD, 1)
+  with pytest.raises(LowerError, match=message): lower(root, buf(1, 4), Ctx(opts=opts))
+
+
+def test_gemm_opts_that_dont_fit_are_refused():
+  with pytest.raises(LowerError, match="tensor cores take f16 operands"): lower(matmul(32, 32, 32), buf(2, 1024), Ctx(opts=Opts(gpu=True, tc=True)))
+  with pytest.raises(LowerError, match="not a multiple of the block's tile of 64"):
+    lower(matmul(32, 32, 32), buf(2, 1024), Ctx(opts=Opts(gpu=True, stage=16, local={0: 16, 1: 16}, upcast={0: 4})))
+  with pytest.raises(LowerError, match="can't copy tiles"):
+    lower(matmul(32, 32, 32), buf(2, 1024), Ctx(opts=Opts(gpu=True, stage=2, local={0: 8, 1: 8})))
+
+
+def test_too_many_threads_for_the_backend_are_refused():
+  from uopc.kernelize import make_kernel
+  from uopc.runtime import compile_kernel
+  root = buf(0, 64 * 64).reshape((64, 64)) * 2.0
+  with pytest.raises(LowerError, match="4096 threads per block, but backend PYTHON runs at most 1024"):
+    compile_kernel(make_kernel(root, buf(1, 4096)), get_backend(PY), Opts(gpu=True, local={0: 64, 1: 64}))
+  with pytest.raises(LowerError, match="backend C is not a GPU"):
+    compile_kernel(make_kernel(root, buf(1, 4096)), get_backend("C"), Opts(gpu=True))
+
+
+def rendered(sink, name="k"):
+  lin = linearize(sink)
+  check_memory_safety(lin)
+  return CUDARenderer().render(LinearProgram(name, tuple(lin), tuple(program_buffers(lin))))
+
+
+def test_the_cuda_renderer_maps_grid_shared_memory_and_barriers():
+  src = rendered(staged_gemm_sink(), "tiled")
+  assert 'extern "C" __global__ void __launch_bounds__(16) tiled(' in src
+  assert "__shared__ float" in src and src.count("__syncthreads();") == 2
+  assert "blockIdx.x" in src and "threadIdx.x" in src and "#pragma omp" not in src
+  tc = rendered(lower(matmul(16, 8, 16, dtypes.f16), buf(2, 128), Ctx(opts=Opts(gpu=True, tc=True))), "wmma")
+  assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in tc and "half* __restrict__ data0" in tc and "cuda_fp16.h" in tc
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_cuda_kernels_compile_with_nvcc(arch):
+  compiler = CUDACompiler()
+  for sink in (staged_gemm_sink(), lower(matmul(16, 8, 16, dtypes.f16), buf(2, 128), Ctx(opts=Opts(gpu=True, tc=True))),
+               lower(buf(0, 256).reshape((4, 64)).reduce(Ops.MAX, 1), buf(1, 4), Ctx(opts=Opts(gpu=True, group=16)))):
+    assert compiler.compile(rendered(sink), "k", arch)[:4] == b"\x7fELF"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")
+def test_an_nvcc_failure_shows_its_message_and_the_source():
+  from uopc.backends.c import CompileError
+  with pytest.raises(CompileError, match=r"nvcc failed(.|\n)*--- source ---(.|\n)*   1 \| this is not CUDA"):
+    CUDACompiler().compile("this is not CUDA\n", "k", "sm_90")
+
+
+def test_without_a_device_the_cuda_backend_renders_and_compiles_but_cant_allocate():
+  if device_available(): pytest.skip("a CUDA device is present: the no-device error can't be seen here")
+  backend = get_backend("CUDA")
+  assert backend.caps.gpu and backend.caps.tensor_cores and backend.arch.startswith("sm_")
+  with pytest.raises(NoDeviceError, match="no CUDA device was found"): backend.alloc(16, dtypes.f32)
