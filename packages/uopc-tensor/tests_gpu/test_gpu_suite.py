@@ -129,8 +129,31 @@ def mlp_training_step(device):
   return train(device), train("C"), 1e-5
 
 
+def gpt_training_step(device):
+  """A training step of a tiny uopc.gpt (embeddings, LayerNorm, causal attention, GELU MLP, cross-entropy, AdamW); the
+  oracle is the same step on the C backend."""
+  from uopc.gpt import GPT, GPTConfig
+  def train(dev):
+    prev = os.environ.get("UOPC_DEVICE")
+    os.environ["UOPC_DEVICE"] = dev
+    try:
+      Tensor.manual_seed(0)
+      model = GPT(GPTConfig(vocab=13, context=8, layers=1, width=16, heads=2))
+      opt = nn.AdamW(model.parameters(), lr=0.01)
+      tokens = np.random.default_rng(20).integers(0, 13, (2, 9)).astype(np.int32)
+      opt.zero_grad()
+      loss = model.loss(Tensor(tokens[:, :-1]), Tensor(tokens[:, 1:]))
+      loss.backward()
+      opt.step()
+      return np.concatenate([loss.numpy().reshape(1), model.blocks[0].attn.weight.numpy().ravel()])
+    finally:
+      if prev is None: os.environ.pop("UOPC_DEVICE", None)
+      else: os.environ["UOPC_DEVICE"] = prev
+  return train(device), train("C"), 1e-5
+
+
 WORKLOADS = [elementwise, broadcast_where, half_math, integer_math, row_sums, column_max, long_sum, nested_sums, softmax, gemm_f32, gemm_f32_fused,
-             gemm_f16, conv, mlp_training_step]
+             gemm_f16, conv, mlp_training_step, gpt_training_step]
 DEVICES = ["PYTHON", pytest.param("CUDA", marks=pytest.mark.skipif(not device_available(), reason="no CUDA device on this machine"))]
 
 
