@@ -18,7 +18,7 @@ pairs, `Tensor.cat(*ts, dim=)`, `layernorm` has no affine parameters, `gelu` is 
 """
 from __future__ import annotations
 import itertools, math, os, weakref
-from typing import Any
+from typing import Any, NamedTuple
 import numpy as np
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.uop import UOp, Ops, ParamArg, prod
@@ -35,8 +35,18 @@ _NP_TO_DTYPE = {np.dtype(np.float32): dtypes.f32, np.dtype(np.float64): dtypes.f
                 np.dtype(np.bool_): dtypes.bool}
 
 
-class TensorError(ValueError):
-  """A Tensor operation called with shapes, dtypes or arguments it can't take."""
+class TensorError(ValueError, RuntimeError):
+  """A Tensor operation called with shapes, dtypes or arguments it can't take. It is a ValueError (what NumPy users
+  catch) and a RuntimeError (what PyTorch raises for the same mistakes, so code written against torch catches it)."""
+
+
+class TensorIndexError(TensorError, IndexError):
+  """An index or a dimension out of range, or an index of a kind that can't index (a float, a bool mask)."""
+
+
+class TensorTypeError(TensorError, TypeError, NotImplementedError):
+  """An argument of a type or a value an op doesn't take: an unknown mode or reduction name, a float where bits are
+  needed. (torch raises TypeError or NotImplementedError for these; this is both.)"""
 
 
 class JitError(TensorError):
@@ -122,6 +132,22 @@ def _pair(v) -> tuple[int, int]:
 
 
 def _promote(*ds: DType) -> DType: return max(ds, key=_PROMOTION.index)
+
+
+class ValuesIndices(NamedTuple):
+  """What sort, topk, cummax and cummin return: t.sort(0).values and t.sort(0)[0] both work, as with torch's return types."""
+  values: Tensor
+  indices: Tensor
+
+
+def _index_array(i) -> np.ndarray:
+  """A list, tuple or array used as an index, as an array of i32 indices (a bool or float one is refused)."""
+  try: arr = np.asarray(i)
+  except ValueError: raise TensorIndexError(f"can't index with the ragged sequence {i!r}") from None
+  if arr.size == 0: return arr.astype(np.int32)   # [] is a float array to numpy, an empty index to everyone
+  if arr.dtype == bool: raise TensorIndexError("boolean mask indexing isn't supported (its result shape depends on the data; see masked_select)")
+  if arr.dtype.kind not in "iu": raise TensorIndexError(f"indices must be integers, got {arr.dtype} {str(i)[:60]}")
+  return arr.astype(np.int32)
 
 
 class Tensor:
@@ -378,7 +404,7 @@ class Tensor:
     q = pos.where(r >= b, r <= b).where(q + 1, pos.where(r < 0, r > 0).where(q - 1, q))
     return q.detach()   # piecewise constant: no gradient (so a % b has torch's gradients 1 and -(a // b))
   def __pow__(self, x): return self.pow(x)
-  def __rpow__(self, x): return (self._new(self._operands(x, True)[0])).pow(self)
+  def __rpow__(self, x): return self.pow(x, reverse=True)
   def __matmul__(self, x): return self.matmul(x)
   def __rmatmul__(self, x): return Tensor(x, device=self.device).matmul(self)
   def __lt__(self, x): return self._binop(Ops.CMPLT, x)
@@ -390,10 +416,58 @@ class Tensor:
   def ne(self, x) -> Tensor: return self._binop(Ops.CMPNE, x)
   def eq(self, x) -> Tensor: return self.ne(x).logical_not()
   def logical_not(self) -> Tensor: return self._new(self.cast(dtypes.bool).uop.ne(True))
-  def __invert__(self): return self.logical_not()
-  def __and__(self, x): return self.cast(dtypes.bool)._binop(Ops.MUL, x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
-  def __or__(self, x): return self.cast(dtypes.bool)._binop(Ops.ADD, x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
-  __rand__, __ror__ = __and__, __or__
+  def logical_and(self, x) -> Tensor: return self.bool() & (x.bool() if isinstance(x, Tensor) else bool(x))
+  def logical_or(self, x) -> Tensor: return self.bool() | (x.bool() if isinstance(x, Tensor) else bool(x))
+  def logical_xor(self, x) -> Tensor: return self.bool() ^ (x.bool() if isinstance(x, Tensor) else bool(x))
+
+  # ---- bits: & | ^ ~ << >> are logical on bool and bitwise on i32, as in PyTorch
+  def _bitwise(self, x, op: str, reverse: bool = False) -> Tensor:
+    """a & b, a | b, a ^ b. The IR has no bit operations, so an i32 is taken apart into its 32 bits (bit k is
+    floor(v / 2**k) mod 2, which is two's complement's bit k for negative v too; bit 31 is v < 0), the bits are combined,
+    and the word is summed back with weights 2**k and -2**31 for bit 31 (no partial sum of those can overflow)."""
+    a, b, parents = self._operands(x, reverse)
+    if a.dtype.is_float: raise TensorTypeError(f"{op} needs bool or integer tensors, got {a.dtype.name}")
+    if a.dtype is dtypes.bool:
+      return self._new({"&": a * b, "|": UOp(Ops.ADD, (a, b)), "^": a.ne(b)}[op], *parents)
+    ta, tb = self._new(a), self._new(b)
+    weights = Tensor(np.array([1 << k for k in range(31)] + [I32_MIN], np.int32), device=self.device)
+    ba, bb = ta._bits(), tb._bits()
+    bits = {"&": ba * bb, "|": ba.maximum(bb), "^": ba.ne(bb).int()}[op]
+    return self._new((bits * weights).sum(-1).uop, *parents)
+  def _bits(self) -> Tensor:
+    """The 32 bits of an i32 tensor as a new last axis of 0/1 i32s, bit 0 first."""
+    low = Tensor(np.array([1 << k for k in range(31)], np.int32), device=self.device)
+    return ((self.unsqueeze(-1) // low) % 2).cat((self < 0).int().unsqueeze(-1), dim=-1)
+  def __and__(self, x): return self._bitwise(x, "&")
+  def __or__(self, x): return self._bitwise(x, "|")
+  def __xor__(self, x): return self._bitwise(x, "^")
+  def __rand__(self, x): return self._bitwise(x, "&", True)
+  def __ror__(self, x): return self._bitwise(x, "|", True)
+  def __rxor__(self, x): return self._bitwise(x, "^", True)
+  bitwise_and, bitwise_or, bitwise_xor = __and__, __or__, __xor__
+  def __invert__(self) -> Tensor:
+    if self.dtype.is_float: raise TensorTypeError(f"~ needs a bool or integer tensor, got {self.dtype.name}")
+    return self.logical_not() if self.dtype is dtypes.bool else -1 - self   # ~v is -1 - v in two's complement, and never overflows
+  bitwise_not = __invert__
+  def _shift_operands(self, x, op: str) -> tuple[Tensor, Tensor | int]:
+    if self.dtype is not dtypes.i32 or (isinstance(x, Tensor) and x.dtype is not dtypes.i32) or isinstance(x, (float, bool)):
+      raise TensorTypeError(f"{op} shifts i32 tensors by integers, got {self.dtype.name} {op} {x.dtype.name if isinstance(x, Tensor) else repr(x)}")
+    if not isinstance(x, Tensor) and not 0 <= x < 32: raise TensorError(f"{op}: shift by {x}, expected 0 to 31")
+    return self, x
+  def _pow2(self) -> Tensor:
+    """2**self for an i32 tensor of shift amounts in 0..31 (2**31 wraps to -2**31): a table lookup."""
+    table = Tensor(np.array([1 << k for k in range(31)] + [I32_MIN], np.int32), device=self.device)
+    return (self.unsqueeze(-1).eq(Tensor.arange(32, device=self.device))).where(table, 0).sum(-1)
+  def __lshift__(self, x) -> Tensor:
+    """self * 2**x, wrapping like the i32 it is."""
+    t, x = self._shift_operands(x, "<<")
+    return t * (x._pow2() if isinstance(x, Tensor) else (1 << x if x < 31 else I32_MIN))
+  def __rshift__(self, x) -> Tensor:
+    """The arithmetic shift: floor(self / 2**x) (by 31: -1 for negative values, 0 for the rest)."""
+    t, x = self._shift_operands(x, ">>")
+    if not isinstance(x, Tensor): return t // (1 << x) if x < 31 else -(t < 0).int()
+    return x.eq(31).where(-(t < 0).int(), t // x.minimum(30)._pow2())
+  lshift, rshift, bitwise_left_shift, bitwise_right_shift = __lshift__, __rshift__, __lshift__, __rshift__
 
   def cast(self, dtype) -> Tensor:
     d = _to_dtype(dtype)
@@ -415,7 +489,11 @@ class Tensor:
   def exp(self) -> Tensor: return (self * (1 / math.log(2))).exp2()
   def log(self) -> Tensor: return self.log2() * math.log(2)
   def rsqrt(self) -> Tensor: return self.sqrt().recip()
-  def cos(self) -> Tensor: return (self + math.pi / 2).sin()
+  def cos(self) -> Tensor:
+    # 1 - 2 sin(x/2)^2: halving is exact and sinf reduces a large argument exactly. sin(x + pi/2) rounded x + pi/2 first,
+    # which at |x| = 1e6 (where an f32 ulp is 0.06) was 5% off
+    s = (self * 0.5).sin()
+    return 1 - 2 * s * s
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def sigmoid(self) -> Tensor:
     # 1/(1+e^-x) for x >= 0 and e^x/(1+e^x) below, both through e = e^-|x| <= 1: no exp overflows, so neither the value
@@ -428,16 +506,28 @@ class Tensor:
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self.float()).sigmoid() - 1.0
   def relu(self) -> Tensor: return (self > 0).where(self, 0)
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self > 0).where(self, self * neg_slope)
-  def gelu(self) -> Tensor: return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+  def gelu(self, approximate: str = "tanh") -> Tensor:
+    """GELU: the tanh approximation by default (DESIGN 6.2), x * Phi(x) through erf with approximate="none"."""
+    if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+    if approximate != "tanh": raise TensorTypeError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
+    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
   def silu(self) -> Tensor: return self * self.sigmoid()
   def abs(self) -> Tensor: return self.maximum(-self)     # MAX splits ties, so the gradient at 0 is 0, as in torch
   def sign(self) -> Tensor: return (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
   def square(self) -> Tensor: return self * self
   def maximum(self, x) -> Tensor: return self._binop(Ops.MAX, x)
-  def minimum(self, x) -> Tensor: return -((-self).maximum(-x if isinstance(x, Tensor) else -x))
+  def minimum(self, x) -> Tensor:
+    a, b, parents = self._operands(x)   # promote first: minimum(bool tensor, 3) compares integers, as torch does
+    return self._new(a, *parents)._inverse().maximum(self._new(b, *parents)._inverse())._inverse()
+  def _inverse(self) -> Tensor:
+    """An order-reversing bijection, its own inverse: -x on floats, ~x = -1 - x on integers (-x overflows at INT_MIN), not
+    on bools. min is max under it, argmin is argmax."""
+    if self.dtype.is_float: return -self
+    return self.logical_not() if self.dtype is dtypes.bool else -1 - self
   def clip(self, min_=None, max_=None) -> Tensor:
     # WHERE, not maximum/minimum: torch.clamp gives self the whole gradient on a bound too (MAX would split the tie),
     # and a NaN stays NaN
+    if min_ is None and max_ is None: raise TensorError("clip: give min_, max_ or both (torch.clamp refuses neither too)")
     t = self
     if min_ is not None: t = (t < min_).where(min_, t)
     if max_ is not None: t = (t > max_).where(max_, t)
@@ -464,27 +554,264 @@ class Tensor:
     odd = ((f * 0.5).floor() * 2).ne(f)
     return ((d > 0.5) | (d.eq(0.5) & odd)).where(f + 1, f)
 
-  def pow(self, x) -> Tensor:
-    if not isinstance(x, Tensor):
-      x = x.item() if isinstance(x, np.generic) else x
-      t = self.cast(self._scalar_dtype(x))   # as in the other ops: an int exponent keeps an int tensor int, a float one gives f32
-      if x == 0.5: return t.sqrt()
-      if float(x).is_integer():   # exponentiation by squaring: exact, and right for negative bases
-        n, sq, out = abs(int(x)), (t if x > 0 else t.float()), None
-        if n == 0: return t.ones_like()
-        while True:
-          if n & 1: out = sq if out is None else out * sq
-          n >>= 1
-          if not n: break
-          sq = sq * sq
-        return out if x > 0 else out.recip()
-      return (t.log2() * float(x)).exp2()
-    t = self if self.dtype.is_float else self.float()
-    mag = x.eq(0).where(1.0, (t.abs().log2() * x).exp2())   # x**0 is 1, also for 0 and inf where log2 * 0 is nan
-    # a negative base with an integral exponent: |t|^x, negated for odd x; otherwise NaN like torch
-    odd = (x.float() % 2).abs().eq(1)
-    integral = x.float().eq(x.float().floor())
-    return (t < 0).where(integral.where(odd.where(-mag, mag), float("nan")), mag)
+  # ---- torch's names for the arithmetic above
+  def add(self, x, alpha=1) -> Tensor: return self + (x * alpha if alpha != 1 else x)
+  def sub(self, x, alpha=1) -> Tensor: return self - (x * alpha if alpha != 1 else x)
+  def mul(self, x) -> Tensor: return self * x
+  def neg(self) -> Tensor: return -self
+  def reciprocal(self) -> Tensor: return self.recip()
+  def clone(self) -> Tensor: return self._new(self.uop, self)
+  def mod(self, x) -> Tensor: return self % x
+  remainder = mod
+  def div(self, x, rounding_mode: str | None = None) -> Tensor:
+    """self / x: true division (rounding_mode None), rounded toward zero ("trunc") or down ("floor"). Integers stay
+    integers under trunc and floor, as in torch."""
+    if rounding_mode is None: return self / x
+    if rounding_mode not in ("trunc", "floor"):
+      raise TensorTypeError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    a, b, parents = self._operands(x)
+    ta, tb = self._new(a, *parents), self._new(b, *parents)
+    if rounding_mode == "floor": return ta // tb
+    if a.dtype.is_float: return (ta / tb).trunc()
+    q = ta // tb   # floor; trunc is one more where the exact quotient is negative and not whole
+    return ((ta % tb).ne(0) & ((ta < 0).ne(tb < 0))).where(q + 1, q)
+  divide = div
+  def fmod(self, x) -> Tensor:
+    """C's fmod: the remainder of the division rounded toward zero, with self's sign (% takes the divisor's)."""
+    a, b, parents = self._operands(x)
+    ta, tb = self._new(a, *parents), self._new(b, *parents)
+    r = ta % tb
+    return (r.ne(0) & ((r < 0).ne(ta < 0))).where(r - tb, r)
+  def lerp(self, end, weight) -> Tensor:
+    """self + weight * (end - self); from the end for weights of 1/2 and more, as torch does (exact at weight 1)."""
+    w = weight if isinstance(weight, Tensor) else Tensor.full((), float(weight), device=self.device)
+    return (w < 0.5).where(self + w * (end - self), end - (end - self) * (1 - w))
+
+  # ---- floating point classes and comparisons
+  def isnan(self) -> Tensor: return self.ne(self)
+  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    t = self.float() if not self.dtype.is_float else self
+    if detect_positive and detect_negative: return t.eq(float("inf")) | t.eq(float("-inf"))
+    if detect_positive or detect_negative: return t.eq(float("inf") if detect_positive else float("-inf"))
+    return Tensor.zeros(*self.shape, dtype=dtypes.bool, device=self.device)
+  def isfinite(self) -> Tensor:
+    if not self.dtype.is_float: return self.ne(self).logical_not()
+    return (self - self).eq(0)   # inf - inf and nan - nan are nan
+  def isclose(self, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    """|self - other| <= atol + rtol * |other|, elementwise, as torch.isclose (equal infinities are close, NaN is not unless
+    equal_nan)."""
+    other = other if isinstance(other, Tensor) else Tensor.full((), other, device=self.device)
+    close = self.eq(other)
+    if equal_nan: close = close | (self.isnan() & other.isnan())
+    err = (self - other).abs()
+    return close | (err.isfinite() & (err <= atol + (rtol * other).abs()))
+  def allclose(self, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+  def copysign(self, other) -> Tensor:
+    """|self| with other's sign, -0.0 included (1 / -0.0 is -inf). torch's gradient: sign(self) * sign(result), 0 at 0."""
+    other = other if isinstance(other, Tensor) else Tensor.full((), float(other), device=self.device)
+    x = self if self.dtype.is_float else self.float()
+    neg = (other < 0) | (other.float().recip() < 0)
+    x_neg = (x < 0) | (x.recip() < 0)
+    mag = x_neg.where(-x, x)
+    return x.eq(0).where(neg.where(-0.0, 0.0), neg.where(-mag, mag))
+
+  # ---- more exponentials and logarithms
+  def log10(self) -> Tensor: return self.log2() * (math.log(2) / math.log(10))
+  def log1p(self) -> Tensor:
+    """log(1 + x), accurate near 0: there log(1 + x) loses the low bits of x, so a series takes over."""
+    x = self if self.dtype.is_float else self.float()
+    small = x.abs() < 0.1
+    xs = small.where(x, 0.0)
+    series = xs * (1 - xs * (1 / 2 - xs * (1 / 3 - xs * (1 / 4 - xs * (1 / 5 - xs * (1 / 6 - xs * (1 / 7 - xs * (1 / 8 - xs / 9))))))))
+    return small.where(series, (1 + small.where(0.0, x)).log())
+  def expm1(self) -> Tensor:
+    """e^x - 1, accurate near 0 (a series there; e^x - 1 would cancel)."""
+    x = self if self.dtype.is_float else self.float()
+    small = x.abs() < 0.1
+    xs = small.where(x, 0.0)
+    series = xs * (1 + xs * (1 / 2 + xs * (1 / 6 + xs * (1 / 24 + xs * (1 / 120 + xs * (1 / 720 + xs * (1 / 5040 + xs / 40320)))))))
+    return small.where(series, small.where(0.0, x).exp() - 1)
+  def logaddexp(self, other) -> Tensor:
+    """log(e^self + e^other), shifted by the larger so nothing overflows."""
+    other = other if isinstance(other, Tensor) else Tensor.full((), float(other), device=self.device)
+    m = self.maximum(other).detach()
+    m = m.isinf().where(0.0, m)   # both -inf (or an inf): no shift, the log of the sum is the answer
+    return ((self - m).exp() + (other - m).exp()).log() + m
+  def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
+    """log(sum(exp(self))) over axis, shifted by the (detached) max so nothing overflows."""
+    m = self.max(axis, keepdim=True).detach()
+    m = m.isinf().where(0.0, m)
+    out = (self - m).exp().sum(axis, keepdim=True).log() + m
+    return out if keepdim else out.reshape(tuple(n for k, n in enumerate(self.shape) if k not in self._axes(axis)))
+
+  # ---- hyperbolic and inverse trigonometric functions
+  def sinh(self) -> Tensor: return (self.expm1() - (-self).expm1()) * 0.5
+  def cosh(self) -> Tensor:
+    e = self.float().exp() if not self.dtype.is_float else self.exp()
+    return (e + e.recip()) * 0.5
+  def atan(self) -> Tensor:
+    """Cephes' atanf: |x| is reduced into [0, tan(pi/8)] (through 1/|x| above 1 and (t-1)/(t+1) above tan(pi/8)) and a
+    polynomial finishes (error ~1e-7). Every reduction reads a safe input where it isn't taken, so no unused branch is NaN
+    in the backward pass."""
+    x = self if self.dtype.is_float else self.float()
+    neg = x < 0
+    a = neg.where(-x, x)   # |x| with slope 1 at 0 (abs would split it)
+    big = a > 1
+    t = big.where(big.where(a, 1.0).recip(), a)                       # in [0, 1]
+    mid = t > 0.4142135623730950
+    u = mid.where((t - 1) / (t + 1), t)                               # in [-tan(pi/8), tan(pi/8)]
+    z = u * u
+    r = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1) * z * u + u
+    r = mid.where(r + math.pi / 4, r)
+    r = big.where(math.pi / 2 - r, r)
+    return neg.where(-r, r)
+  def asin(self) -> Tensor:
+    x = self if self.dtype.is_float else self.float()
+    return (x / ((1 - x) * (1 + x)).sqrt()).atan()
+  def acos(self) -> Tensor: return math.pi / 2 - self.asin()
+  def asinh(self) -> Tensor:
+    x = self if self.dtype.is_float else self.float()
+    neg = x < 0
+    a = neg.where(-x, x)
+    small = a < 0.1   # log(a + sqrt(a^2 + 1)) loses a's low bits near 0, where the series is exact
+    z = a * a
+    r = small.where(a * (1 - z * (1 / 6 - z * (3 / 40 - z * 15 / 336))), (a + (z + 1).sqrt()).log())
+    return neg.where(-r, r)
+  def acosh(self) -> Tensor: return (self + (self * self - 1).sqrt()).log()
+  def atanh(self) -> Tensor: return (self.log1p() - (-self).log1p()) * 0.5
+  def erf(self) -> Tensor:
+    """A series below 0.5 and Abramowitz & Stegun 7.1.26 above (error < 1.5e-7), with the exact gradient
+    2/sqrt(pi) e^(-x^2) attached (the approximation's own derivative is less accurate than its value)."""
+    x = self if self.dtype.is_float else self.float()
+    xd = x.detach()
+    a = (xd < 0).where(-xd, xd)
+    small = a < 0.5
+    s = small.where(a, 0.0)
+    z = s * s
+    series = s * (2 / math.sqrt(math.pi)) * (1 - z * (1 / 3 - z * (1 / 10 - z * (1 / 42 - z * (1 / 216 - z / 1320)))))
+    t = (1 + 0.3275911 * a).recip()
+    poly = ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t
+    y = small.where(series, 1 - poly * (-a * a).exp())
+    return (xd < 0).where(-y, y)._with_gradient((x, (-xd * xd).exp() * (2 / math.sqrt(math.pi))))
+
+  # ---- activations (torch.nn.functional's), each with torch's gradient at its kinks
+  def relu6(self) -> Tensor: return self.hardtanh(0.0, 6.0)
+  def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    # the bounds themselves get no gradient (torch's hardtanh_backward), unlike clip's
+    return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
+  def hardsigmoid(self) -> Tensor: return ((self + 3) / 6).hardtanh(0.0, 1.0)
+  def hardswish(self) -> Tensor:
+    # torch's gradient: 0 below -3, x/3 + 1/2 in [-3, 3], 1 above
+    return (self < -3).where(0.0, (self > 3).where(self, self * (self + 3) / 6))
+  def elu(self, alpha: float = 1.0) -> Tensor:
+    pos = self > 0
+    return pos.where(self, alpha * pos.where(0.0, self).expm1())   # expm1 reads 0 where unused: no inf in its backward
+  def celu(self, alpha: float = 1.0) -> Tensor:
+    pos = self > 0
+    return pos.where(self, alpha * (pos.where(0.0, self) / alpha).expm1())
+  def selu(self) -> Tensor: return 1.0507009873554804934193349852946 * self.elu(1.6732632423543772848170429916717)
+  def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + e^(beta x)) / beta, and x itself where beta x > threshold (torch's rule)."""
+    bx = self * beta
+    lin = bx > threshold
+    return lin.where(self, lin.where(0.0, bx).exp().log1p() / beta)
+  def softsign(self) -> Tensor: return self / (1 + self.abs())
+  def mish(self) -> Tensor: return self * self.softplus().tanh()
+  def logsigmoid(self) -> Tensor: return -(-self).softplus()
+  def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
+  def swish(self) -> Tensor: return self.silu()
+
+  # ---- pow: PyTorch's values and gradients also at 0, at the infinities and for negative bases
+  def pow(self, x, reverse: bool = False) -> Tensor:
+    """self ** x (x ** self when reverse). An integer exponent is exact repeated squaring (right for negative bases and for
+    integer tensors); otherwise the value follows C's pow and the gradients are PyTorch's formulas, attached with
+    _with_gradient because differentiating exp2(x * log2 b) gives NaN where torch has 0 or inf (b = 0, b = inf)."""
+    if isinstance(x, np.generic): x = x.item()
+    if not isinstance(x, (Tensor, int, float)): raise TensorTypeError(f"pow: can't raise to a {type(x).__name__}")
+    if not reverse and not isinstance(x, Tensor):
+      c = int(x) if isinstance(x, bool) else x
+      t = self.int() if self.dtype is dtypes.bool else self
+      if not t.dtype.is_float and isinstance(c, int):
+        if c < 0: raise TensorError(f"pow: integers to negative integer powers are not allowed ({t.dtype.name} tensor ** {c}), as in PyTorch")
+        return t._power_of(c)
+      t = t if t.dtype.is_float else t.float()
+      if float(c).is_integer() and abs(c) <= 64:
+        if c >= -1: return t._power_of(int(c)) if c >= 0 else t.recip()
+        # 1 / x**n: its derivative through the products is 0 * inf = NaN at x = 0, where torch has c * 0**(c-1) = inf
+        return t._power_of(-int(c)).recip()._with_gradient((t, c * Tensor._pow_value(t, c - 1)))
+      if c == 0.5: return t.eq(float("-inf")).where(float("inf"), t.sqrt())   # sqrt's own gradient is torch's at 0 too
+      return Tensor._pow_value(t, c)._with_gradient((t, c * Tensor._pow_value(t, c - 1)))
+    base, exp = (self, x) if not reverse else (x, self)
+    if isinstance(base, Tensor) and isinstance(exp, Tensor) and not base.dtype.is_float and not exp.dtype.is_float:
+      b, e, _ = base._operands(exp)
+      return base._new(b, base, exp)._int_pow(base._new(e, base, exp))
+    ref = base if isinstance(base, Tensor) else exp
+    b, e, _ = (ref.float() if not ref.dtype.is_float else ref)._operands(exp if ref is base else base, reverse=ref is not base)
+    b, e = ref._new(b, ref), ref._new(e, ref)
+    value = Tensor._pow_value(b, e)
+    pairs = []
+    # torch: d/db = e * b**(e-1), 0 where e == 0; d/de = b**e * log(b), 0 where b == 0 and e >= 0
+    if isinstance(base, Tensor): pairs.append((base, e.eq(0).where(0.0, e * Tensor._pow_value(b, e - 1))))
+    if isinstance(exp, Tensor): pairs.append((exp, (b.eq(0) & (e >= 0)).where(0.0, value * b.log())))
+    return value._with_gradient(*pairs)
+
+  def _power_of(self, n: int) -> Tensor:
+    """self ** n for a python int n >= 0 by repeated squaring: exact on integers, right for negative bases. x ** 0 is 1 but
+    keeps x in the graph, so x gets a zero gradient as in torch."""
+    if n == 0: return self.ne(self).where(1, 1).cast(self.dtype)
+    out, sq = None, self
+    while True:
+      if n & 1: out = sq if out is None else out * sq
+      n >>= 1
+      if not n: return out
+      sq = sq * sq
+
+  def _int_pow(self, e: Tensor) -> Tensor:
+    """self ** e elementwise on i32 tensors: square and multiply over the 31 bits of e (wrapping like i32 products). A
+    negative e gives 1 / self**|e| truncated toward zero (torch refuses it): 0 unless self is 1 or -1."""
+    out, sq, rest = self.ones_like(), self, e.maximum(0)
+    for _ in range(31):
+      out = (rest % 2).eq(1).where(out * sq, out)
+      sq, rest = sq * sq, rest // 2
+    unit = self.eq(1) | self.eq(-1)
+    return (e < 0).where(unit.where(self.eq(1).where(1, 1 - 2 * (e % 2)), 0), out)
+
+  @staticmethod
+  def _pow_value(b: Tensor, e) -> Tensor:
+    """b ** e by C's pow rules (a negative base needs an integral exponent, except -inf; anything ** 0 and 1 ** anything are
+    1), as exp2(e * log2|b|), with no gradient of its own: pow attaches PyTorch's. e is a float tensor or a python number."""
+    b = b.detach()
+    mag = ((b < 0).where(-b, b).log2() * (e.detach() if isinstance(e, Tensor) else e)).exp2()
+    if isinstance(e, Tensor):
+      e = e.detach()
+      integral, odd = e.eq(e.floor()), ((e * 0.5).floor() * 2).ne(e)
+      negative = integral.where(odd.where(-mag, mag), b.eq(float("-inf")).where(mag, float("nan")))
+      return (e.eq(0) | b.eq(1)).where(1.0, (b < 0).where(negative, mag))
+    if e == 0: return b.ne(b).where(1.0, 1.0)
+    if float(e).is_integer(): negative = -mag if int(e) % 2 else mag
+    else: negative = b.eq(float("-inf")).where(mag, float("nan"))
+    return b.eq(1).where(1.0, (b < 0).where(negative, mag))
+
+  def _with_gradient(self, *pairs: tuple[Tensor, Tensor]) -> Tensor:
+    """self's value, whose gradient with respect to each x of `pairs` is the paired slope (d self / d x, of self's shape)
+    instead of what differentiating self's graph would give. For ops whose PyTorch gradient is a formula of its own at the
+    edges (pow at 0 and at infinity, erf): value and slope are computed robustly apart and joined as v + (x - x') * slope,
+    x' being x detached: exactly v forward, the slope backward. 0 * slope would be NaN forward for an infinite slope, so
+    that goes in as (x - x') * big * big (forward 0, gradient big * big = inf), and a NaN slope as the difference of two
+    such products (gradient inf - inf). At an infinite x, x - x' is NaN, so there the gradient is 0."""
+    out = self.detach()
+    big = 2.0 ** (127 if out.dtype is dtypes.f32 else 15)
+    for x, slope in pairs:
+      xd, slope = x.detach(), slope.detach()
+      finite = xd.isfinite()
+      z = (finite.where(x, 0.0) - finite.where(xd, 0.0))._broadcast_to(out.shape)   # 0, with slope 1 in x where x is finite
+      inf, nan = slope.isinf(), slope.isnan()
+      out = out + z * (inf | nan).where(0.0, slope)
+      out = out + (inf.where(z * slope.sign(), 0.0) * big) * big
+      zn = nan.where(z, 0.0)
+      out = out + ((zn * big) * 4.0 - (zn * 4.0) * big)
+    return out
 
   def where(self, a, b) -> Tensor:
     """cond.where(a, b): a where self is true, b elsewhere, broadcast together."""
@@ -503,17 +830,22 @@ class Tensor:
 
   # ---- reductions
   def _axes(self, axis) -> list[int]:
+    """The axes `axis` names (None: all), sorted. A 0-d tensor takes axis 0 and -1 as PyTorch does, and has none to reduce."""
     if axis is None: return list(range(self.ndim))
-    return sorted({self._dim(a) for a in (axis if isinstance(axis, (tuple, list)) else [axis])})
+    axes = sorted({self._dim(a) for a in (axis if isinstance(axis, (tuple, list)) else [axis])})
+    return axes if self.ndim else []
 
   def _dim(self, d: int, extra: int = 0) -> int:
-    n = self.ndim + extra
-    if not -max(n, 1) <= d < max(n, 1): raise TensorError(f"dimension {d} out of range for a tensor of shape {self.shape}")
-    return d % max(n, 1)
+    """Dimension d (negative counts from the end) of a tensor with `extra` more axes; a 0-d tensor has dims 0 and -1."""
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)): raise TensorTypeError(f"a dimension must be an int, got {d!r}")
+    n = max(self.ndim + extra, 1)
+    if not -n <= d < n: raise TensorIndexError(f"dimension {d} out of range for a tensor of shape {self.shape} (expected {-n} to {n - 1})")
+    return int(d) % n
 
   def _reduce(self, op: Ops, axis=None, keepdim: bool = False) -> Tensor:
     """REDUCE pops the last axes, so the reduced axes are PERMUTEd to the end first (a free index map)."""
     axes = self._axes(axis)
+    if not axes: return self   # nothing to reduce (a 0-d tensor, or axis=())
     order = [a for a in range(self.ndim) if a not in axes] + axes
     t = self.permute(order) if order != list(range(self.ndim)) else self
     out = self._new(t.uop.reduce(op, len(axes)))
@@ -524,31 +856,71 @@ class Tensor:
     t = self.cast(dtype) if dtype is not None else (self.cast(dtypes.i32) if self.dtype is dtypes.bool else self)
     return t._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
-  def min(self, axis=None, keepdim: bool = False) -> Tensor: return -((-self)._reduce(Ops.MAX, axis, keepdim))
+  def min(self, axis=None, keepdim: bool = False) -> Tensor: return self._inverse()._reduce(Ops.MAX, axis, keepdim)._inverse()
   def mean(self, axis=None, keepdim: bool = False) -> Tensor:
     n = prod(self.shape[a] for a in self._axes(axis))
     return self.float().sum(axis, keepdim) * (1.0 / n if n else float("nan"))
   def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    """The sum of squared deviations over n - correction; with no degrees of freedom left that is a division by 0 (inf,
+    or NaN for a zero sum), as in torch."""
     n = prod(self.shape[a] for a in self._axes(axis))
     d = self.float() - self.float().mean(axis, keepdim=True)
-    return (d * d).sum(axis, keepdim) * (1.0 / max(n - correction, 0) if n - correction > 0 else float("nan"))
+    return (d * d).sum(axis, keepdim) * (1.0 / (n - correction) if n - correction > 0 else float("inf"))
   def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
+  def var_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+  def std_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+  def prod(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
+    """The product over axis. The IR reduces only by ADD and MAX, so the reduced axes become one axis, padded with ones to
+    a power of two and halved pairwise log2(n) times: exact on integers, and its gradient is the product of the others
+    (right at zeros too)."""
+    t = self.cast(dtype) if dtype is not None else (self.int() if self.dtype is dtypes.bool else self)
+    axes = t._axes(axis)
+    if not axes: return t
+    rest = [a for a in range(t.ndim) if a not in axes]
+    n = prod(t.shape[a] for a in axes)
+    x = t.permute(rest + axes).reshape(tuple(t.shape[a] for a in rest) + (n,))
+    m = 1 << max(0, n - 1).bit_length()
+    if m != n: x = x.pad(tuple(None for _ in rest) + ((0, m - n),), value=1)
+    while x.shape[-1] > 1:
+      x = x.reshape(x.shape[:-1] + (x.shape[-1] // 2, 2))
+      x = x.shrink(tuple(None for _ in x.shape[:-1]) + ((0, 1),)) * x.shrink(tuple(None for _ in x.shape[:-1]) + ((1, 2),))
+      x = x.reshape(x.shape[:-1])
+    out = x.reshape(x.shape[:-1])
+    return out.reshape(tuple(1 if a in axes else d for a, d in enumerate(t.shape))) if keepdim else out
+  def norm(self, p: float = 2.0, dim=None, keepdim: bool = False) -> Tensor:
+    """The vector p-norm over dim (all axes by default), as torch.linalg.vector_norm: p = inf is the largest |x|, p = 0
+    counts the nonzero elements."""
+    a = self.float().abs()
+    if p == float("inf"): return a.max(dim, keepdim)
+    if p == float("-inf"): return a.min(dim, keepdim)
+    if p == 0: return a.ne(0).float().sum(dim, keepdim)
+    if p == 1: return a.sum(dim, keepdim)
+    if p == 2: return (a * a).sum(dim, keepdim).sqrt()
+    return (a ** p).sum(dim, keepdim) ** (1 / p)
+  def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """self / max(||self||_p over dim, eps), as torch.nn.functional.normalize."""
+    return self / self.norm(p, dim, keepdim=True).clip(min_=eps)
   def argmax(self, axis=None, keepdim: bool = False) -> Tensor:
     """The index of the (first) maximum, as i32; over the flattened tensor when axis is None."""
     if axis is None: return self.reshape(-1).argmax(0)
     ax = self._dim(axis)
+    if self.ndim == 0: return Tensor.zeros(dtype=dtypes.i32, device=self.device)
     n = self.shape[ax]
     hit = self.eq(self.max(ax, keepdim=True))
     rev = Tensor(np.arange(n, 0, -1, dtype=np.int32), device=self.device).reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
     return (n - hit.where(rev, 0).max(ax, keepdim)).cast(dtypes.i32)
-  def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return (-self).argmax(axis, keepdim)
+  def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return self._inverse().argmax(axis, keepdim)
   # a bool MAX starts from False: through i32 an empty any() started from INT_MIN, which is True
   def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool()._reduce(Ops.MAX, axis, keepdim)
   def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().logical_not().any(axis, keepdim).logical_not()
 
   # ---- movement
   def reshape(self, *shape) -> Tensor:
-    shape = _shape_arg(shape)
+    """The same elements in a new shape; one -1 takes what is left, and None keeps that axis's size (tinygrad's)."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    shape = _shape_arg(tuple(self.shape[k] if s is None and k < self.ndim else s for k, s in enumerate(shape)))
     if shape.count(-1) > 1: raise TensorError(f"reshape: only one -1, got {shape}")
     if -1 in shape:
       rest = prod(s for s in shape if s != -1)
@@ -574,10 +946,12 @@ class Tensor:
     src = (1,) * (len(shape) - self.ndim) + self.shape
     return self._broadcast_to(tuple(s if n == -1 else n for s, n in zip(src, shape)))
   def broadcast_to(self, *shape) -> Tensor: return self._broadcast_to(_shape_arg(shape))
-  def squeeze(self, dim: int | None = None) -> Tensor:
+  def squeeze(self, dim: int | tuple[int, ...] | None = None) -> Tensor:
+    """Drop axes of size 1: all of them, or those of dim (an int or a tuple) that have size 1."""
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
-    d = self._dim(dim)
-    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+    dims = {self._dim(d) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
+    if self.ndim == 0: return self
+    return self.reshape(tuple(s for k, s in enumerate(self.shape) if not (k in dims and s == 1)))
   def unsqueeze(self, dim: int) -> Tensor:
     d = self._dim(dim, extra=1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
@@ -592,12 +966,37 @@ class Tensor:
     for (b, e), s in zip(arg, self.shape):
       if not 0 <= b <= e <= s: raise TensorError(f"shrink: range ({b}, {e}) doesn't fit an axis of {s} in shape {self.shape}")
     return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._new(self.uop.shrink(arg))
-  def pad(self, arg, value: float = 0.0) -> Tensor:
-    """Pad each axis by (before, after) (None for none); negative amounts crop. Like numpy.pad with a constant."""
-    if len(arg) != self.ndim: raise TensorError(f"pad: {len(arg)} (before, after) pairs for shape {self.shape}")
-    arg = tuple((0, 0) if a is None else (int(a[0]), int(a[1])) for a in arg)
-    t = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(arg, self.shape)))
-    widths = tuple((max(0, b), max(0, a)) for b, a in arg)
+  def _pad_pairs(self, padding) -> tuple[tuple[int, int], ...]:
+    """One (before, after) pair per axis from numpy.pad's pairs (None for none, one per axis) or PyTorch's flat tuple
+    (before, after for the last axis, then the one before it, ...; ints, an even number, up to two per axis)."""
+    padding = tuple(padding)
+    if all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in padding) and padding:
+      if len(padding) % 2 or len(padding) > 2 * self.ndim:
+        raise TensorError(f"pad: a flat padding needs an even number of ints, at most 2 per axis (shape {self.shape}), got {padding}")
+      flat = [(int(padding[k]), int(padding[k + 1])) for k in range(0, len(padding), 2)]
+      return tuple([(0, 0)] * (self.ndim - len(flat)) + flat[::-1])
+    if len(padding) != self.ndim:
+      raise TensorError(f"pad: {len(padding)} (before, after) pairs for shape {self.shape}, expected {self.ndim}")
+    try: return tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
+    except (TypeError, IndexError): raise TensorError(f"pad: expected (before, after) pairs or None per axis, got {padding}") from None
+
+  def pad(self, padding, mode: str = "constant", value: float = 0.0) -> Tensor:
+    """Pad each axis: `padding` is numpy.pad's (before, after) per axis or F.pad's flat tuple from the last axis; negative
+    amounts crop. mode: "constant" (with value), "reflect" (mirror without repeating the edge), "replicate" (repeat the
+    edge), "circular" (wrap around). Negative amounts crop after reflect and replicate pad but before circular wraps, as
+    in torch."""
+    pairs = self._pad_pairs(padding)
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+      raise TensorTypeError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+    if mode != "constant":
+      if value != 0: raise TensorError(f"pad: value is for mode 'constant', not {mode!r}")
+      crops = tuple((min(b, 0), min(a, 0)) for b, a in pairs)
+      t = self.pad(crops) if mode == "circular" else self
+      for ax, (b, a) in enumerate(pairs):
+        if b > 0 or a > 0: t = t._pad_axis(ax, max(b, 0), max(a, 0), mode)
+      return t if mode == "circular" else t.pad(crops)
+    t = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape)))
+    widths = tuple((max(0, b), max(0, a)) for b, a in pairs)
     if all(w == (0, 0) for w in widths): return t
     if t.numel() == 0 and any(w != (0, 0) for w in widths):
       return Tensor.full(tuple(s + b + a for s, (b, a) in zip(t.shape, widths)), value, t.dtype, device=self.device)
@@ -606,15 +1005,36 @@ class Tensor:
       inside = t._new(_pad_uop(t.ones_like(dtype=dtypes.bool).uop, widths))
       out = inside.where(out, value)
     return out
+
+  def _pad_axis(self, ax: int, before: int, after: int, mode: str) -> Tensor:
+    """One axis padded by reflect, replicate or circular: pieces of the axis itself, concatenated."""
+    n = self.shape[ax]
+    piece = lambda b, e: self.shrink(tuple((b, e) if k == ax else None for k in range(self.ndim)))
+    if mode == "reflect" and (before >= n or after >= n):
+      raise TensorError(f"pad: reflect padding ({before}, {after}) must be smaller than the axis it mirrors ({n}, shape {self.shape})")
+    if mode == "circular" and (before > n or after > n):
+      raise TensorError(f"pad: circular padding ({before}, {after}) can wrap around axis {ax} of {n} at most once (shape {self.shape})")
+    if mode == "replicate" and n == 0: raise TensorError(f"pad: can't replicate the edge of an empty axis (shape {self.shape})")
+    if mode == "reflect": left, right = piece(1, before + 1).flip(ax), piece(n - 1 - after, n - 1).flip(ax)
+    elif mode == "circular": left, right = piece(n - before, n), piece(0, after)
+    else:
+      grow = lambda t, k: t.expand(tuple(k if i == ax else s for i, s in enumerate(t.shape)))
+      left, right = grow(piece(0, 1), before), grow(piece(n - 1, n), after)
+    return Tensor.cat(*(p for p in (left, self, right) if p.shape[ax]), dim=ax)
+
   def flip(self, axis) -> Tensor:
+    axes = [self._dim(a) for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
+    if len(set(axes)) != len(axes): raise TensorError(f"flip: dims {tuple(axis)} name an axis twice (shape {self.shape})")
     t = self
-    for a in self._axes(axis): t = t._new(flip_axis(t.uop, a))
+    for a in (sorted(axes) if self.ndim else []): t = t._new(flip_axis(t.uop, a))
     return t
   def cat(*tensors: Tensor, dim: int = 0) -> Tensor:
     """Concatenate along dim (all other axes equal). Tensor.cat(a, b, dim=1) and a.cat(b, dim=1) are the same."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)): tensors = tuple(tensors[0])   # torch.cat([a, b])
     ts = [t for t in tensors if isinstance(t, Tensor)]
     if len(ts) != len(tensors) or not ts: raise TensorError("cat takes one or more Tensors")
     first = ts[0]
+    if any(t.ndim == 0 for t in ts): raise TensorIndexError("cat: zero-dimensional tensors can't be concatenated (stack them)")
     d = first._dim(dim)
     for t in ts[1:]:
       if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
@@ -633,8 +1053,9 @@ class Tensor:
     return out
   def stack(*tensors: Tensor, dim: int = 0) -> Tensor:
     """Join same-shaped tensors along a new axis `dim`. Tensor.stack(a, b) and a.stack(b) are the same."""
-    ts = list(tensors)
-    if not ts or not all(isinstance(t, Tensor) for t in ts): raise TensorError("stack takes one or more Tensors")
+    ts = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)   # torch.stack([a, b])
+    if not ts or not all(isinstance(t, Tensor) for t in ts):
+      raise TensorError("stack takes Tensors, or one list or tuple of them (the dimension goes in dim=)")
     if any(t.shape != ts[0].shape for t in ts): raise TensorError(f"stack: shapes {' and '.join(str(t.shape) for t in ts)} differ")
     dt = _promote(*(t.dtype for t in ts))
     ts = [t.cast(dt) for t in ts]
@@ -656,11 +1077,93 @@ class Tensor:
     return self.split(max(1, math.ceil(n / chunks)), dim)
   def repeat(self, *repeats) -> Tensor:
     reps = _shape_arg(repeats)
+    if len(reps) < self.ndim: raise TensorError(f"repeat: {len(reps)} repeats for a tensor of shape {self.shape} (one per axis at least)")
     base = (1,) * (len(reps) - self.ndim) + self.shape
     t = self.reshape(base)
     inter = tuple(x for s in base for x in (1, s))
     t = t.reshape(inter).expand(tuple(x for r, s in zip(reps, base) for x in (r, s)))
     return t.reshape(tuple(r * s for r, s in zip(reps, base)))
+
+  def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
+    """Each element `repeats` times in a row along dim (of the flattened tensor when dim is None)."""
+    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 0:
+      raise TensorTypeError(f"repeat_interleave: repeats must be an int >= 0, got {repeats!r}")
+    t = self.flatten() if dim is None else self
+    d = t._dim(dim) if dim is not None else 0
+    if t.ndim == 0: t = t.reshape(1)
+    x = t.unsqueeze(d + 1)
+    x = x.expand(x.shape[:d + 1] + (int(repeats),) + x.shape[d + 2:])
+    return x.reshape(t.shape[:d] + (t.shape[d] * int(repeats),) + t.shape[d + 1:])
+  def unflatten(self, dim: int, sizes) -> Tensor:
+    d = self._dim(dim)
+    return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+  def roll(self, shifts, dims=None) -> Tensor:
+    """Shift elements along dims, wrapping around (over the flattened tensor when dims is None)."""
+    shifts_t = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
+    if dims is None:
+      if len(shifts_t) != 1: raise TensorError(f"roll: {len(shifts_t)} shifts need as many dims")
+      return self.flatten().roll(shifts_t[0], 0).reshape(self.shape)
+    dims_t = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+    if len(shifts_t) != len(dims_t): raise TensorError(f"roll: {len(shifts_t)} shifts for {len(dims_t)} dims")
+    t = self
+    for sh, dim in zip(shifts_t, dims_t):
+      d = t._dim(dim)
+      n = t.shape[d] if t.ndim else 1
+      if not t.ndim or n == 0 or sh % n == 0: continue
+      k = sh % n
+      cut = lambda b, e: t.shrink(tuple((b, e) if i == d else None for i in range(t.ndim)))
+      t = Tensor.cat(cut(n - k, n), cut(0, n - k), dim=d)
+    return t
+  def _tri(self, diagonal: int, upper: bool) -> Tensor:
+    if self.ndim < 2: raise TensorError(f"{'triu' if upper else 'tril'} needs at least 2 dimensions, got shape {self.shape}")
+    r, c = self.shape[-2:]
+    keep = (np.triu if upper else np.tril)(np.ones((r, c), dtype=bool), diagonal)
+    return Tensor(keep, device=self.device).where(self, False if self.dtype is dtypes.bool else 0)
+  def triu(self, diagonal: int = 0) -> Tensor: return self._tri(diagonal, True)
+  def tril(self, diagonal: int = 0) -> Tensor: return self._tri(diagonal, False)
+  def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The diagonal of the (dim1, dim2) planes (offset above or below it) as a new last axis: the plane flattened and read
+    with a stride of n + 1, movement ops only."""
+    a, b = self._dim(dim1), self._dim(dim2)
+    if a == b: raise TensorError(f"diagonal: dim1 and dim2 are both {a}")
+    rest = [k for k in range(self.ndim) if k not in (a, b)]
+    x = self.permute(rest + [a, b])
+    lead = x.shape[:-2]
+    r, c = x.shape[-2:]
+    x = x.shrink(tuple(None for _ in lead) + (((0, r), (min(offset, c), c)) if offset >= 0 else ((min(-offset, r), r), (0, c))))
+    n = min(x.shape[-2:])
+    x = x.shrink(tuple(None for _ in lead) + ((0, n), (0, n))).reshape(lead + (n * n,))
+    return x._strided(len(lead), 0, n * n, n + 1) if n else x
+  def diag(self, diagonal: int = 0) -> Tensor:
+    """A 1-D tensor as the given diagonal of a square matrix; the diagonal of a 2-D one."""
+    if self.ndim == 2: return self.diagonal(diagonal)
+    if self.ndim != 1: raise TensorError(f"diag takes a 1-D or 2-D tensor, got shape {self.shape}")
+    n, k = self.shape[0], abs(diagonal)
+    square = Tensor(np.eye(n, dtype=bool), device=self.device).where(self.reshape(1, n).expand(n, n), 0)
+    return square.pad(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
+  def unfold(self, dim: int, size: int, step: int) -> Tensor:
+    """torch's Tensor.unfold: the windows of `size` along dim, `step` apart, as a new last axis."""
+    d = self._dim(dim)
+    n = self.shape[d] if self.ndim else 1
+    if size < 0 or size > n: raise TensorError(f"unfold: size {size} doesn't fit dim {d} of {n} (shape {self.shape})")
+    if step <= 0: raise TensorError(f"unfold: step must be positive, got {step}")
+    if self.ndim == 0: return self.reshape(size)
+    o = (n - size) // step + 1
+    if size == 0: return Tensor.zeros(*self.shape[:d], o, *self.shape[d + 1:], 0, dtype=self.dtype, device=self.device)
+    others = [k for k in range(self.ndim) if k != d]
+    win = self.permute(others + [d])._windows((size,), (step,), (1,))   # (*others, o, size)
+    return win.permute(list(range(d)) + [self.ndim - 1] + list(range(d, self.ndim - 1)) + [self.ndim])
+  def meshgrid(self, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids of 1-D tensors (torch.meshgrid): "ij" indexes by the order given, "xy" swaps the first two."""
+    if indexing not in ("ij", "xy"): raise TensorError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    ts = [t.reshape(-1) for t in (self, *others)]
+    shape = tuple(t.shape[0] for t in ts)
+    if indexing == "xy" and len(ts) > 1: shape = (shape[1], shape[0]) + shape[2:]
+    outs = []
+    for k, t in enumerate(ts):
+      axis = {0: 1, 1: 0}.get(k, k) if indexing == "xy" and len(ts) > 1 else k
+      outs.append(t.reshape(tuple(-1 if i == axis else 1 for i in range(len(ts)))).expand(shape))
+    return tuple(outs)
 
   def _strided(self, axis: int, start: int, stop: int, step: int) -> Tensor:
     """x[start:stop:step] on one axis (step > 0): shrink, pad to a multiple of step, split off the step, keep the first."""
@@ -676,10 +1179,11 @@ class Tensor:
   def __getitem__(self, idx) -> Tensor:
     """Python indexing: ints, slices (with steps, negative too), None, Ellipsis, and integer Tensors (or lists) to gather."""
     if not isinstance(idx, tuple): idx = (idx,)
-    idx = tuple(Tensor(np.asarray(i), device=self.device) if isinstance(i, (list, np.ndarray)) else i for i in idx)
-    if sum(1 for i in idx if i is Ellipsis) > 1: raise TensorError("an index can hold only one Ellipsis")
+    # a list or tuple inside the index is a list of indices, as in numpy and torch (x[(0, 1), :] gathers rows 0 and 1)
+    idx = tuple(Tensor(_index_array(i), device=self.device) if isinstance(i, (list, tuple, np.ndarray)) else i for i in idx)
+    if sum(1 for i in idx if i is Ellipsis) > 1: raise TensorIndexError("an index can only have a single ellipsis ('...')")
     n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
-    if n_real > self.ndim: raise TensorError(f"too many indices ({n_real}) for a tensor of shape {self.shape}")
+    if n_real > self.ndim: raise TensorIndexError(f"too many indices ({n_real}) for a tensor of shape {self.shape}")
     if any(i is Ellipsis for i in idx):   # `in` would compare Tensors with ==
       k = next(j for j, i in enumerate(idx) if i is Ellipsis)
       idx = idx[:k] + (slice(None),) * (self.ndim - n_real) + idx[k + 1:]
@@ -688,14 +1192,15 @@ class Tensor:
     for i in idx:
       if i is None: t = t.unsqueeze(axis); axis += 1; continue
       if isinstance(i, Tensor):
-        if i.dtype is dtypes.bool: raise TensorError("boolean mask indexing isn't supported (its result shape depends on the data)")
-        if i.dtype is not dtypes.i32: raise TensorError(f"index tensors must be integers, got {i.dtype.name}")
+        if i.dtype is dtypes.bool:
+          raise TensorIndexError("boolean mask indexing isn't supported (its result shape depends on the data; see masked_select)")
+        if i.dtype is not dtypes.i32: raise TensorIndexError(f"index tensors must be integers, got {i.dtype.name}")
         tensor_axes.append((axis, i)); axis += 1; continue
-      if isinstance(i, (bool, np.bool_)): raise TensorError("a bool index isn't supported")
+      if isinstance(i, (bool, np.bool_)): raise TensorIndexError("a bool index isn't supported")
       if isinstance(i, (int, np.integer)):
         n = t.shape[axis]
         j = int(i) + n if i < 0 else int(i)
-        if not 0 <= j < n: raise TensorError(f"index {i} is out of range for axis {axis} of size {n} (shape {self.shape})")
+        if not 0 <= j < n: raise TensorIndexError(f"index {i} is out of bounds for axis {axis} of size {n} (shape {self.shape})")
         t = t.shrink(tuple((j, j + 1) if a == axis else None for a in range(t.ndim)))
         t = t.reshape(t.shape[:axis] + t.shape[axis + 1:])
         continue
@@ -708,7 +1213,7 @@ class Tensor:
           t = t.flip(axis)._strided(axis, first, first + (count - 1) * -step + 1, -step) if count else t._strided(axis, 0, 0, 1)
         axis += 1
         continue
-      raise TensorError(f"can't index a Tensor with {type(i).__name__} {i!r}")
+      raise TensorIndexError(f"can't index a Tensor with {type(i).__name__} {i!r}")
     return t._gather(tensor_axes) if tensor_axes else t
 
   def _gather(self, tensor_axes: list[tuple[int, Tensor]]) -> Tensor:
@@ -744,11 +1249,177 @@ class Tensor:
     """torch.gather: out[i][j] = self[index[i][j]][j] for dim 0, and so on; index has self's rank."""
     d = self._dim(dim)
     if index.ndim != self.ndim: raise TensorError(f"gather: index of shape {index.shape} for a tensor of shape {self.shape}")
+    if any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
+      raise TensorError(f"gather: index of shape {index.shape} is larger than the tensor {self.shape} outside dim {d}")
     n = self.shape[d]
     x = self.shrink(tuple(None if i == d else (0, s) for i, s in enumerate(index.shape)))
     oh = index.unsqueeze(-1).eq(Tensor.arange(n, device=self.device))
     xe = x.unsqueeze(-1).transpose(d, -1)
     return oh.where(xe._broadcast_to(oh.shape), 0).sum(-1)
+
+  # ---- scans: cumulative sums, products, maxima along one axis
+  def _scan(self, axis: int, reduce: str) -> Tensor:
+    """out[..., i] = reduce(self[..., :i + 1]) along axis. The axis is spread into an (i, j) square whose entries with j > i
+    are the reduction's identity, and the square is reduced over j: n^2 work in one kernel, where a running loop would be
+    a dependency from one iteration to the next that the IR has no way to say."""
+    t = self.int() if self.dtype is dtypes.bool else self
+    d = t._dim(axis)
+    if t.ndim == 0 or t.shape[d] == 0: return t
+    n = t.shape[d]
+    keep = Tensor(np.tril(np.ones((n, n), dtype=bool)), device=self.device)    # keep[i, j] = j <= i
+    square = keep.where(t.transpose(d, -1).unsqueeze(-2), {"sum": 0, "prod": 1, "max": dtypes.min(t.dtype)}[reduce])
+    return {"sum": square.sum, "prod": square.prod, "max": square.max}[reduce](-1).transpose(d, -1)
+  def cumsum(self, axis: int = 0, *, dim: int | None = None) -> Tensor: return self._scan(axis if dim is None else dim, "sum")
+  def cumprod(self, axis: int = 0, *, dim: int | None = None) -> Tensor: return self._scan(axis if dim is None else dim, "prod")
+  def cummax(self, axis: int = 0, *, dim: int | None = None) -> ValuesIndices:
+    """The running maximum and, as torch gives it, the index of its last occurrence so far."""
+    d = self._dim(axis if dim is None else dim)
+    values = self._scan(d, "max")
+    if self.ndim == 0: return ValuesIndices(values, Tensor.zeros(dtype=dtypes.i32, device=self.device))
+    n = self.shape[d]
+    x, v = self.transpose(d, -1), values.transpose(d, -1)
+    hit = x.unsqueeze(-2).eq(v.unsqueeze(-1)) & Tensor(np.tril(np.ones((n, n), dtype=bool)), device=self.device)   # [i, j]: j <= i
+    idx = hit.where(Tensor.arange(n, device=self.device), -1).max(-1) if n else v.int()
+    return ValuesIndices(values, idx.transpose(d, -1))
+  def cummin(self, axis: int = 0, *, dim: int | None = None) -> ValuesIndices:
+    values, indices = self._inverse().cummax(axis, dim=dim)
+    return ValuesIndices(values._inverse(), indices)
+  def logcumsumexp(self, axis: int = 0, *, dim: int | None = None) -> Tensor:
+    """log(cumsum(exp(self))), each prefix shifted by its own (detached) running max so nothing overflows."""
+    d = self._dim(axis if dim is None else dim)
+    if self.ndim == 0 or self.shape[d] == 0: return self.float()
+    n = self.shape[d]
+    x = self.float().transpose(d, -1)
+    m = x.cummax(-1).values.detach()
+    m = m.isinf().where(0.0, m)
+    keep = Tensor(np.tril(np.ones((n, n), dtype=bool)), device=self.device)
+    out = keep.where(x.unsqueeze(-2) - m.unsqueeze(-1), float("-inf")).exp().sum(-1).log() + m
+    return out.transpose(d, -1)
+
+  # ---- sorting: by counting, in a fixed shape
+  def sort(self, dim: int = -1, descending: bool = False, stable: bool = True) -> ValuesIndices:
+    """Sorted values and their original indices along dim (stable; NaN sorts as the largest, as in torch). Each element's
+    rank is the number of elements that go before it (smaller ones, and equal ones earlier in the row), and the output
+    position r takes the element of rank r: n^2 comparisons, no data-dependent shapes or loops."""
+    return self._sorted(dim, descending, None)
+  def argsort(self, dim: int = -1, descending: bool = False, stable: bool = True) -> Tensor: return self.sort(dim, descending).indices
+  def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:
+    """The k largest (smallest with largest=False) values along dim, in order, and their indices (ties: the earlier first)."""
+    d = self._dim(dim)
+    n = self.shape[d] if self.ndim else 1
+    if not 0 <= k <= n: raise TensorError(f"topk: k={k} is out of range for dim {d} of size {n} (shape {self.shape})")
+    return self._sorted(d, largest, k)
+  def _sorted(self, dim: int, descending: bool, k: int | None) -> ValuesIndices:
+    d = self._dim(dim)
+    if self.ndim == 0: return ValuesIndices(self, Tensor.zeros(dtype=dtypes.i32, device=self.device))
+    n = self.shape[d]
+    k = n if k is None else k
+    x = self.transpose(d, -1)
+    key = x.int() if x.dtype is dtypes.bool else x
+    xi, xj = key.unsqueeze(-1), key.unsqueeze(-2)                 # [i, j]: element i against element j
+    nan_i, nan_j = xi.isnan() if key.dtype.is_float else None, xj.isnan() if key.dtype.is_float else None
+    goes_first = (xj > xi) if descending else (xj < xi)           # j sorts strictly before i
+    same = xj.eq(xi)
+    if nan_i is not None:
+      goes_first = goes_first | ((nan_j & nan_i.logical_not()) if descending else (nan_i & nan_j.logical_not()))
+      same = same | (nan_i & nan_j)
+    earlier = Tensor(np.tril(np.ones((n, n), dtype=bool), -1), device=self.device)   # [i, j]: j < i
+    rank = (goes_first | (same & earlier)).sum(-1)                # (..., n): where element i lands
+    at = rank.unsqueeze(-2).eq(Tensor.arange(k, device=self.device).unsqueeze(-1))   # [r, i]: element i lands at r
+    values = at.where(x.unsqueeze(-2), False if x.dtype is dtypes.bool else 0).sum(-1).cast(x.dtype)
+    indices = at.where(Tensor.arange(n, device=self.device), 0).sum(-1)
+    return ValuesIndices(values.transpose(d, -1), indices.transpose(d, -1))
+
+  # ---- scatter and masks
+  def _scatter_parts(self, dim: int, index: Tensor, src) -> tuple[int, Tensor, Tensor]:
+    """For scatter and scatter_reduce: dim, and the one-hot `hit[..., t, i]` (index[..., i] == t, dim moved last, t over
+    self's dim) with src's matching values broadcast to it, both over the region of self that index covers."""
+    d = self._dim(dim)
+    if not isinstance(index, Tensor) or index.dtype is not dtypes.i32: raise TensorIndexError("scatter: index must be an i32 Tensor")
+    if index.ndim != self.ndim: raise TensorError(f"scatter: index of shape {index.shape} for a tensor of shape {self.shape}")
+    if isinstance(src, Tensor):
+      if src.dtype is not self.dtype: raise TensorError(f"scatter: src is {src.dtype.name}, the tensor {self.dtype.name}")
+      if src.ndim != self.ndim or any(i > s for i, s in zip(index.shape, src.shape)):
+        raise TensorError(f"scatter: index of shape {index.shape} is larger than src {src.shape}")
+      src = src.shrink(tuple((0, i) for i in index.shape))
+    else: src = Tensor.full(index.shape, src, self.dtype, device=self.device)
+    if any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
+      raise TensorError(f"scatter: index of shape {index.shape} is larger than the tensor {self.shape} outside dim {d}")
+    n = self.shape[d]
+    idx, vals = index.transpose(d, -1), src.transpose(d, -1)                       # (..., I)
+    hit = idx.unsqueeze(-2).eq(Tensor.arange(n, device=self.device).unsqueeze(-1))  # (..., n, I)
+    return d, hit, vals.unsqueeze(-2)._broadcast_to(hit.shape)
+  def _scatter_back(self, d: int, region: Tensor, touched: Tensor) -> Tensor:
+    """The updated region (dim last, other axes as index's) placed back into self where touched."""
+    pads = tuple((0, s - r) for s, r in zip(self.transpose(d, -1).shape, region.shape))
+    full, mask = region.pad(pads).transpose(d, -1), touched.pad(pads).transpose(d, -1)
+    return mask.where(full, self)
+  def scatter(self, dim: int, index: Tensor, src, reduce: str | None = None) -> Tensor:
+    """torch.scatter: a copy of self with self[index[i][j]][j] = src[i][j] (dim 0, and so on). src is a tensor or a number;
+    where index repeats a position the last write wins, as on torch's CPU. reduce "add" or "multiply" combine instead."""
+    if reduce not in (None, "add", "multiply"):
+      raise TensorTypeError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+    if reduce is not None: return self.scatter_reduce(dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
+    d, hit, vals = self._scatter_parts(dim, index, src)
+    I = hit.shape[-1]
+    last = hit.where(Tensor.arange(1, I + 1, device=self.device), 0).max(-1, keepdim=True)   # 1 + the last i that writes t
+    pick = hit & last.eq(Tensor.arange(1, I + 1, device=self.device))
+    region = pick.where(vals, False if self.dtype is dtypes.bool else 0).sum(-1).cast(self.dtype)
+    return self._scatter_back(d, region, hit.any(-1))
+  def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
+    """torch.scatter_reduce: every src element folded into self at its index by sum, prod, mean, amax or amin (with self's
+    own value unless include_self is False); positions nothing is scattered to keep self's value."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+      raise TensorTypeError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
+    d, hit, vals = self._scatter_parts(dim, index, src)
+    base = self.transpose(d, -1).shrink(tuple((0, s) for s in hit.shape[:-1]))   # self over the region
+    touched = hit.any(-1)
+    if reduce in ("amax", "amin"):
+      v = vals if reduce == "amax" else vals._inverse()
+      b = base if reduce == "amax" else base._inverse()
+      r = hit.where(v, dtypes.min(v.dtype)).max(-1)
+      r = r.maximum(b) if include_self else r
+      region = r if reduce == "amax" else r._inverse()
+    elif reduce == "prod":
+      r = hit.where(vals, 1).prod(-1)
+      region = r * base if include_self else r
+    else:
+      r = hit.where(vals, 0).sum(-1)
+      region = r + base if include_self else r
+      if reduce == "mean":
+        count = hit.sum(-1) + (1 if include_self else 0)
+        region = region / count.maximum(1) if self.dtype.is_float else region // count.maximum(1)
+    return self._scatter_back(d, region.cast(self.dtype), touched)
+  def masked_fill(self, mask: Tensor, value) -> Tensor:
+    """value where mask is true, self elsewhere (self's dtype)."""
+    v = value.cast(self.dtype) if isinstance(value, Tensor) else Tensor.full((), value, self.dtype, device=self.device)
+    return mask.where(v, self)
+  def masked_select(self, mask: Tensor, size: int | None = None, fill_value=0) -> Tensor:
+    """The elements where mask (broadcast with self) is true, flattened. The result's length depends on the data: pass
+    `size` to keep it static (shorter: cut; longer: filled with fill_value); without it the count is read back (a sync).
+    Each output position sums its one selected element out of all of them (O(n * size))."""
+    shape = broadcast_shape(self.shape, mask.shape)
+    x, m = self._broadcast_to(shape).reshape(-1), mask.bool()._broadcast_to(shape).reshape(-1)
+    if size is None: size = int(m.sum().item())
+    if x.shape[0] == 0: return Tensor.full((size,), fill_value, self.dtype, device=self.device)
+    pos = m.int().cumsum(0) - 1                                   # where each selected element goes
+    at = m & pos.eq(Tensor.arange(size, device=self.device).unsqueeze(-1))   # (size, n)
+    out = at.where(x, False if self.dtype is dtypes.bool else 0).sum(-1).cast(self.dtype)
+    return at.any(-1).where(out, Tensor.full((), fill_value, self.dtype, device=self.device))
+  def nonzero(self, size: int | None = None, fill_value=0) -> Tensor:
+    """The indices of the nonzero elements, one row each (n, ndim), in row-major order; `size` as in masked_select."""
+    m = self.ne(0) if self.dtype is not dtypes.bool else self
+    if size is None: size = int(m.sum().item())
+    coords = [Tensor.arange(s, device=self.device).reshape(tuple(s if k == a else 1 for k in range(self.ndim)))._broadcast_to(self.shape)
+              for a, s in enumerate(self.shape)]
+    if not coords: return Tensor.zeros(size, 0, dtype=dtypes.i32, device=self.device)
+    return Tensor.stack(*(c.masked_select(m, size, fill_value) for c in coords), dim=1)
+  def one_hot(self, num_classes: int = -1) -> Tensor:
+    """i32 one-hot vectors along a new last axis; num_classes -1 takes the largest index + 1 (a read back, as in torch)."""
+    if self.dtype is not dtypes.i32: raise TensorError(f"one_hot: indices must be i32, got {self.dtype.name}")
+    if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
+    if num_classes < 0: raise TensorError(f"one_hot: num_classes must be -1 or >= 0, got {num_classes}")
+    return self.unsqueeze(-1).eq(Tensor.arange(num_classes, device=self.device)).int()
 
   # ---- linear algebra and nn
   def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
@@ -910,18 +1581,35 @@ class Tensor:
     if gradient is None and (self.numel() != 1 or not self.dtype.is_float):
       raise TensorError(f"backward() on a {self.dtype.name}{self.shape} tensor needs a gradient (only a float scalar defaults to 1)")
     leaves = [t for r in list(Tensor._grad_leaves.values()) if (t := r()) is not None and t.requires_grad]
-    root = self.uop
-    leaf_buffers = {t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop for t in leaves}
-    while hist := {u: _history[u] for u in root.toposort() if u.op is Ops.BUFFER and u in _history and u not in leaf_buffers}:
-      root = root.substitute(hist)   # see through values realized earlier (loss.item() before backward, ...)
+    root = self._seen_through(leaves)
     nodes = set(root.toposort())
     leaves = [t for t in leaves if t.uop in nodes]
     if not leaves: raise TensorError("backward(): nothing in this graph requires a gradient")
-    seed = gradient.cast(self.dtype).uop if gradient is not None else root.const_like(1.0)
-    if seed.shape != self.shape: raise TensorError(f"backward: gradient {seed.shape} for a tensor of shape {self.shape}")
-    for t, g in zip(leaves, grad_of(root, [t.uop for t in leaves], seed)):
-      gt = Tensor(g, device=self.device)
+    for t, gt in zip(leaves, self._gradients(root, leaves, gradient)):
       t.grad = gt if t.grad is None else t.grad + gt
 
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+    """d self / d t for each target t, as new tensors (zeros for a target self doesn't depend on), without touching any
+    .grad. The targets need not require gradients: this is tinygrad's Tensor.gradient (torch.autograd.grad)."""
+    if gradient is None and (self.numel() != 1 or not self.dtype.is_float):
+      raise TensorError(f"gradient() of a {self.dtype.name}{self.shape} tensor needs a gradient (only a float scalar defaults to 1)")
+    if not all(isinstance(t, Tensor) for t in targets): raise TensorTypeError("gradient() takes the Tensors to differentiate by")
+    return self._gradients(self._seen_through(list(targets)), list(targets), gradient)
 
-__all__ = ["Tensor", "TensorError", "JitError", "broadcast_shape"]
+  def _seen_through(self, leaves: list[Tensor]) -> UOp:
+    """self's graph with values realized earlier (loss.item() before backward, ...) replaced by the graphs they came from,
+    down to the leaves."""
+    root = self.uop
+    leaf_buffers = {t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop for t in leaves}
+    while hist := {u: _history[u] for u in root.toposort() if u.op is Ops.BUFFER and u in _history and u not in leaf_buffers}:
+      root = root.substitute(hist)
+    return root
+
+  def _gradients(self, root: UOp, leaves: list[Tensor], gradient: Tensor | None) -> list[Tensor]:
+    seed = gradient.cast(self.dtype).uop if gradient is not None else root.const_like(1.0)
+    if seed.shape != self.shape: raise TensorError(f"backward: gradient {seed.shape} for a tensor of shape {self.shape}")
+    grads = grad_of(root, [t.uop for t in leaves], seed)
+    return [Tensor(g if g.dtype is t.dtype else g.cast(t.dtype), device=self.device) for t, g in zip(leaves, grads)]
+
+
+__all__ = ["Tensor", "TensorError", "TensorIndexError", "TensorTypeError", "JitError", "broadcast_shape"]
