@@ -126,9 +126,26 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(out)
 
 
-def _pair(v) -> tuple[int, int]:
-  """A (height, width) argument given as one int or a pair."""
-  return (v, v) if isinstance(v, int) else tuple(v)
+def _spatial(v, nd: int, what: str) -> tuple[int, ...]:
+  """An argument per spatial axis (stride, dilation, ...) given as one int or nd of them."""
+  if isinstance(v, (int, np.integer)): return (int(v),) * nd
+  v = tuple(v)
+  if len(v) != nd: raise TensorError(f"{what}: expected an int or {nd} ints, got {v}")
+  return v
+
+
+def _padding_pairs(padding, nd: int, kernel, dilation, what: str) -> tuple[tuple[int, int], ...]:
+  """(before, after) per spatial axis from an int, one int per axis, F.pad's flat tuple (last axis first), or 'valid' /
+  'same' (torch's: the odd one out of an even window goes after)."""
+  if isinstance(padding, str):
+    if padding == "valid": return ((0, 0),) * nd
+    if padding == "same": return tuple((d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(kernel, dilation))
+    raise TensorTypeError(f"{what}: padding must be a number, numbers, 'same' or 'valid', got {padding!r}")
+  if isinstance(padding, (int, np.integer)): return ((int(padding), int(padding)),) * nd
+  padding = tuple(padding)
+  if len(padding) == nd: return tuple((p, p) for p in padding)
+  if len(padding) == 2 * nd: return tuple((padding[2 * k], padding[2 * k + 1]) for k in reversed(range(nd)))
+  raise TensorError(f"{what}: padding {padding} for {nd} spatial axes: expected an int, {nd} ints or {2 * nd} (before, after, last axis first)")
 
 
 def _promote(*ds: DType) -> DType: return max(ds, key=_PROMOTION.index)
@@ -298,7 +315,25 @@ class Tensor:
     if step == 0: raise TensorError("arange: step must not be 0")
     vals = np.arange(start, stop, step)
     dtype = _to_dtype(dtype) or (dtypes.f32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.i32)
+    if dtype is dtypes.i32 and vals.size and (vals.min() < I32_MIN or vals.max() > I32_MAX):
+      raise TensorError(f"arange({start}, {stop}, {step}): values up to {vals.max()} don't fit in i32 (they would wrap)")
     return Tensor(vals.astype(np_dtype(dtype)), dtype=dtype, device=device)
+  @staticmethod
+  def linspace(start, stop, steps: int, dtype=None, device: str | None = None) -> Tensor:
+    """steps values from start to stop, evenly spaced (torch's: the first half counted from start, the rest back from
+    stop, so both ends are exact)."""
+    if not isinstance(steps, (int, np.integer)) or steps < 0: raise TensorError(f"linspace: steps must be an int >= 0, got {steps!r}")
+    dtype = _to_dtype(dtype) or dtypes.f32
+    if dtype is dtypes.bool: raise TensorError("linspace: a bool range isn't supported")
+    f = np.float32
+    step = f((stop - start) / (steps - 1)) if steps > 1 else f(0)
+    i = np.arange(steps, dtype=np.float32)
+    vals = np.where(i < steps // 2, f(start) + step * i, f(stop) - step * (f(steps - 1) - i)) if steps > 1 else np.full(steps, start, f)
+    return Tensor(vals.astype(np_dtype(dtype)), dtype=dtype, device=device)
+  @staticmethod
+  def empty(*shape, dtype=None, **kw) -> Tensor:
+    """A tensor whose values don't matter (zeros here: uopc has no uninitialized memory to hand out)."""
+    return Tensor.zeros(*shape, dtype=dtype, **kw)
   @staticmethod
   def eye(n: int, m: int | None = None, dtype=None, device: str | None = None) -> Tensor:
     return Tensor(np.eye(n, m, dtype=np_dtype(_to_dtype(dtype) or dtypes.f32)), device=device)
@@ -1258,29 +1293,40 @@ class Tensor:
     return oh.where(xe._broadcast_to(oh.shape), 0).sum(-1)
 
   # ---- scans: cumulative sums, products, maxima along one axis
+  _SCAN_BLOCK = 32
   def _scan(self, axis: int, reduce: str) -> Tensor:
-    """out[..., i] = reduce(self[..., :i + 1]) along axis. The axis is spread into an (i, j) square whose entries with j > i
-    are the reduction's identity, and the square is reduced over j: n^2 work in one kernel, where a running loop would be
-    a dependency from one iteration to the next that the IR has no way to say."""
+    """out[..., i] = reduce(self[..., :i + 1]) along axis ("sum", "prod" or "max"). A running loop would carry a value from
+    one iteration to the next, which the IR has no way to say; instead a block of b elements is spread into a (b, b)
+    square whose entries above the diagonal are the reduction's identity, and the square is reduced along its rows. A
+    longer axis is cut into blocks of 32: each block is scanned so, the blocks' totals are scanned the same way, and each
+    block is combined with the total of the blocks before it. O(32 n) work in a few kernels."""
     t = self.int() if self.dtype is dtypes.bool else self
     d = t._dim(axis)
     if t.ndim == 0 or t.shape[d] == 0: return t
-    n = t.shape[d]
-    keep = Tensor(np.tril(np.ones((n, n), dtype=bool)), device=self.device)    # keep[i, j] = j <= i
-    square = keep.where(t.transpose(d, -1).unsqueeze(-2), {"sum": 0, "prod": 1, "max": dtypes.min(t.dtype)}[reduce])
-    return {"sum": square.sum, "prod": square.prod, "max": square.max}[reduce](-1).transpose(d, -1)
+    return t.transpose(d, -1)._scan_last(reduce).transpose(d, -1)
+  def _scan_last(self, reduce: str) -> Tensor:
+    n, B = self.shape[-1], Tensor._SCAN_BLOCK
+    identity = {"sum": 0, "prod": 1, "max": dtypes.min(self.dtype)}[reduce]
+    if n <= B:
+      keep = Tensor(np.tril(np.ones((n, n), dtype=bool)), device=self.device)   # keep[i, j] = j <= i
+      square = keep.where(self.unsqueeze(-2), identity)
+      return {"sum": square.sum, "prod": square.prod, "max": square.max}[reduce](-1)
+    m = -(-n // B)
+    lead = self.shape[:-1]
+    blocks = self.pad(tuple(None for _ in lead) + ((0, m * B - n),), value=identity).reshape(lead + (m, B))._scan_last(reduce)
+    before = blocks[..., -1]._scan_last(reduce).pad(tuple(None for _ in lead) + ((1, -1),), value=identity)   # the blocks before
+    combine = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": lambda a, b: a.maximum(b)}[reduce]
+    return combine(blocks, before.unsqueeze(-1)).reshape(lead + (m * B,)).shrink(tuple(None for _ in lead) + ((0, n),))
   def cumsum(self, axis: int = 0, *, dim: int | None = None) -> Tensor: return self._scan(axis if dim is None else dim, "sum")
   def cumprod(self, axis: int = 0, *, dim: int | None = None) -> Tensor: return self._scan(axis if dim is None else dim, "prod")
   def cummax(self, axis: int = 0, *, dim: int | None = None) -> ValuesIndices:
-    """The running maximum and, as torch gives it, the index of its last occurrence so far."""
+    """The running maximum and, as torch gives it, the index of its last occurrence so far: the last position j <= i that
+    holds its own running maximum (a record or a tie with it), itself a running max of those positions."""
     d = self._dim(axis if dim is None else dim)
     values = self._scan(d, "max")
     if self.ndim == 0: return ValuesIndices(values, Tensor.zeros(dtype=dtypes.i32, device=self.device))
-    n = self.shape[d]
-    x, v = self.transpose(d, -1), values.transpose(d, -1)
-    hit = x.unsqueeze(-2).eq(v.unsqueeze(-1)) & Tensor(np.tril(np.ones((n, n), dtype=bool)), device=self.device)   # [i, j]: j <= i
-    idx = hit.where(Tensor.arange(n, device=self.device), -1).max(-1) if n else v.int()
-    return ValuesIndices(values, idx.transpose(d, -1))
+    pos = Tensor.arange(self.shape[d], device=self.device).reshape(tuple(-1 if k == d else 1 for k in range(self.ndim)))
+    return ValuesIndices(values, self.eq(values).where(pos, -1)._scan(d, "max"))
   def cummin(self, axis: int = 0, *, dim: int | None = None) -> ValuesIndices:
     values, indices = self._inverse().cummax(axis, dim=dim)
     return ValuesIndices(values._inverse(), indices)
@@ -1435,10 +1481,11 @@ class Tensor:
     except TensorError:
       raise TensorError(f"matmul: {self.shape} @ {w.shape}: batch dimensions {x.shape[:-2]} and {y.shape[:-2]} don't broadcast") from None
     d = _promote(x.dtype, y.dtype)
+    acc = dtypes.f32 if d is dtypes.f16 else d   # f16 products are summed in f32, as every BLAS does (f16 sums drift)
     n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
-    a = x.cast(d).reshape(x.shape[:-2] + (n, 1, k))._broadcast_to(batch + (n, m, k))
-    b = y.cast(d).transpose(-1, -2).reshape(y.shape[:-2] + (1, m, k))._broadcast_to(batch + (n, m, k))
-    out = (a * b).sum(-1)
+    a = x.cast(d).cast(acc).reshape(x.shape[:-2] + (n, 1, k))._broadcast_to(batch + (n, m, k))
+    b = y.cast(d).cast(acc).transpose(-1, -2).reshape(y.shape[:-2] + (1, m, k))._broadcast_to(batch + (n, m, k))
+    out = (a * b).sum(-1).cast(d)
     if self.ndim == 1: out = out.squeeze(-2)
     if w.ndim == 1: out = out.squeeze(-1)
     return out
@@ -1483,37 +1530,255 @@ class Tensor:
     return self._new(UOp(Ops.STAGE, (self.uop,)), self)
 
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
-    """2-D convolution (cross-correlation) of (N, C, H, W) with weight (O, C/groups, KH, KW), as torch.nn.functional.conv2d."""
-    stride, dilation = _pair(stride), _pair(dilation)
-    if self.ndim != 4 or weight.ndim != 4: raise TensorError(f"conv2d: input {self.shape} and weight {weight.shape} must both be 4-D")
-    N, C, H, W = self.shape
-    O, Cg, KH, KW = weight.shape
-    if C % groups or O % groups or C // groups != Cg:
-      raise TensorError(f"conv2d: input {self.shape} with {groups} group(s) needs weight (O, {C // max(groups, 1)}, KH, KW) with O divisible "
+    """Convolution (cross-correlation) over the last weight.ndim - 2 axes, so conv1d, conv2d and conv3d in one: input
+    (N, C, *spatial) or unbatched (C, *spatial), weight (O, C/groups, *kernel), as torch.nn.functional's. padding: an int,
+    one int per spatial axis, F.pad's flat tuple (a before and after per axis, the last axis first), 'same' or 'valid'."""
+    nd = weight.ndim - 2
+    if nd < 1 or self.ndim not in (nd + 1, nd + 2):
+      raise TensorError(f"conv: input {self.shape} and weight {weight.shape}: expected weight (O, C/groups, *kernel) and input "
+                        f"(N, C, *spatial) or (C, *spatial) with {max(nd, 1)} spatial axes")
+    x = self.unsqueeze(0) if self.ndim == nd + 1 else self
+    N, C = x.shape[:2]
+    O, Cg, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+    if not isinstance(groups, int) or groups < 1 or C % groups or O % groups or C // groups != Cg:
+      raise TensorError(f"conv2d: input {self.shape} with {groups} group(s) needs weight (O, {C // max(groups, 1)}, ...) with O divisible "
                         f"by {groups}, got {weight.shape}")
-    if isinstance(padding, str): raise TensorError("conv2d: give padding as numbers")
-    ph, pw = _pair(padding)
+    stride, dilation = _spatial(stride, nd, "conv stride"), _spatial(dilation, nd, "conv dilation")
+    if padding == "same" and any(st != 1 for st in stride): raise TensorError("conv: padding='same' needs stride 1, as in torch")
+    pads = _padding_pairs(padding, nd, kernel, dilation, "conv")
     # the padded input is stored once (padding through views costs index arithmetic in every read of every window)
-    x = self.pad((None, None, (ph, ph), (pw, pw))).contiguous() if ph or pw else self
-    win = x._windows((KH, KW), stride, dilation)                         # (N, C, Ho, Wo, KH*KW)
-    Ho, Wo = win.shape[2], win.shape[3]
-    # out[n, o, h, w] = sum over (c, window position): the window positions innermost, a small axis to unroll
-    win = win.reshape(N, groups, 1, Cg, Ho, Wo, KH * KW).permute(0, 1, 2, 4, 5, 3, 6)      # (N, G, 1, Ho, Wo, Cg, K)
-    wt = weight.reshape(1, groups, O // groups, 1, 1, Cg, KH * KW)
-    out = (win * wt).sum((-2, -1)).reshape(N, O, Ho, Wo)
-    return out + bias.reshape(1, O, 1, 1) if bias is not None else out
+    if any(p != (0, 0) for p in pads):
+      x = x.pad(((0, 0), (0, 0)) + pads)
+      if any(b > 0 or a > 0 for b, a in pads): x = x.contiguous()
+    win = x._windows(kernel, stride, dilation)                            # (N, C, *out, K)
+    out_sp, K = win.shape[2:-1], prod(kernel)
+    # out[n, o, *p] = sum over (c, window position): the window positions innermost, a small axis to unroll
+    win = win.reshape((N, groups, 1, Cg) + out_sp + (K,)).permute((0, 1, 2) + tuple(range(4, 4 + nd)) + (3, 4 + nd))
+    wt = weight.reshape((1, groups, O // groups) + (1,) * nd + (Cg, K))
+    out = (win * wt).sum((-2, -1)).reshape((N, O) + out_sp)
+    if bias is not None: out = out + bias.reshape((1, O) + (1,) * nd)
+    return out if self.ndim == nd + 2 else out.squeeze(0)
+  conv1d = conv3d = conv2d   # the rank comes from the weight
 
-  def _pool(self, kernel, stride, padding, value: float) -> Tensor:
-    kernel = _pair(kernel)
-    stride = _pair(stride) if stride is not None else kernel
-    ph, pw = _pair(padding)
-    if self.ndim < 2: raise TensorError(f"pooling needs at least 2 dimensions, got {self.shape}")
-    x = self.pad(tuple(None for _ in range(self.ndim - 2)) + ((ph, ph), (pw, pw)), value=value).contiguous() if ph or pw else self
-    return x._windows(kernel, stride, (1, 1), value)
-  def max_pool2d(self, kernel_size=2, stride=None, padding=0) -> Tensor:
-    return self._pool(kernel_size, stride, padding, float("-inf")).max(-1)
-  def avg_pool2d(self, kernel_size=2, stride=None, padding=0) -> Tensor:
-    return self._pool(kernel_size, stride, padding, 0.0).mean(-1)
+  def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, output_padding=0, groups: int = 1,
+                       dilation=1) -> Tensor:
+    """The transposed convolution (the gradient of conv2d with respect to its input) over the last weight.ndim - 2 axes,
+    as torch's conv_transpose1d/2d/3d: input (N, Cin, *spatial), weight (Cin, Cout/groups, *kernel). It is a convolution of
+    the input spread out by the stride (stride - 1 zeros between neighbours), padded by dilation * (kernel - 1) - padding,
+    with the flipped kernel whose in and out channels trade places."""
+    nd = weight.ndim - 2
+    if nd < 1 or self.ndim not in (nd + 1, nd + 2):
+      raise TensorError(f"conv_transpose: input {self.shape} and weight {weight.shape}: expected weight (Cin, Cout/groups, *kernel) "
+                        f"and input (N, Cin, *spatial) or (Cin, *spatial) with {max(nd, 1)} spatial axes")
+    x = self.unsqueeze(0) if self.ndim == nd + 1 else self
+    Cin, Og, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+    if not isinstance(groups, int) or groups < 1 or x.shape[1] != Cin or Cin % groups:
+      raise TensorError(f"conv_transpose: input {self.shape} with {groups} group(s) needs weight ({x.shape[1]}, Cout/groups, ...), "
+                        f"got {weight.shape}")
+    stride, dilation = _spatial(stride, nd, "conv_transpose stride"), _spatial(dilation, nd, "conv_transpose dilation")
+    padding, output_padding = _spatial(padding, nd, "conv_transpose padding"), _spatial(output_padding, nd, "conv_transpose output_padding")
+    if any(op >= max(st, d) for op, st, d in zip(output_padding, stride, dilation)):
+      raise TensorError(f"conv_transpose: output_padding {output_padding} must be smaller than stride {stride} or dilation {dilation}")
+    for a, st in enumerate(stride):   # spread: (.., L, ..) -> (.., L, st, ..) with zeros after each element, merged, cut to (L-1)*st + 1
+      if st == 1: continue
+      ax, L = 2 + a, x.shape[2 + a]
+      x = x.unsqueeze(ax + 1).pad(tuple((0, st - 1) if k == ax + 1 else None for k in range(x.ndim + 1)))
+      x = x.reshape(x.shape[:ax] + (L * st,) + x.shape[ax + 2:])
+      x = x.shrink(tuple((0, (L - 1) * st + 1) if k == ax else None for k in range(x.ndim)))
+    w = weight.reshape((groups, Cin // groups, Og) + kernel).transpose(1, 2).reshape((groups * Og, Cin // groups) + kernel)
+    w = w.flip(tuple(range(2, 2 + nd)))
+    pads = [(d * (k - 1) - p, d * (k - 1) - p + op) for k, d, p, op in zip(kernel, dilation, padding, output_padding)]
+    out = x.conv2d(w, bias, 1, tuple(v for pair in reversed(pads) for v in pair), dilation, groups)
+    return out if self.ndim == nd + 2 else out.squeeze(0)
+  conv_transpose1d = conv_transpose3d = conv_transpose2d
+
+  # ---- pooling
+  def _pool(self, kernel_size, stride, padding, dilation, ceil_mode: bool, value, nd: int | None = None):
+    """Windows for pooling over the last len(kernel) axes: (..., *out, K), with the padding added (value) and, in ceil
+    mode, the extra room for a last partial window (torch's rule: it must start inside the input or the left padding).
+    Returns the windows, the padding pairs and the extra right padding per axis."""
+    kernel = (kernel_size,) * (nd or 2) if isinstance(kernel_size, int) else tuple(kernel_size)
+    nd = len(kernel)
+    if self.ndim < nd: raise TensorError(f"pooling with a {nd}-D kernel {kernel} needs at least {nd} dimensions, got {self.shape}")
+    stride = kernel if stride is None or stride == [] else _spatial(stride, nd, "pool stride")
+    dilation = _spatial(dilation, nd, "pool dilation")
+    pads = _padding_pairs(padding, nd, kernel, dilation, "pool")
+    extra = []
+    for L, k, st, d, (b, a) in zip(self.shape[-nd:], kernel, stride, dilation, pads):
+      span = L + b + a - d * (k - 1) - 1
+      if span < 0: raise TensorError(f"pool: a window of {k} (dilation {d}) doesn't fit an axis of {L} padded by ({b}, {a})")
+      out = (-(-span // st) if ceil_mode else span // st) + 1
+      if ceil_mode and (out - 1) * st >= L + b: out -= 1
+      extra.append(max(0, (out - 1) * st + d * (k - 1) + 1 - (L + b + a)))
+    full = [(b, a + e) for (b, a), e in zip(pads, extra)]
+    x = self
+    if any(p != (0, 0) for p in full):
+      x = x.pad(tuple(None for _ in range(self.ndim - nd)) + tuple(full), value=value)
+      if any(b > 0 or a > 0 for b, a in full): x = x.contiguous()
+    return x._pool_windows(kernel, stride, dilation), (kernel, stride, dilation, pads, extra)
+
+  def _pool_windows(self, kernel, stride, dilation) -> Tensor:
+    """Sliding windows over the last len(kernel) axes as (..., *out, K), from movement ops alone, so the backward pass is
+    movement ops and one reduction too. (conv's _windows stacks one view per window position; its backward is a sum of
+    one padded piece per position, 25 for 5x5, slow to compile.) Windows that tile the axes (stride = kernel, no
+    dilation: the usual pooling) are a reshape that splits each axis into (windows, kernel). Otherwise each axis of
+    length i is repeated e times and read flat: element j of window t is flat[j * (i + d) + t * s], which is
+    x[j * d + t * s] because j * i is a whole number of repeats."""
+    nd, lead = len(kernel), self.shape[:self.ndim - len(kernel)]
+    ins, L = self.shape[len(lead):], len(lead)
+    outs = tuple((i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(ins, kernel, stride, dilation))
+    if any(o <= 0 for o in outs): raise TensorError(f"pool: a window of {kernel} (dilation {dilation}) doesn't fit {ins}")
+    keep = lambda rest: tuple(None for _ in lead) + tuple(rest)
+    if all(s == k for s, k in zip(stride, kernel)) and all(d == 1 for d in dilation):
+      x = self.shrink(keep((0, o * k) for o, k in zip(outs, kernel))).reshape(lead + tuple(v for o, k in zip(outs, kernel) for v in (o, k)))
+      x = x.permute(list(range(L)) + [L + 2 * a for a in range(nd)] + [L + 2 * a + 1 for a in range(nd)])
+      return x.reshape(lead + outs + (prod(kernel),))
+    reps = [-(-k * (i + d) // i) for k, i, d in zip(kernel, ins, dilation)]
+    x = self.reshape(lead + (1,) * nd + ins).expand(lead + tuple(reps) + ins)
+    x = x.permute(list(range(L)) + [v for a in range(nd) for v in (L + a, L + nd + a)]).reshape(lead + tuple(e * i for e, i in zip(reps, ins)))
+    x = x.shrink(keep((0, k * (i + d)) for k, i, d in zip(kernel, ins, dilation)))
+    x = x.reshape(lead + tuple(v for k, i, d in zip(kernel, ins, dilation) for v in (k, i + d)))
+    x = x.shrink(keep(v for o, s in zip(outs, stride) for v in (None, (0, o * s))))
+    x = x.reshape(lead + tuple(v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s)))
+    x = x.shrink(keep(v for _ in kernel for v in (None, None, (0, 1)))).reshape(lead + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
+    x = x.permute(list(range(L)) + [L + 2 * a + 1 for a in range(nd)] + [L + 2 * a for a in range(nd)])
+    return x.reshape(lead + outs + (prod(kernel),))
+
+  def max_pool2d(self, kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False,
+                 _nd: int | None = None):
+    """Max over windows of the last 2 axes (or len(kernel_size) axes), keeping the dtype. With return_indices also the flat
+    index (within the pooled axes) of each window's first maximum, as torch's max_pool2d gives for max_unpool2d."""
+    low = dtypes.min(self.dtype)
+    win, (kernel, stride, dilation, pads, extra) = self._pool(kernel_size, stride, padding, dilation, ceil_mode, low, _nd)
+    out = win.max(-1)
+    if not return_indices: return out
+    nd = len(kernel)
+    sp = self.shape[-nd:]
+    where_from = Tensor(np.arange(prod(sp), dtype=np.int32).reshape(sp), device=self.device)
+    where_from = where_from.pad(tuple((b, a + e) for (b, a), e in zip(pads, extra)), value=-1)._pool_windows(kernel, stride, dilation)
+    first = win.argmax(-1).unsqueeze(-1).eq(Tensor.arange(win.shape[-1], device=self.device))
+    return ValuesIndices(out, first.where(where_from, 0).sum(-1))
+  def max_pool1d(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    return self.max_pool2d(kernel_size, stride, padding, dilation, ceil_mode, return_indices, _nd=1)
+  def max_pool3d(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    return self.max_pool2d(kernel_size, stride, padding, dilation, ceil_mode, return_indices, _nd=3)
+
+  def avg_pool2d(self, kernel_size=2, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True,
+                 divisor_override: int | None = None, dilation=1, _nd: int | None = None) -> Tensor:
+    """Mean over windows of the last 2 axes (or len(kernel_size) axes). As in torch, the divisor counts the padding when
+    count_include_pad (but never ceil mode's extra room), and only the input's elements otherwise."""
+    x = self if self.dtype.is_float else self.float()
+    win, (kernel, stride, dilation, pads, extra) = x._pool(kernel_size, stride, padding, dilation, ceil_mode, 0.0, _nd)
+    total = win.sum(-1)
+    if divisor_override is not None: return total / divisor_override
+    counts = np.ones((), np.float32)
+    for L, k, st, d, (b, a), e, o in zip(self.shape[-len(kernel):], kernel, stride, dilation, pads, extra, total.shape[-len(kernel):]):
+      pos = np.arange(o)[:, None] * st + np.arange(k)[None, :] * d - b          # window o's element positions, in input coordinates
+      lo, hi = (-b, L + a) if count_include_pad else (0, L)
+      counts = counts[..., None] * ((pos >= lo) & (pos < hi)).sum(-1).astype(np.float32)
+    return total / Tensor(counts, device=self.device)
+  def avg_pool1d(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    return self.avg_pool2d(kernel_size, stride, padding, ceil_mode, count_include_pad, _nd=1)
+  def avg_pool3d(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    return self.avg_pool2d(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, _nd=3)
+
+  def max_unpool2d(self, indices: Tensor, kernel_size=2, stride=None, padding=0, output_size=None, dilation=1) -> Tensor:
+    """max_pool2d's partial inverse: each value put back at its index within the pooled axes, zeros elsewhere. The output
+    size is output_size's last axes, or (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + 1 per axis."""
+    kernel = (kernel_size,) * 2 if isinstance(kernel_size, int) else tuple(kernel_size)
+    nd = len(kernel)
+    stride = kernel if stride is None else _spatial(stride, nd, "max_unpool stride")
+    padding, dilation = _spatial(padding, nd, "max_unpool padding"), _spatial(dilation, nd, "max_unpool dilation")
+    if indices.shape != self.shape: raise TensorError(f"max_unpool2d: indices {indices.shape} for values {self.shape}")
+    sp = tuple(output_size)[-nd:] if output_size is not None else \
+      tuple((n - 1) * st - 2 * p + d * (k - 1) + 1 for n, st, p, d, k in zip(self.shape[-nd:], stride, padding, dilation, kernel))
+    lead = self.shape[:-nd]
+    out = Tensor.zeros(*lead, prod(sp), dtype=self.dtype, device=self.device)
+    return out.scatter(-1, indices.reshape(lead + (-1,)), self.reshape(lead + (-1,))).reshape(lead + sp)
+
+  # ---- resampling and einsum
+  def interpolate(self, size=None, scale_factor=None, mode: str = "nearest", align_corners: bool | None = None) -> Tensor:
+    """Resample the axes after the first two to `size` (or by scale_factor), as torch.nn.functional.interpolate: "nearest"
+    and "nearest-exact" pick source elements, "linear" ("bilinear", "trilinear") mixes the two neighbours on each axis in
+    turn. The source positions are computed once in f32 as torch does, so the same elements are picked."""
+    nd = self.ndim - 2
+    if nd < 1: raise TensorError(f"interpolate needs (N, C, *spatial), got shape {self.shape}")
+    if mode not in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear"):
+      raise TensorTypeError(f"interpolate: mode must be 'nearest', 'nearest-exact', 'linear', 'bilinear' or 'trilinear', got {mode!r}")
+    if (size is None) == (scale_factor is None): raise TensorError("interpolate: give exactly one of size and scale_factor")
+    if align_corners is not None and mode.startswith("nearest"): raise TensorError("interpolate: align_corners is for the linear modes")
+    ins = self.shape[2:]
+    if size is not None: outs, scales = _spatial(size, nd, "interpolate size"), [None] * nd
+    else:
+      scales = [float(f) for f in (scale_factor if isinstance(scale_factor, (tuple, list)) else [scale_factor] * nd)]
+      outs = tuple(int(math.floor(n * f)) for n, f in zip(ins, scales))
+    x = self
+    for a, (n, o, sc) in enumerate(zip(ins, outs, scales)):
+      ax = 2 + a
+      if n == o and sc is None: continue
+      scale = np.float32(1.0 / sc if sc is not None else n / o)
+      dst = np.arange(o, dtype=np.float32)
+      t = x.transpose(ax, -1)
+      if mode.startswith("nearest"):
+        src = np.floor(((dst + np.float32(0.5)) if mode == "nearest-exact" else dst) * scale).astype(np.int64)
+        t = t[..., np.minimum(src, n - 1).astype(np.int32)]
+      else:
+        if align_corners: pos = dst * np.float32((n - 1) / (o - 1) if o > 1 else 0.0)
+        else: pos = np.maximum(scale * (dst + np.float32(0.5)) - np.float32(0.5), np.float32(0))
+        i0 = np.minimum(np.floor(pos).astype(np.int64), n - 1)
+        i1 = np.minimum(i0 + 1, n - 1)
+        w1 = Tensor((pos - i0).astype(np.float32), device=self.device)
+        t = t.float()
+        t = t[..., i0.astype(np.int32)] * (1 - w1) + t[..., i1.astype(np.int32)] * w1
+      x = t.transpose(ax, -1)
+    return x
+
+  @staticmethod
+  def einsum(formula: str, *operands) -> Tensor:
+    """Einstein summation, as torch.einsum: "ij,jk->ik", an implicit output (the letters used once, sorted; the ellipsis
+    first), "..." for broadcast leading axes, and a repeated letter in one operand for its diagonal. The operands are
+    aligned on one order of letters, multiplied, and summed over the letters the output doesn't keep."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)): operands = tuple(operands[0])
+    if not operands or not all(isinstance(t, Tensor) for t in operands): raise TensorError("einsum takes a formula and Tensors")
+    lhs, arrow, rhs = formula.replace(" ", "").partition("->")
+    specs = lhs.split(",")
+    if len(specs) != len(operands): raise TensorError(f"einsum: {formula!r} names {len(specs)} operands, got {len(operands)}")
+    ell = [t.ndim - len(sp.replace("...", "")) if "..." in sp else 0 for sp, t in zip(specs, operands)]
+    n_ell = max(ell)
+    ell_letters = [chr(0x3B1 + k) for k in range(n_ell)]   # greek letters stand for the ellipsis axes, right-aligned
+    labels = []
+    for sp, t, k in zip(specs, operands, ell):
+      if sp.count("...") > 1: raise TensorIndexError(f"einsum: {sp!r} has more than one ellipsis")
+      if any(not c.isalpha() for c in sp.replace("...", "")): raise TensorError(f"einsum: {sp!r}: subscripts are letters")
+      if k < 0 or ("..." not in sp and len(sp) != t.ndim):
+        raise TensorError(f"einsum: {sp!r} names {len(sp.replace('...', ''))} axes of an operand of shape {t.shape}")
+      head, _, tail = sp.partition("...")
+      labels.append(list(head) + ell_letters[n_ell - k:] + list(tail))
+    counts = {c: sum(lab.count(c) for lab in labels) for lab in labels for c in lab}
+    if arrow: out = [c for c in rhs.replace("...", "".join(ell_letters))]
+    else: out = ell_letters + sorted(c for c, n in counts.items() if n == 1 and c not in ell_letters)
+    if len(set(out)) != len(out) or any(c not in counts for c in out): raise TensorError(f"einsum: bad output subscripts in {formula!r}")
+    ts = []
+    for lab, t in zip(labels, operands):
+      while len(set(lab)) != len(lab):   # a repeated letter: its diagonal, as a new last axis
+        c = next(c for c in lab if lab.count(c) > 1)
+        a, b = lab.index(c), lab.index(c, lab.index(c) + 1)
+        if t.shape[a] != t.shape[b]: raise TensorError(f"einsum: the diagonal of {c!r} needs equal sizes, got {t.shape[a]} and {t.shape[b]}")
+        t, lab = t.diagonal(0, a, b), [x for k, x in enumerate(lab) if k not in (a, b)] + [c]
+      ts.append((lab, t))
+    order = out + sorted({c for lab, _ in ts for c in lab} - set(out))
+    sizes: dict[str, int] = {}
+    for lab, t in ts:
+      for c, n in zip(lab, t.shape):
+        if n != 1 or c not in ell_letters:
+          if sizes.setdefault(c, n) != n: raise TensorError(f"einsum: subscript {c!r} has sizes {sizes[c]} and {n} in {formula!r}")
+    full = tuple(sizes.get(c, 1) for c in order)
+    prod_t = None
+    for lab, t in ts:
+      t = t.permute([lab.index(c) for c in order if c in lab]).reshape(tuple(t.shape[lab.index(c)] if c in lab else 1 for c in order))
+      t = t._broadcast_to(full)
+      prod_t = t if prod_t is None else prod_t * t
+    return prod_t.sum(tuple(range(len(out), len(order)))) if len(order) > len(out) else prod_t
 
   def softmax(self, axis: int = -1) -> Tensor:
     m = self.max(axis, keepdim=True).detach()
@@ -1524,25 +1789,99 @@ class Tensor:
     s = self - m
     return s - s.exp().sum(axis, keepdim=True).log()
 
-  def cross_entropy(self, target: Tensor, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
-    """torch.nn.functional.cross_entropy of logits (N, C) (or (N, C, d...)) with integer class targets (N,) (or (N, d...))."""
-    logits = self if self.ndim == 2 else self.permute([0] + list(range(2, self.ndim)) + [1]).reshape(-1, self.shape[1])
+  def softmin(self, axis: int = -1) -> Tensor: return (-self).softmax(axis)
+
+  # ---- losses, as torch.nn.functional's (reduction "mean", "sum" or "none")
+  def _reduced(self, reduction: str, what: str) -> Tensor:
+    if reduction == "none": return self
+    if reduction == "sum": return self.sum()
+    if reduction == "mean": return self.mean()
+    raise TensorTypeError(f"{what}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+  def mse_loss(self, target: Tensor, reduction: str = "mean") -> Tensor: return ((self - target) ** 2)._reduced(reduction, "mse_loss")
+  def l1_loss(self, target: Tensor, reduction: str = "mean") -> Tensor: return (self - target).abs()._reduced(reduction, "l1_loss")
+  def smooth_l1_loss(self, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    """0.5 d^2 / beta where |d| < beta, |d| - beta / 2 beyond (the L1 loss for beta 0)."""
+    d = (self - target).abs()
+    loss = d if beta == 0 else (d < beta).where(0.5 * d * d / beta, d - 0.5 * beta)
+    return loss._reduced(reduction, "smooth_l1_loss")
+  def huber_loss(self, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+    d = (self - target).abs()
+    return (d < delta).where(0.5 * d * d, delta * (d - 0.5 * delta))._reduced(reduction, "huber_loss")
+  def kl_div(self, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
+    """target * (log target - self) with self the log-probabilities (0 where target is 0); "batchmean" divides the sum by
+    the batch size, as the KL divergence's definition wants."""
+    if log_target: loss = target.exp() * (target - self)
+    else: loss = target.eq(0).where(0.0, target * target.eq(0).where(1.0, target).log()) - target * self
+    if reduction == "batchmean": return loss.sum() / (self.shape[0] if self.ndim else 1)
+    return loss._reduced(reduction, "kl_div")
+  def binary_cross_entropy(self, target: Tensor, weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
+    """-(t log p + (1 - t) log(1 - p)) of probabilities p = self, each log clamped at -100 as torch does."""
+    loss = -(target * self.log().clip(min_=-100) + (1 - target) * (1 - self).log().clip(min_=-100))
+    return (loss * weight if weight is not None else loss)._reduced(reduction, "binary_cross_entropy")
+  def binary_cross_entropy_with_logits(self, target: Tensor, weight: Tensor | None = None, reduction: str = "mean",
+                                       pos_weight: Tensor | None = None) -> Tensor:
+    """binary_cross_entropy(sigmoid(self), target) without forming the sigmoid: (1 - t) x + (1 + (pw - 1) t) softplus(-x),
+    with softplus(-x) = log(1 + e^-|x|) + max(-x, 0), which never overflows."""
+    lw = 1 + (pos_weight - 1) * target if pos_weight is not None else 1
+    loss = (1 - target) * self + lw * ((-self.abs()).exp().log1p() + (-self).clip(min_=0))
+    return (loss * weight if weight is not None else loss)._reduced(reduction, "binary_cross_entropy_with_logits")
+  binary_crossentropy, binary_crossentropy_logits = binary_cross_entropy, binary_cross_entropy_with_logits   # tinygrad's names
+  def _class_last(self) -> Tensor:
+    """Scores (N, C, d...) as (N * d..., C), and (C,) as (1, C): the class axis last, one row per prediction."""
+    if self.ndim == 1: return self.reshape(1, -1)
+    return (self if self.ndim == 2 else self.permute([0] + list(range(2, self.ndim)) + [1])).reshape(-1, self.shape[1])
+  def _class_targets(self, target, what: str) -> Tensor:
     target = target if isinstance(target, Tensor) else Tensor(target, device=self.device)
-    tgt = target.reshape(-1)
-    if tgt.shape[0] != logits.shape[0]:
-      raise TensorError(f"cross_entropy: logits {self.shape} and target {target.shape} disagree on the batch")
-    if tgt.dtype is not dtypes.i32: raise TensorError(f"cross_entropy: target must hold class indices (i32), got {tgt.dtype.name}")
-    C = logits.shape[1]
-    logp = logits.log_softmax(-1)
-    onehot = tgt.unsqueeze(-1).eq(Tensor.arange(C, device=self.device)).float()
-    if label_smoothing: onehot = onehot * (1 - label_smoothing) + label_smoothing / C
-    nll = -(logp * onehot).sum(-1)
-    keep = tgt.ne(ignore_index).float()
-    nll = nll * keep
-    if reduction == "none": return nll.reshape(target.shape)
-    if reduction == "sum": return nll.sum()
-    if reduction != "mean": raise TensorError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    return nll.sum() / keep.sum()
+    if target.dtype is not dtypes.i32: raise TensorError(f"{what}: target must hold class indices (i32), got {target.dtype.name}")
+    want = self.shape[:1] + self.shape[2:] if self.ndim > 1 else ()
+    if target.shape != want: raise TensorError(f"{what}: scores {self.shape} need class indices of shape {want}, got {target.shape}")
+    return target
+  def nll_loss(self, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    """-self[target] (times weight[target]) for log-probabilities (N, C, d...) or (C,) and class indices (N, d...) or ();
+    "mean" divides by the summed weights of the targets not ignored, as torch does."""
+    target = self._class_targets(target, "nll_loss")
+    logp, t = self._class_last(), target.reshape(-1)
+    onehot = t.unsqueeze(-1).eq(Tensor.arange(logp.shape[1], device=self.device))
+    w = onehot.where(weight if weight is not None else 1.0, 0.0).sum(-1) * t.ne(ignore_index).float()
+    loss = -onehot.where(logp, 0.0).sum(-1) * w
+    if reduction == "none": return loss.reshape(target.shape)
+    if reduction == "sum": return loss.sum()
+    if reduction != "mean": raise TensorTypeError(f"nll_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return loss.sum() / w.sum()
+  def cross_entropy(self, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
+                    label_smoothing: float = 0.0) -> Tensor:
+    """torch.nn.functional.cross_entropy of logits (N, C, d...) or (C,) with class indices (N, d...) or (), or with class
+    probabilities of the logits' shape. label_smoothing mixes the targets with the uniform distribution."""
+    if not 0 <= label_smoothing <= 1: raise TensorError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    target = target if isinstance(target, Tensor) else Tensor(target, device=self.device)
+    cdim = 0 if self.ndim == 1 else 1
+    C = self.shape[cdim]
+    logp = self.log_softmax(cdim)
+    wshape = tuple(C if k == cdim else 1 for k in range(self.ndim))
+    if target.dtype.is_float:   # class probabilities
+      if target.shape != self.shape: raise TensorError(f"cross_entropy: probabilities {target.shape} for logits {self.shape}")
+      p = target * (1 - label_smoothing) + label_smoothing / C if label_smoothing else target
+      loss = -(logp * p * (weight.reshape(wshape) if weight is not None else 1)).sum(cdim)
+      return loss._reduced(reduction, "cross_entropy")
+    target = self._class_targets(target, "cross_entropy")
+    nll = logp.nll_loss(target, weight, ignore_index, "none")
+    if not label_smoothing: return nll if reduction == "none" else logp.nll_loss(target, weight, ignore_index, reduction)
+    keep = target.ne(ignore_index).float()
+    smooth = -(logp * (weight.reshape(wshape) if weight is not None else 1)).sum(cdim) * keep
+    loss = (1 - label_smoothing) * nll + (label_smoothing / C) * smooth
+    if reduction == "none": return loss
+    if reduction == "sum": return loss.sum()
+    if reduction != "mean": raise TensorTypeError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    t = target.reshape(-1)
+    w = t.unsqueeze(-1).eq(Tensor.arange(C, device=self.device)).where(weight, 0.0).sum(-1) if weight is not None else 1.0
+    return loss.sum() / (w * t.ne(ignore_index).float()).sum()
+  def sparse_categorical_crossentropy(self, target: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                      reduction: str = "mean") -> Tensor:
+    """tinygrad's cross entropy with the classes on the last axis of the logits (..., C) and targets (...)."""
+    target = target if isinstance(target, Tensor) else Tensor(target, device=self.device)
+    loss = self.reshape(-1, self.shape[-1]).cross_entropy(target.reshape(-1), ignore_index=ignore_index, reduction=reduction,
+                                                          label_smoothing=label_smoothing)
+    return loss.reshape(target.shape) if reduction == "none" else loss
 
   def layernorm(self, axis=-1, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over `axis` (no affine parameters: nn.LayerNorm adds them)."""
@@ -1563,9 +1902,18 @@ class Tensor:
     keep = Tensor(Tensor._rng.random(self.shape) >= p, device=self.device)
     return keep.where(self * (1 / (1 - p)), 0)
 
-  def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False,
-                                   scale: float | None = None) -> Tensor:
-    """softmax(q @ k^T * scale + mask) @ v, with q = self (..., L, E), key (..., S, E), value (..., S, Ev)."""
+  def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+                                   is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Tensor:
+    """softmax(q @ k^T * scale + mask) @ v, with q = self (..., L, E), key (..., S, E), value (..., S, Ev). With enable_gqa,
+    key and value may have fewer heads (axis -3) than the query, each shared by a group of query heads."""
+    if is_causal and attn_mask is not None: raise TensorError("attention: give attn_mask or is_causal, not both (as torch)")
+    if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+      raise TensorError(f"attention: query {self.shape}, key {key.shape}, value {value.shape} must be at least 2-D")
+    if enable_gqa and self.ndim >= 3 and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:
+      hq, hk = self.shape[-3], key.shape[-3]
+      if hk == 0 or hq % hk or value.shape[-3] != hk:
+        raise TensorError(f"attention: {hq} query heads can't share {hk} key heads ({value.shape[-3]} value heads)")
+      key, value = key.repeat_interleave(hq // hk, -3), value.repeat_interleave(hq // hk, -3)
     if self.shape[-1] != key.shape[-1]: raise TensorError(f"attention: query {self.shape} and key {key.shape} disagree on the last axis")
     L, S = self.shape[-2], key.shape[-2]
     s = (self @ key.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(self.shape[-1]))
@@ -1573,7 +1921,7 @@ class Tensor:
       causal = Tensor(np.tril(np.ones((L, S), dtype=bool)), device=self.device)
       s = causal.where(s, float("-inf"))
     if attn_mask is not None: s = attn_mask.where(s, float("-inf")) if attn_mask.dtype is dtypes.bool else s + attn_mask
-    return s.softmax(-1) @ value
+    return s.softmax(-1).dropout(dropout_p) @ value
 
   # ---- gradients
   def backward(self, gradient: Tensor | None = None) -> None:
