@@ -313,11 +313,11 @@ class Tensor:
   def arange(start, stop=None, step=1, dtype=None, device: str | None = None) -> Tensor:
     if stop is None: start, stop = 0, start
     if step == 0: raise TensorError("arange: step must not be 0")
-    vals = np.arange(start, stop, step)
     dtype = _to_dtype(dtype) or (dtypes.f32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.i32)
-    if dtype is dtypes.i32 and vals.size and (vals.min() < I32_MIN or vals.max() > I32_MAX):
-      raise TensorError(f"arange({start}, {stop}, {step}): values up to {vals.max()} don't fit in i32 (they would wrap)")
-    return Tensor(vals.astype(np_dtype(dtype)), dtype=dtype, device=device)
+    n = max(0, math.ceil((stop - start) / step))
+    if dtype is dtypes.i32 and n and not (I32_MIN <= start <= I32_MAX and I32_MIN <= start + (n - 1) * step <= I32_MAX):
+      raise TensorError(f"arange({start}, {stop}, {step}): values from {start} to {start + (n - 1) * step} don't fit in i32 (they would wrap)")
+    return Tensor(np.arange(start, stop, step).astype(np_dtype(dtype)), dtype=dtype, device=device)
   @staticmethod
   def linspace(start, stop, steps: int, dtype=None, device: str | None = None) -> Tensor:
     """steps values from start to stop, evenly spaced (torch's: the first half counted from start, the rest back from
@@ -378,6 +378,8 @@ class Tensor:
       if not isinstance(other, (int, float, bool, np.number, np.bool_)): raise TensorError(f"can't combine a Tensor with {type(other).__name__}")
       other = other.item() if isinstance(other, (np.number, np.bool_)) else other
       d = self._scalar_dtype(other)
+      if d is dtypes.i32 and isinstance(other, int) and not I32_MIN <= other <= I32_MAX:
+        raise TensorError(f"the python int {other} doesn't fit the tensor's i32 (it would wrap); use a float or a smaller value")
       a = self.cast(d).uop
       b = a.const_like(other)
       parents = [self]
@@ -444,8 +446,8 @@ class Tensor:
   def __rmatmul__(self, x): return Tensor(x, device=self.device).matmul(self)
   def __lt__(self, x): return self._binop(Ops.CMPLT, x)
   def __gt__(self, x): return self._binop(Ops.CMPLT, x, True)
-  def __le__(self, x): return (self > x).logical_not()
-  def __ge__(self, x): return (self < x).logical_not()
+  def __le__(self, x): return (self < x) | self.eq(x)   # not (self > x): that is true for NaN
+  def __ge__(self, x): return (self > x) | self.eq(x)
   def __eq__(self, x): return self.ne(x).logical_not()   # type: ignore[override]
   def __ne__(self, x): return self.ne(x)                 # type: ignore[override]
   def ne(self, x) -> Tensor: return self._binop(Ops.CMPNE, x)
@@ -738,7 +740,7 @@ class Tensor:
   def hardsigmoid(self) -> Tensor: return ((self + 3) / 6).hardtanh(0.0, 1.0)
   def hardswish(self) -> Tensor:
     # torch's gradient: 0 below -3, x/3 + 1/2 in [-3, 3], 1 above
-    return (self < -3).where(0.0, (self > 3).where(self, self * (self + 3) / 6))
+    return (self < -3).where(self * 0, (self > 3).where(self, self * (self + 3) / 6))   # -inf * 0: NaN, as torch's x * relu6(x + 3) / 6
   def elu(self, alpha: float = 1.0) -> Tensor:
     pos = self > 0
     return pos.where(self, alpha * pos.where(0.0, self).expm1())   # expm1 reads 0 where unused: no inf in its backward
@@ -775,7 +777,7 @@ class Tensor:
         if c >= -1: return t._power_of(int(c)) if c >= 0 else t.recip()
         # 1 / x**n: its derivative through the products is 0 * inf = NaN at x = 0, where torch has c * 0**(c-1) = inf
         return t._power_of(-int(c)).recip()._with_gradient((t, c * Tensor._pow_value(t, c - 1)))
-      if c == 0.5: return t.eq(float("-inf")).where(float("inf"), t.sqrt())   # sqrt's own gradient is torch's at 0 too
+      if c == 0.5: return t.sqrt()   # as torch computes it (so (-inf) ** 0.5 is NaN); sqrt's gradient is torch's at 0 too
       return Tensor._pow_value(t, c)._with_gradient((t, c * Tensor._pow_value(t, c - 1)))
     base, exp = (self, x) if not reverse else (x, self)
     if isinstance(base, Tensor) and isinstance(exp, Tensor) and not base.dtype.is_float and not exp.dtype.is_float:
@@ -833,8 +835,10 @@ class Tensor:
     instead of what differentiating self's graph would give. For ops whose PyTorch gradient is a formula of its own at the
     edges (pow at 0 and at infinity, erf): value and slope are computed robustly apart and joined as v + (x - x') * slope,
     x' being x detached: exactly v forward, the slope backward. 0 * slope would be NaN forward for an infinite slope, so
-    that goes in as (x - x') * big * big (forward 0, gradient big * big = inf), and a NaN slope as the difference of two
-    such products (gradient inf - inf). At an infinite x, x - x' is NaN, so there the gradient is 0."""
+    that goes in as (x - x') * big * big (forward 0, gradient g * big * big = inf for any g above 2^-126), and a NaN slope
+    as the difference of two such products (gradient inf - inf). At an infinite x, x - x' is NaN, so there the gradient
+    is 0 (where torch's formula may give inf: b ** 3.3 at b = inf): no graph of x has a finite forward value and an
+    infinite slope there."""
     out = self.detach()
     big = 2.0 ** (127 if out.dtype is dtypes.f32 else 15)
     for x, slope in pairs:
@@ -845,7 +849,7 @@ class Tensor:
       out = out + z * (inf | nan).where(0.0, slope)
       out = out + (inf.where(z * slope.sign(), 0.0) * big) * big
       zn = nan.where(z, 0.0)
-      out = out + ((zn * big) * 4.0 - (zn * 4.0) * big)
+      out = out + ((zn * big) * big - ((zn * 2.0) * big) * (big / 2))
     return out
 
   def where(self, a, b) -> Tensor:
@@ -916,6 +920,7 @@ class Tensor:
     rest = [a for a in range(t.ndim) if a not in axes]
     n = prod(t.shape[a] for a in axes)
     x = t.permute(rest + axes).reshape(tuple(t.shape[a] for a in rest) + (n,))
+    if n == 0: return t.sum(axes, keepdim) + 1   # the empty product, with t still in the graph
     m = 1 << max(0, n - 1).bit_length()
     if m != n: x = x.pad(tuple(None for _ in rest) + ((0, m - n),), value=1)
     while x.shape[-1] > 1:
@@ -1034,7 +1039,12 @@ class Tensor:
     widths = tuple((max(0, b), max(0, a)) for b, a in pairs)
     if all(w == (0, 0) for w in widths): return t
     if t.numel() == 0 and any(w != (0, 0) for w in widths):
-      return Tensor.full(tuple(s + b + a for s, (b, a) in zip(t.shape, widths)), value, t.dtype, device=self.device)
+      # the PAD composite can't grow an empty axis: the fill is built from t's sum over its empty axes (zeros, with the
+      # empty axes kept as 1s), padded on the other axes and expanded, so t stays in the graph for its (empty) gradient
+      empty = [a for a, n in enumerate(t.shape) if n == 0]
+      base = t.sum(empty, keepdim=True).cast(t.dtype).pad(tuple((0, 0) if a in empty else w for a, w in enumerate(widths)))
+      base = base.expand(tuple(b + a if k in empty else n for k, (n, (b, a)) in enumerate(zip(base.shape, widths))))
+      return base.ne(base).where(base, Tensor.full((), value, t.dtype, device=self.device))
     out = t._new(_pad_uop(t.uop, widths))
     if value != 0:
       inside = t._new(_pad_uop(t.ones_like(dtype=dtypes.bool).uop, widths))
@@ -1184,7 +1194,8 @@ class Tensor:
     if step <= 0: raise TensorError(f"unfold: step must be positive, got {step}")
     if self.ndim == 0: return self.reshape(size)
     o = (n - size) // step + 1
-    if size == 0: return Tensor.zeros(*self.shape[:d], o, *self.shape[d + 1:], 0, dtype=self.dtype, device=self.device)
+    if size == 0:   # empty windows, still from self (its gradient is then zeros, not missing)
+      return self.shrink(tuple((0, 0) if k == d else None for k in range(self.ndim))).reshape(self.shape[:d] + (o,) + self.shape[d + 1:] + (0,))
     others = [k for k in range(self.ndim) if k != d]
     win = self.permute(others + [d])._windows((size,), (step,), (1,))   # (*others, o, size)
     return win.permute(list(range(d)) + [self.ndim - 1] + list(range(d, self.ndim - 1)) + [self.ndim])
@@ -1768,10 +1779,9 @@ class Tensor:
       ts.append((lab, t))
     order = out + sorted({c for lab, _ in ts for c in lab} - set(out))
     sizes: dict[str, int] = {}
-    for lab, t in ts:
+    for lab, t in ts:   # a size of 1 broadcasts, as in torch
       for c, n in zip(lab, t.shape):
-        if n != 1 or c not in ell_letters:
-          if sizes.setdefault(c, n) != n: raise TensorError(f"einsum: subscript {c!r} has sizes {sizes[c]} and {n} in {formula!r}")
+        if n != 1 and sizes.setdefault(c, n) != n: raise TensorError(f"einsum: subscript {c!r} has sizes {sizes[c]} and {n} in {formula!r}")
     full = tuple(sizes.get(c, 1) for c in order)
     prod_t = None
     for lab, t in ts:
@@ -1815,8 +1825,12 @@ class Tensor:
     if reduction == "batchmean": return loss.sum() / (self.shape[0] if self.ndim else 1)
     return loss._reduced(reduction, "kl_div")
   def binary_cross_entropy(self, target: Tensor, weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
-    """-(t log p + (1 - t) log(1 - p)) of probabilities p = self, each log clamped at -100 as torch does."""
-    loss = -(target * self.log().clip(min_=-100) + (1 - target) * (1 - self).log().clip(min_=-100))
+    """-(t log p + (1 - t) log(1 - p)) of probabilities p = self, each log clamped at -100, with torch's gradients:
+    (p - t) / max(p (1 - p), 1e-12) for p (finite at p = 0 and 1, where the clamp would give 0) and log(1 - p) - log p for t."""
+    target = target if isinstance(target, Tensor) else Tensor.full((), float(target), device=self.device)
+    p, t = self.detach(), target.detach()
+    loss = -(t * p.log().clip(min_=-100) + (1 - t) * (-p).log1p().clip(min_=-100))
+    loss = loss._with_gradient((self, (p - t) / (p * (1 - p)).clip(min_=1e-12)), (target, (-p).log1p() - p.log()))
     return (loss * weight if weight is not None else loss)._reduced(reduction, "binary_cross_entropy")
   def binary_cross_entropy_with_logits(self, target: Tensor, weight: Tensor | None = None, reduction: str = "mean",
                                        pos_weight: Tensor | None = None) -> Tensor:
@@ -1842,7 +1856,8 @@ class Tensor:
     target = self._class_targets(target, "nll_loss")
     logp, t = self._class_last(), target.reshape(-1)
     onehot = t.unsqueeze(-1).eq(Tensor.arange(logp.shape[1], device=self.device))
-    w = onehot.where(weight if weight is not None else 1.0, 0.0).sum(-1) * t.ne(ignore_index).float()
+    w = t.ne(ignore_index).float()
+    if weight is not None: w = onehot.where(weight, 0.0).sum(-1) * w
     loss = -onehot.where(logp, 0.0).sum(-1) * w
     if reduction == "none": return loss.reshape(target.shape)
     if reduction == "sum": return loss.sum()
