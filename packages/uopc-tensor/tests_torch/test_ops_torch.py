@@ -550,6 +550,7 @@ POOLS_EXT = [  # (kernel, stride, padding, dilation, ceil_mode)
   ((2, 2), (2, 3), 0, (3, 2), False),
   (3, 1, 1, 2, False),
   (2, 2, 0, 1, True),
+  ((2, 2), (3, 4), 0, 1, False),    # strides beyond the window: gaps between windows
 ]
 
 

@@ -1649,7 +1649,8 @@ class Tensor:
     x = x.permute(list(range(L)) + [v for a in range(nd) for v in (L + a, L + nd + a)]).reshape(lead + tuple(e * i for e, i in zip(reps, ins)))
     x = x.shrink(keep((0, k * (i + d)) for k, i, d in zip(kernel, ins, dilation)))
     x = x.reshape(lead + tuple(v for k, i, d in zip(kernel, ins, dilation) for v in (k, i + d)))
-    x = x.shrink(keep(v for o, s in zip(outs, stride) for v in (None, (0, o * s))))
+    # each row is cut (or, with a stride beyond the window, padded: those elements are never read) to o * s
+    x = x.pad(keep(v for o, s, i, d in zip(outs, stride, ins, dilation) for v in (None, (0, o * s - (i + d)))))
     x = x.reshape(lead + tuple(v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s)))
     x = x.shrink(keep(v for _ in kernel for v in (None, None, (0, 1)))).reshape(lead + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
     x = x.permute(list(range(L)) + [L + 2 * a + 1 for a in range(nd)] + [L + 2 * a for a in range(nd)])
