@@ -151,6 +151,9 @@ def _padding_pairs(padding, nd: int, kernel, dilation, what: str) -> tuple[tuple
 def _promote(*ds: DType) -> DType: return max(ds, key=_PROMOTION.index)
 
 
+SCAN_BLOCK = 32   # cumulative ops scan blocks of this many elements as (b, b) squares, then the blocks' totals (Tensor._scan)
+
+
 class ValuesIndices(NamedTuple):
   """What sort, topk, cummax and cummin return: t.sort(0).values and t.sort(0)[0] both work, as with torch's return types."""
   values: Tensor
@@ -597,7 +600,7 @@ class Tensor:
   def mul(self, x) -> Tensor: return self * x
   def neg(self) -> Tensor: return -self
   def reciprocal(self) -> Tensor: return self.recip()
-  def clone(self) -> Tensor: return self._new(self.uop, self)
+  def clone(self) -> Tensor: return self.contiguous()   # a copy of its own: writing into one doesn't show in the other
   def mod(self, x) -> Tensor: return self % x
   remainder = mod
   def div(self, x, rounding_mode: str | None = None) -> Tensor:
@@ -1304,7 +1307,6 @@ class Tensor:
     return oh.where(xe._broadcast_to(oh.shape), 0).sum(-1)
 
   # ---- scans: cumulative sums, products, maxima along one axis
-  _SCAN_BLOCK = 32
   def _scan(self, axis: int, reduce: str) -> Tensor:
     """out[..., i] = reduce(self[..., :i + 1]) along axis ("sum", "prod" or "max"). A running loop would carry a value from
     one iteration to the next, which the IR has no way to say; instead a block of b elements is spread into a (b, b)
@@ -1316,7 +1318,7 @@ class Tensor:
     if t.ndim == 0 or t.shape[d] == 0: return t
     return t.transpose(d, -1)._scan_last(reduce).transpose(d, -1)
   def _scan_last(self, reduce: str) -> Tensor:
-    n, B = self.shape[-1], Tensor._SCAN_BLOCK
+    n, B = self.shape[-1], SCAN_BLOCK
     identity = {"sum": 0, "prod": 1, "max": dtypes.min(self.dtype)}[reduce]
     if n <= B:
       keep = Tensor(np.tril(np.ones((n, n), dtype=bool)), device=self.device)   # keep[i, j] = j <= i
@@ -1604,11 +1606,11 @@ class Tensor:
   conv_transpose1d = conv_transpose3d = conv_transpose2d
 
   # ---- pooling
-  def _pool(self, kernel_size, stride, padding, dilation, ceil_mode: bool, value, nd: int | None = None):
+  def _pool(self, kernel_size, stride, padding, dilation, ceil_mode: bool, value, nd: int):
     """Windows for pooling over the last len(kernel) axes: (..., *out, K), with the padding added (value) and, in ceil
     mode, the extra room for a last partial window (torch's rule: it must start inside the input or the left padding).
     Returns the windows, the padding pairs and the extra right padding per axis."""
-    kernel = (kernel_size,) * (nd or 2) if isinstance(kernel_size, int) else tuple(kernel_size)
+    kernel = (kernel_size,) * nd if isinstance(kernel_size, int) else tuple(kernel_size)   # a tuple sets the rank itself
     nd = len(kernel)
     if self.ndim < nd: raise TensorError(f"pooling with a {nd}-D kernel {kernel} needs at least {nd} dimensions, got {self.shape}")
     stride = kernel if stride is None or stride == [] else _spatial(stride, nd, "pool stride")
@@ -1656,12 +1658,16 @@ class Tensor:
     x = x.permute(list(range(L)) + [L + 2 * a + 1 for a in range(nd)] + [L + 2 * a for a in range(nd)])
     return x.reshape(lead + outs + (prod(kernel),))
 
-  def max_pool2d(self, kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False,
-                 _nd: int | None = None):
+  def max_pool2d(self, kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False):
     """Max over windows of the last 2 axes (or len(kernel_size) axes), keeping the dtype. With return_indices also the flat
     index (within the pooled axes) of each window's first maximum, as torch's max_pool2d gives for max_unpool2d."""
-    low = dtypes.min(self.dtype)
-    win, (kernel, stride, dilation, pads, extra) = self._pool(kernel_size, stride, padding, dilation, ceil_mode, low, _nd)
+    return self._max_pool(kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2)
+  def max_pool1d(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    return self._max_pool(kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1)
+  def max_pool3d(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    return self._max_pool(kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3)
+  def _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode: bool, return_indices: bool, nd: int):
+    win, (kernel, stride, dilation, pads, extra) = self._pool(kernel_size, stride, padding, dilation, ceil_mode, dtypes.min(self.dtype), nd)
     out = win.max(-1)
     if not return_indices: return out
     nd = len(kernel)
@@ -1670,17 +1676,19 @@ class Tensor:
     where_from = where_from.pad(tuple((b, a + e) for (b, a), e in zip(pads, extra)), value=-1)._pool_windows(kernel, stride, dilation)
     first = win.argmax(-1).unsqueeze(-1).eq(Tensor.arange(win.shape[-1], device=self.device))
     return ValuesIndices(out, first.where(where_from, 0).sum(-1))
-  def max_pool1d(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
-    return self.max_pool2d(kernel_size, stride, padding, dilation, ceil_mode, return_indices, _nd=1)
-  def max_pool3d(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
-    return self.max_pool2d(kernel_size, stride, padding, dilation, ceil_mode, return_indices, _nd=3)
 
   def avg_pool2d(self, kernel_size=2, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True,
-                 divisor_override: int | None = None, dilation=1, _nd: int | None = None) -> Tensor:
+                 divisor_override: int | None = None, dilation=1) -> Tensor:
     """Mean over windows of the last 2 axes (or len(kernel_size) axes). As in torch, the divisor counts the padding when
     count_include_pad (but never ceil mode's extra room), and only the input's elements otherwise."""
+    return self._avg_pool(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, dilation, 2)
+  def avg_pool1d(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    return self._avg_pool(kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1, 1)
+  def avg_pool3d(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    return self._avg_pool(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 1, 3)
+  def _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, dilation, nd: int) -> Tensor:
     x = self if self.dtype.is_float else self.float()
-    win, (kernel, stride, dilation, pads, extra) = x._pool(kernel_size, stride, padding, dilation, ceil_mode, 0.0, _nd)
+    win, (kernel, stride, dilation, pads, extra) = x._pool(kernel_size, stride, padding, dilation, ceil_mode, 0.0, nd)
     total = win.sum(-1)
     if divisor_override is not None: return total / divisor_override
     counts = np.ones((), np.float32)
@@ -1689,10 +1697,6 @@ class Tensor:
       lo, hi = (-b, L + a) if count_include_pad else (0, L)
       counts = counts[..., None] * ((pos >= lo) & (pos < hi)).sum(-1).astype(np.float32)
     return total / Tensor(counts, device=self.device)
-  def avg_pool1d(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
-    return self.avg_pool2d(kernel_size, stride, padding, ceil_mode, count_include_pad, _nd=1)
-  def avg_pool3d(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
-    return self.avg_pool2d(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, _nd=3)
 
   def max_unpool2d(self, indices: Tensor, kernel_size=2, stride=None, padding=0, output_size=None, dilation=1) -> Tensor:
     """max_pool2d's partial inverse: each value put back at its index within the pooled axes, zeros elsewhere. The output
@@ -1761,7 +1765,7 @@ class Tensor:
     labels = []
     for sp, t, k in zip(specs, operands, ell):
       if sp.count("...") > 1: raise TensorIndexError(f"einsum: {sp!r} has more than one ellipsis")
-      if any(not c.isalpha() for c in sp.replace("...", "")): raise TensorError(f"einsum: {sp!r}: subscripts are letters")
+      if any(not (c.isascii() and c.isalpha()) for c in sp.replace("...", "")): raise TensorError(f"einsum: {sp!r}: subscripts are letters a-z, A-Z")
       if k < 0 or ("..." not in sp and len(sp) != t.ndim):
         raise TensorError(f"einsum: {sp!r} names {len(sp.replace('...', ''))} axes of an operand of shape {t.shape}")
       head, _, tail = sp.partition("...")
@@ -1954,7 +1958,9 @@ class Tensor:
 
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
     """d self / d t for each target t, as new tensors (zeros for a target self doesn't depend on), without touching any
-    .grad. The targets need not require gradients: this is tinygrad's Tensor.gradient (torch.autograd.grad)."""
+    .grad. The targets need not require gradients: this is tinygrad's Tensor.gradient (torch.autograd.grad). A value
+    realized on the way is seen through only when it was computed from tensors that require gradients (realize keeps
+    the graph of those alone); otherwise the realized value is a constant here."""
     if gradient is None and (self.numel() != 1 or not self.dtype.is_float):
       raise TensorError(f"gradient() of a {self.dtype.name}{self.shape} tensor needs a gradient (only a float scalar defaults to 1)")
     if not all(isinstance(t, Tensor) for t in targets): raise TensorTypeError("gradient() takes the Tensors to differentiate by")
