@@ -9,12 +9,17 @@ Everything is the IR's primitives: broadcasting is RESHAPE + EXPAND, a reduction
 that moves them last and a REDUCE, `x - y` is `x + y*-1`, exp is exp2, a gather with an integer Tensor is a
 one-hot mask and a sum, a convolution is a window view (movement ops only) times the weights, summed. The
 gradients come from uopc.grad on the same graph, so backward passes fuse and compile like forward ones.
+What the IR has no primitive for is a composite in fixed shapes: & | ^ on i32 take the 32 bits apart, a product
+halves its axis pairwise, a cumulative op reduces triangular blocks, sort counts each element's rank, min is max
+under -1 - x (no overflow at INT_MIN). Where PyTorch's gradient is a formula of its own at the edges (pow at 0 and
+infinity, erf, binary_cross_entropy), value and slope are computed apart and joined by `_with_gradient`.
 
 Conventions follow PyTorch where DESIGN.md is silent, and tinygrad's where they differ and the IR's sugar
 agrees: `cond.where(a, b)`, `max(axis)` returns values only, `pad(((before, after), ...))` takes numpy.pad's
-pairs, `Tensor.cat(*ts, dim=)`, `layernorm` has no affine parameters, `gelu` is the tanh approximation,
-`//` on integers floors. Dtypes promote bool < i32 < f16 < f32; a python scalar adopts the tensor's dtype
-(a float scalar with an integer tensor gives f32). Shape errors name the shapes.
+pairs (and F.pad's flat tuple), `Tensor.cat(*ts, dim=)`, `layernorm` has no affine parameters, `gelu` is the tanh
+approximation, `//` on integers floors. Dtypes promote bool < i32 < f16 < f32; a python scalar adopts the tensor's
+dtype (a float scalar with an integer tensor gives f32). Errors name the shapes and are of the kinds torch raises:
+TensorError is a ValueError and a RuntimeError, TensorIndexError an IndexError, TensorTypeError a TypeError.
 """
 from __future__ import annotations
 import itertools, math, os, weakref
