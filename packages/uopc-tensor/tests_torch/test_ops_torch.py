@@ -350,6 +350,20 @@ def test_sort_puts_nan_last_and_keeps_signed_zeros_stable():
   forward(lambda t: tuple(t.sort()), lambda t: tuple(t.sort(stable=True)), ints(5, I32_MIN, I32_MAX, 0, -1, 5))
 
 
+@pytest.mark.parametrize("descending", [False, True])
+def test_long_sorts_go_through_a_bitonic_network_with_the_same_results(descending, monkeypatch):
+  # the network takes over above SORT_BY_COUNTING_MAX elements; lowered here so small rows exercise it
+  import uopc.tensor
+  monkeypatch.setattr(uopc.tensor, "SORT_BY_COUNTING_MAX", 4)
+  x = np.random.default_rng(60).integers(-3, 3, (3, 11)).astype(np.float32)   # ties: still stable
+  x[0, ::4], x[1, 2], x[2, 5] = NAN, -INF, INF
+  forward(lambda t: tuple(t.sort(1, descending)), lambda t: tuple(t.sort(dim=1, descending=descending, stable=True)), x)
+  forward(lambda t: tuple(t.sort(0, descending)), lambda t: tuple(t.sort(dim=0, descending=descending, stable=True)),
+          np.random.default_rng(61).integers(I32_MIN, I32_MAX, (9, 2)).astype(np.int32))
+  check(lambda t: t.sort(-1, descending).values, lambda t: t.sort(dim=-1, descending=descending, stable=True).values, randn(2, 13, seed=62))
+  check(lambda t: t.topk(3, 0, descending).values, lambda t: t.topk(3, 0, descending).values, randn(7, 2, seed=63))
+
+
 def test_topk_largest_and_smallest_with_gradient():
   x = randn(5, 6, seed=17)
   for k, dim, largest in [(3, -1, True), (2, 0, False), (6, 1, True), (0, 1, True)]:

@@ -102,7 +102,9 @@ GRAD_RULES: dict[Ops, Callable[[UOp, UOp], tuple]] = {
   Ops.STACK: lambda u, g: tuple(g.index(k) for k in range(len(u.src))),
   Ops.REDUCE: lambda u, g: (g.reshape(g.shape + (1,) * u.arg[1]).expand(u.src[0].shape),) if u.arg[0] is Ops.ADD else _reduce_max_grad(u, g),
   Ops.INDEX: _index_grad,
-  Ops.STAGE: lambda u, g: (g,),
+  # a stored value's gradient is stored too: a chain of stages (a sorting network) would otherwise be one backward kernel
+  # whose every element recomputes every path back through the chain, 2^stages of them
+  Ops.STAGE: lambda u, g: (UOp(Ops.STAGE, (g,)),),
 }
 
 

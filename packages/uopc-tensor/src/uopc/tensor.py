@@ -156,6 +156,7 @@ def _padding_pairs(padding, nd: int, kernel, dilation, what: str) -> tuple[tuple
 def _promote(*ds: DType) -> DType: return max(ds, key=_PROMOTION.index)
 
 
+SORT_BY_COUNTING_MAX = 1024   # longer sorts go through a bitonic network (Tensor._sort_network)
 SCAN_BLOCK = 32   # cumulative ops scan blocks of this many elements as (b, b) squares, then the blocks' totals (Tensor._scan)
 
 
@@ -1380,19 +1381,59 @@ class Tensor:
     k = n if k is None else k
     x = self.transpose(d, -1)
     key = x.int() if x.dtype is dtypes.bool else x
-    xi, xj = key.unsqueeze(-1), key.unsqueeze(-2)                 # [i, j]: element i against element j
-    nan_i, nan_j = xi.isnan() if key.dtype.is_float else None, xj.isnan() if key.dtype.is_float else None
-    goes_first = (xj > xi) if descending else (xj < xi)           # j sorts strictly before i
-    same = xj.eq(xi)
-    if nan_i is not None:
-      goes_first = goes_first | ((nan_j & nan_i.logical_not()) if descending else (nan_i & nan_j.logical_not()))
-      same = same | (nan_i & nan_j)
-    earlier = Tensor(np.tril(np.ones((n, n), dtype=bool), -1), device=self.device)   # [i, j]: j < i
-    rank = (goes_first | (same & earlier)).sum(-1)                # (..., n): where element i lands
-    at = rank.unsqueeze(-2).eq(Tensor.arange(k, device=self.device).unsqueeze(-1))   # [r, i]: element i lands at r
-    values = at.where(x.unsqueeze(-2), False if x.dtype is dtypes.bool else 0).sum(-1).cast(x.dtype)
-    indices = at.where(Tensor.arange(n, device=self.device), 0).sum(-1)
+    if n > SORT_BY_COUNTING_MAX:
+      values, indices = Tensor._sort_network(key, descending)
+      values, indices = values.cast(x.dtype), indices
+    else:
+      first, same = Tensor._order(key.unsqueeze(-2), key.unsqueeze(-1), descending)   # [i, j]: element j before / tied with i
+      earlier = Tensor(np.tril(np.ones((n, n), dtype=bool), -1), device=self.device)   # [i, j]: j < i
+      rank = (first | (same & earlier)).sum(-1)                     # (..., n): where element i lands
+      at = rank.unsqueeze(-2).eq(Tensor.arange(n, device=self.device).unsqueeze(-1))   # [r, i]: element i lands at r
+      values = at.where(x.unsqueeze(-2), False if x.dtype is dtypes.bool else 0).sum(-1).cast(x.dtype)
+      indices = at.where(Tensor.arange(n, device=self.device), 0).sum(-1)
+    if k != n: values, indices = values[..., :k], indices[..., :k]
     return ValuesIndices(values.transpose(d, -1), indices.transpose(d, -1))
+
+  @staticmethod
+  def _order(a: Tensor, b: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
+    """(a sorts strictly before b, a ties b): NaN is the largest float and ties NaN, as in torch's sort."""
+    first, same = (a > b) if descending else (a < b), a.eq(b)
+    if a.dtype.is_float:
+      na, nb = a.isnan(), b.isnan()
+      first = first | ((na & nb.logical_not()) if descending else (nb & na.logical_not()))
+      same = same | (na & nb)
+    return first, same
+
+  @staticmethod
+  def _sort_network(key: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
+    """key sorted along its last axis by a bitonic network, with the original indices carried along: O(n log^2 n) work
+    in log2(n) (log2(n) + 1) / 2 stages (counting ranks is O(n^2), an hour at a million elements). Each stage compares
+    the elements j apart within blocks of `size` and swaps the pairs that are out of order, blocks alternately up and
+    down; an order of (key, index) pairs makes it stable. Padding to a power of two sorts last (NaN, or the lowest
+    value descending, after every real one of its key by its larger index). Each stage is stored, or every element of
+    the last one would recompute the whole network."""
+    n, lead = key.shape[-1], key.shape[:-1]
+    N = 1 << (n - 1).bit_length()
+    fill = (float("-inf") if descending else float("nan")) if key.dtype.is_float else (I32_MIN if descending else I32_MAX)
+    k = key.pad(tuple(None for _ in lead) + ((0, N - n),), value=fill)
+    idx = Tensor.arange(N, device=key.device).reshape((1,) * len(lead) + (N,))._broadcast_to(lead + (N,))
+    half = lambda t, h: t[..., h, :]
+    size = 2
+    while size <= N:
+      j = size // 2
+      while j:
+        shape = lead + (N // (2 * j), 2, j)
+        kk, ii = k.reshape(shape), idx.reshape(shape)
+        k0, k1, i0, i1 = half(kk, 0), half(kk, 1), half(ii, 0), half(ii, 1)
+        up = Tensor((np.arange(N // (2 * j)) * 2 * j // size) % 2 == 0, device=key.device).reshape(-1, 1)
+        f10, s10 = Tensor._order(k1, k0, descending)
+        f01, s01 = Tensor._order(k0, k1, descending)
+        swap = up.where(f10 | (s10 & (i1 < i0)), f01 | (s01 & (i0 < i1)))
+        k = Tensor.stack(swap.where(k1, k0), swap.where(k0, k1), dim=-2).reshape(lead + (N,)).contiguous()
+        idx = Tensor.stack(swap.where(i1, i0), swap.where(i0, i1), dim=-2).reshape(lead + (N,)).contiguous()
+        j //= 2
+      size *= 2
+    return k[..., :n], idx[..., :n]
 
   # ---- scatter and masks
   def _scatter_parts(self, dim: int, index: Tensor, src) -> tuple[int, Tensor, Tensor]:
