@@ -362,6 +362,8 @@ def test_long_sorts_go_through_a_bitonic_network_with_the_same_results(descendin
           np.random.default_rng(61).integers(I32_MIN, I32_MAX, (9, 2)).astype(np.int32))
   check(lambda t: t.sort(-1, descending).values, lambda t: t.sort(dim=-1, descending=descending, stable=True).values, randn(2, 13, seed=62))
   check(lambda t: t.topk(3, 0, descending).values, lambda t: t.topk(3, 0, descending).values, randn(7, 2, seed=63))
+  m = x > 0   # a long masked_select sorts the selected elements first, through the same network
+  check(lambda t, k: t.masked_select(k), lambda t, k: t.masked_select(k), randn(3, 11, seed=64), m)
 
 
 def test_topk_largest_and_smallest_with_gradient():

@@ -1405,18 +1405,19 @@ class Tensor:
     return first, same
 
   @staticmethod
-  def _sort_network(key: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
+  def _sort_network(key: Tensor, descending: bool, payload: Tensor | None = None) -> tuple[Tensor, ...]:
     """key sorted along its last axis by a bitonic network, with the original indices carried along: O(n log^2 n) work
     in log2(n) (log2(n) + 1) / 2 stages (counting ranks is O(n^2), an hour at a million elements). Each stage compares
     the elements j apart within blocks of `size` and swaps the pairs that are out of order, blocks alternately up and
     down; an order of (key, index) pairs makes it stable. Padding to a power of two sorts last (NaN, or the lowest
     value descending, after every real one of its key by its larger index). Each stage is stored, or every element of
-    the last one would recompute the whole network."""
+    the last one would recompute the whole network. A payload of key's shape rides along too (returned third)."""
     n, lead = key.shape[-1], key.shape[:-1]
     N = 1 << (n - 1).bit_length()
     fill = (float("-inf") if descending else float("nan")) if key.dtype.is_float else (I32_MIN if descending else I32_MAX)
     k = key.pad(tuple(None for _ in lead) + ((0, N - n),), value=fill)
     idx = Tensor.arange(N, device=key.device).reshape((1,) * len(lead) + (N,))._broadcast_to(lead + (N,))
+    if payload is not None: payload = payload.pad(tuple(None for _ in lead) + ((0, N - n),))
     half = lambda t, h: t[..., h, :]
     size = 2
     while size <= N:
@@ -1431,9 +1432,12 @@ class Tensor:
         swap = up.where(f10 | (s10 & (i1 < i0)), f01 | (s01 & (i0 < i1)))
         k = Tensor.stack(swap.where(k1, k0), swap.where(k0, k1), dim=-2).reshape(lead + (N,)).contiguous()
         idx = Tensor.stack(swap.where(i1, i0), swap.where(i0, i1), dim=-2).reshape(lead + (N,)).contiguous()
+        if payload is not None:
+          p0, p1 = half(payload.reshape(shape), 0), half(payload.reshape(shape), 1)
+          payload = Tensor.stack(swap.where(p1, p0), swap.where(p0, p1), dim=-2).reshape(lead + (N,)).contiguous()
         j //= 2
       size *= 2
-    return k[..., :n], idx[..., :n]
+    return (k[..., :n], idx[..., :n]) + ((payload[..., :n],) if payload is not None else ())
 
   # ---- scatter and masks
   def _scatter_parts(self, dim: int, index: Tensor, src) -> tuple[int, Tensor, Tensor]:
@@ -1502,15 +1506,22 @@ class Tensor:
   def masked_select(self, mask: Tensor, size: int | None = None, fill_value=0) -> Tensor:
     """The elements where mask (broadcast with self) is true, flattened. The result's length depends on the data: pass
     `size` to keep it static (shorter: cut; longer: filled with fill_value); without it the count is read back (a sync).
-    Each output position sums its one selected element out of all of them (O(n * size))."""
+    Each output position sums its one selected element out of all of them (O(n * size)), or for long inputs a stable
+    sort network puts the selected elements first (O(n log^2 n))."""
     shape = broadcast_shape(self.shape, mask.shape)
     x, m = self._broadcast_to(shape).reshape(-1), mask.bool()._broadcast_to(shape).reshape(-1)
     if size is None: size = int(m.sum().item())
-    if x.shape[0] == 0: return Tensor.full((size,), fill_value, self.dtype, device=self.device)
+    n = x.shape[0]
+    if n == 0: return Tensor.full((size,), fill_value, self.dtype, device=self.device)
+    fill = Tensor.full((), fill_value, self.dtype, device=self.device)
+    if n * size > SORT_BY_COUNTING_MAX ** 2:   # long: a stable sort by "not selected" brings the selected ones first, in order
+      _, _, picked = Tensor._sort_network(m.logical_not().int(), False, x)
+      picked = picked.pad(((0, max(0, size - n)),))[:size]
+      return (Tensor.arange(size, device=self.device) < m.int().sum()).where(picked, fill)
     pos = m.int().cumsum(0) - 1                                   # where each selected element goes
     at = m & pos.eq(Tensor.arange(size, device=self.device).unsqueeze(-1))   # (size, n)
     out = at.where(x, False if self.dtype is dtypes.bool else 0).sum(-1).cast(self.dtype)
-    return at.any(-1).where(out, Tensor.full((), fill_value, self.dtype, device=self.device))
+    return at.any(-1).where(out, fill)
   def nonzero(self, size: int | None = None, fill_value=0) -> Tensor:
     """The indices of the nonzero elements, one row each (n, ndim), in row-major order; `size` as in masked_select."""
     m = self.ne(0) if self.dtype is not dtypes.bool else self
