@@ -945,12 +945,16 @@ def test_reshape_error_names_the_shapes():
   with pytest.raises(TensorError, match=r"only one -1"): Tensor.zeros(2, 3).reshape(-1, -1)
 
 
-def test_index_errors_name_the_axis_and_shape():
-  with pytest.raises(TensorError, match=r"index 3 is out of range for axis 0 of size 3 \(shape \(3, 4\)\)"): Tensor.zeros(3, 4)[3]
-  with pytest.raises(TensorError, match=r"index -5 is out of range for axis 1 of size 4"): Tensor.zeros(3, 4)[:, -5]
-  with pytest.raises(TensorError, match=r"too many indices \(3\) for a tensor of shape \(3, 4\)"): Tensor.zeros(3, 4)[0, 0, 0]
-  with pytest.raises(TensorError, match="only one Ellipsis"): Tensor.zeros(3, 4)[..., 0, ...]
-  with pytest.raises(TensorError, match="must be integers"): Tensor.zeros(3, 4)[Tensor([0.5])]
+def test_index_errors_name_the_axis_and_shape_and_are_index_errors():
+  # IndexError (numpy's and torch's kind, and numpy's words) as well as TensorError
+  with pytest.raises(IndexError, match=r"index 3 is out of bounds for axis 0 of size 3 \(shape \(3, 4\)\)"): Tensor.zeros(3, 4)[3]
+  with pytest.raises(TensorError, match=r"index -5 is out of bounds for axis 1 of size 4"): Tensor.zeros(3, 4)[:, -5]
+  with pytest.raises(IndexError, match=r"too many indices \(3\) for a tensor of shape \(3, 4\)"): Tensor.zeros(3, 4)[0, 0, 0]
+  with pytest.raises(IndexError, match="only have a single ellipsis"): Tensor.zeros(3, 4)[..., 0, ...]
+  with pytest.raises(IndexError, match="must be integers"): Tensor.zeros(3, 4)[Tensor([0.5])]
+  with pytest.raises(IndexError, match="must be integers"): Tensor.zeros(3, 4)[[1.5]]
+  with pytest.raises(IndexError, match="boolean mask"): Tensor.zeros(3, 4)[[True, False, True]]
+  with pytest.raises(IndexError, match="too many indices"): Tensor(2.0)[:]
 
 
 def test_permute_and_dimension_errors_name_the_shape():
@@ -965,8 +969,8 @@ def test_permute_and_dimension_errors_name_the_shape():
 def test_conv2d_channel_mismatch_names_both_shapes():
   with pytest.raises(TensorError, match=r"conv2d: input \(1, 3, 5, 5\) .*got \(4, 2, 3, 3\)"):
     Tensor.zeros(1, 3, 5, 5).conv2d(Tensor.zeros(4, 2, 3, 3))
-  with pytest.raises(TensorError, match=r"conv2d: input \(3, 5, 5\) and weight \(4, 3, 3, 3\) must both be 4-D"):
-    Tensor.zeros(3, 5, 5).conv2d(Tensor.zeros(4, 3, 3, 3))
+  with pytest.raises(TensorError, match=r"conv: input \(5, 5\) and weight \(4, 3, 3, 3\): expected .* \(N, C, \*spatial\) or \(C, \*spatial\)"):
+    Tensor.zeros(5, 5).conv2d(Tensor.zeros(4, 3, 3, 3))
 
 
 def test_item_on_a_non_scalar_names_the_shape():

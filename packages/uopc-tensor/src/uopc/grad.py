@@ -68,6 +68,12 @@ def _unshrink(u: UOp, g: UOp) -> UOp:
   return pad(g, tuple((b, n - e) for (b, e), n in zip(u.arg, x.shape)))
 
 
+def _cos(x: UOp) -> UOp:
+  """cos x = 1 - 2 sin(x/2)^2: halving is exact, where x + pi/2 rounds away the low bits of a large x (5% off at 1e6)."""
+  s = UOp(Ops.SIN, (x * 0.5,))
+  return x.const_like(1.0) - s * s * 2.0
+
+
 def _stop(u: UOp, g: UOp) -> tuple:
   x = u.src[0]
   if x.dtype is u.dtype: return (None,)       # a same-dtype CAST: detach
@@ -83,7 +89,7 @@ GRAD_RULES: dict[Ops, Callable[[UOp, UOp], tuple]] = {
   Ops.EXP2: lambda u, g: (g * u * LN2,),
   Ops.LOG2: lambda u, g: (g * u.src[0].recip() * (1 / LN2),),
   Ops.SQRT: lambda u, g: (g * u.recip() * 0.5,),
-  Ops.SIN: lambda u, g: (g * UOp(Ops.SIN, ((u.src[0] + math.pi / 2),)),),
+  Ops.SIN: lambda u, g: (g * _cos(u.src[0]),),
   Ops.MAX: lambda u, g: (_max_share(u.src[0], u.src[1], g), _max_share(u.src[1], u.src[0], g)),
   Ops.WHERE: lambda u, g: (None, u.src[0].where(g, g.const_like(0.0)), u.src[0].where(g.const_like(0.0), g)),
   Ops.CAST: _stop,
@@ -96,7 +102,9 @@ GRAD_RULES: dict[Ops, Callable[[UOp, UOp], tuple]] = {
   Ops.STACK: lambda u, g: tuple(g.index(k) for k in range(len(u.src))),
   Ops.REDUCE: lambda u, g: (g.reshape(g.shape + (1,) * u.arg[1]).expand(u.src[0].shape),) if u.arg[0] is Ops.ADD else _reduce_max_grad(u, g),
   Ops.INDEX: _index_grad,
-  Ops.STAGE: lambda u, g: (g,),
+  # a stored value's gradient is stored too: a chain of stages (a sorting network) would otherwise be one backward kernel
+  # whose every element recomputes every path back through the chain, 2^stages of them
+  Ops.STAGE: lambda u, g: (UOp(Ops.STAGE, (g,)),),
 }
 
 
