@@ -45,6 +45,11 @@ class Caps:
   gpu: bool = False                 # lowers to GLOBAL/LOCAL ranges, shared memory and barriers
   max_local: int = 1                # threads per block (GPU)
 
+  def __post_init__(self):
+    for name in ("threads", "vector_width", "l1_bytes", "l2_bytes", "max_local"):
+      v = getattr(self, name)
+      if type(v) is not int or v < 1: raise LowerError(f"Caps.{name} must be a positive int, got {v!r}")
+
 
 # a kernel doing less than this many element operations runs on one thread: waking the others costs more
 THREAD_MIN_WORK = 1 << 16
@@ -135,6 +140,8 @@ def _divisor(n: int, want: int) -> int:
 
 def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   """The Opts to lower `kernel` with on a machine described by `caps` (see the module docstring)."""
+  if not isinstance(kernel, Kernel) or not isinstance(caps, Caps):
+    raise LowerError(f"choose_opts takes a Kernel and Caps, got {type(kernel).__name__} and {type(caps).__name__}")
   if caps.gpu or (caps.vector_width <= 1 and caps.threads <= 1): return Opts()
   a = analyze(kernel)
   if not a.shape and not a.reduce_sizes: return Opts()
