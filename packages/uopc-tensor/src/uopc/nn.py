@@ -16,7 +16,14 @@ import json, math, os, struct, tempfile
 from pathlib import Path
 from typing import Any
 import numpy as np
-from uopc.tensor import Tensor, TensorError
+from uopc.tensor import Tensor, TensorError, _check_window_args
+
+
+def _sizes(layer: str, **sizes) -> None:
+  """A layer's sizes are non-negative ints (a negative one gave "math domain error" from the initializer's square root)."""
+  for name, v in sizes.items():
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+      raise TensorError(f"{layer}: {name} must be a non-negative int, got {v!r}")
 
 
 def _kaiming_uniform(shape: tuple[int, ...], fan_in: int) -> Tensor:
@@ -27,6 +34,7 @@ def _kaiming_uniform(shape: tuple[int, ...], fan_in: int) -> Tensor:
 class Linear:
   """y = x @ weight.T + bias, weight (out_features, in_features), both initialized U(-1/sqrt(in), 1/sqrt(in)) as in torch."""
   def __init__(self, in_features: int, out_features: int, bias: bool = True):
+    _sizes("Linear", in_features=in_features, out_features=out_features)
     self.weight = _kaiming_uniform((out_features, in_features), in_features)
     self.bias = _kaiming_uniform((out_features,), in_features) if bias else None
   def __call__(self, x: Tensor) -> Tensor: return x.linear(self.weight, self.bias)
@@ -35,6 +43,7 @@ class Linear:
 class Embedding:
   """Rows of weight (num_embeddings, embedding_dim), initialized N(0, 1), picked by integer indices."""
   def __init__(self, num_embeddings: int, embedding_dim: int):
+    _sizes("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
     self.weight = Tensor.randn(num_embeddings, embedding_dim, requires_grad=True)
   def __call__(self, idx: Tensor) -> Tensor: return idx.embedding(self.weight)
 
@@ -42,7 +51,10 @@ class Embedding:
 class LayerNorm:
   """layernorm over the last len(normalized_shape) axes, then * weight + bias (ones and zeros at first)."""
   def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True):
+    if not isinstance(normalized_shape, (int, tuple, list)):
+      raise TensorError(f"LayerNorm: normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}")
     self.shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    _sizes("LayerNorm", **{f"normalized_shape[{i}]": n for i, n in enumerate(self.shape)})
     self.eps = eps
     self.weight = Tensor.ones(*self.shape, requires_grad=True) if elementwise_affine else None
     self.bias = Tensor.zeros(*self.shape, requires_grad=True) if elementwise_affine else None
@@ -56,7 +68,9 @@ class Conv2d:
   """torch.nn.Conv2d: weight (out, in/groups, kh, kw) and bias initialized U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
   def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride=1, padding=0, dilation=1,
                groups: int = 1, bias: bool = True):
-    kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
+    _sizes("Conv2d", in_channels=in_channels, out_channels=out_channels)
+    _check_window_args("Conv2d", kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    kh, kw = (kernel_size, kernel_size) if not isinstance(kernel_size, (tuple, list)) else kernel_size
     if in_channels % groups or out_channels % groups:
       raise TensorError(f"Conv2d: channels {in_channels}->{out_channels} not divisible by groups={groups}")
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
@@ -201,10 +215,12 @@ def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
 def load_state_dict(obj: Any, state: dict[str, Tensor | np.ndarray], strict: bool = True) -> None:
   """Copy `state` into obj's tensors (by get_state_dict name). Missing or unexpected names (when strict) and shape
   mismatches are errors, and nothing is changed unless everything fits."""
+  if not isinstance(state, dict): raise TensorError(f"load_state_dict takes a dict of name -> Tensor, got {type(state).__name__}")
   own = get_state_dict(obj)
-  missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+  missing, unexpected = sorted(set(own) - set(state)), sorted(map(str, set(state) - set(own)))
   if strict and (missing or unexpected):
     raise TensorError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+  state = {k: _state_value(k, v) for k, v in state.items() if k in own}
   for k in set(own) & set(state):
     shape = tuple(state[k].shape)
     if shape != own[k].shape: raise TensorError(f"load_state_dict: {k} has shape {shape} in the state but {own[k].shape} in the model")
@@ -212,6 +228,16 @@ def load_state_dict(obj: Any, state: dict[str, Tensor | np.ndarray], strict: boo
     v = state[k]
     arr = v.numpy() if isinstance(v, Tensor) else np.asarray(v)
     own[k]._write(arr)          # in place, as torch's load_state_dict copies: views and jit captures see the new values
+
+
+def _state_value(name: str, v) -> Tensor | np.ndarray:
+  """A state entry as a Tensor or a numeric array (a list, a number); anything else is named in a TensorError."""
+  if isinstance(v, Tensor): return v
+  try: arr = np.asarray(v)
+  except (ValueError, TypeError): arr = None
+  if arr is None or arr.dtype.kind not in "biuf":
+    raise TensorError(f"load_state_dict: {name} is a {type(v).__name__}, not a Tensor or an array of numbers")
+  return arr
 
 
 _ST_DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "BOOL": np.bool_, "F64": np.float64, "I64": np.int64}

@@ -17,8 +17,8 @@ pairs, `Tensor.cat(*ts, dim=)`, `layernorm` has no affine parameters, `gelu` is 
 (a float scalar with an integer tensor gives f32). Shape errors name the shapes.
 """
 from __future__ import annotations
-import itertools, math, os, weakref
-from typing import Any
+import itertools, math, operator, os, weakref
+from typing import Any, NamedTuple
 import numpy as np
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.uop import UOp, Ops, ParamArg, prod
@@ -51,6 +51,7 @@ class _Capture:
     self.strict = strict
     self.launches: list = []
     self.assigned: list[tuple[Tensor, UOp]] = []
+    self.index_checks: list[tuple[int, IndexCheck]] = []   # (launches made before it, the check): a replay repeats it there
 
 
 _capture: _Capture | None = None   # the jit call in progress (uopc.jit sets and clears it); None almost always
@@ -61,6 +62,35 @@ def _not_while_capturing(what: str) -> None:
     raise JitError(f"{what} inside a function uopc.jit is capturing: a replay runs only the captured kernels, so "
                    f"{'the value read here' if 'item' in what or 'numpy' in what else 'the numbers drawn here'} would be "
                    "the capture's on every call. Return the tensor (or pass random numbers in as an argument) instead")
+
+
+class IndexCheck(NamedTuple):
+  """Integer indices that must lie in [low, high) (`ignore` excepted): the first `n` values of `buffer`. A gather here
+  is a one-hot mask and a sum, which silently gives 0 for an index that hits nothing, so the values are checked as
+  PyTorch checks them, on the realized data; `message` says what was indexed, with {} for the bad value."""
+  buffer: Buffer
+  n: int
+  low: int
+  high: int
+  message: str
+  ignore: int | None = None
+
+  def run(self) -> None:
+    v = self.buffer.numpy()[:self.n]
+    bad = (v < self.low) | (v >= self.high)
+    if self.ignore is not None: bad &= v != self.ignore
+    if bad.any(): raise TensorError(self.message.format(int(v[int(np.argmax(bad))])))
+
+
+def _check_indices(index: Tensor, low: int, high: int, message: str, ignore: int | None = None) -> None:
+  """Refuse index values outside [low, high) (see IndexCheck). The index tensor is realized for it; a uopc.jit capture
+  records the check after the launches made so far, and every replay repeats it at that point."""
+  if index.numel() == 0: return
+  index.realize()
+  u = index.uop
+  check = IndexCheck(_storage[u.src[0] if u.op is Ops.RESHAPE else u], index.numel(), low, high, message, ignore)
+  if _capture is not None: _capture.index_checks.append((len(_capture.launches), check))
+  check.run()
 
 
 # ---- storage: the data behind realized BUFFERs -------------------------------------------------------------------
@@ -101,7 +131,23 @@ def _to_dtype(d) -> DType:
 
 def _shape_arg(shape) -> tuple[int, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = shape[0]
-  return tuple(int(s) for s in shape)
+  try: return tuple(operator.index(s) for s in shape)   # int(2.7) would make Tensor.zeros(2.7) silently (2,)
+  except TypeError: raise TensorError(f"sizes and dimensions are integers, got {tuple(shape)!r}") from None
+
+
+def _check_size(shape: tuple[int, ...], what: str) -> tuple[int, ...]:
+  """Every element of a tensor is addressed by an i32 index: refuse a shape past that when the tensor is made, naming it
+  (rather than with an i32 CONST error at realize, or after minutes of looping over 2**40 elements)."""
+  if (n := prod(shape)) > I32_MAX:
+    raise TensorError(f"{what}: a tensor of shape {shape} has {n} elements, more than the {I32_MAX} an i32 index can reach")
+  return shape
+
+
+def _new_shape(shape, what: str) -> tuple[int, ...]:
+  """The shape of a tensor being created: integers, none negative, within the index limit."""
+  shape = _shape_arg(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
+  if any(s < 0 for s in shape): raise TensorError(f"{what}: sizes can't be negative, got {shape}")
+  return _check_size(shape, what)
 
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -113,12 +159,24 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     big = {d for d in dims if d != 1}
     if len(big) > 1: raise TensorError(f"can't broadcast shapes {' and '.join(str(tuple(s)) for s in shapes)}")
     out.append(big.pop() if big else 1)
+  # a broadcast that makes something bigger than every operand is a new tensor (matmul's product of two equal shapes isn't)
+  if prod(out) > max(prod(s) for s in shapes): _check_size(tuple(out), f"broadcasting {' and '.join(str(tuple(s)) for s in shapes)}")
   return tuple(out)
 
 
 def _pair(v) -> tuple[int, int]:
   """A (height, width) argument given as one int or a pair."""
   return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _check_window_args(what: str, **args) -> None:
+  """kernel_size, stride, dilation and groups are at least 1 and padding at least 0, each an int or (groups excepted) a
+  pair of ints: a 0 was a ZeroDivisionError, a float a silently truncated size."""
+  for name, v in args.items():
+    least = 0 if name == "padding" else 1
+    pair = (v, v) if not isinstance(v, (tuple, list)) or name == "groups" else tuple(v)
+    if len(pair) != 2 or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= least for x in pair):
+      raise TensorError(f"{what}: {name} must be {'an int' if name == 'groups' else 'an int or a pair of ints'} of at least {least}, got {v!r}")
 
 
 def _promote(*ds: DType) -> DType: return max(ds, key=_PROMOTION.index)
@@ -257,7 +315,7 @@ class Tensor:
   # ---- creation
   @staticmethod
   def full(shape, value, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
-    shape = _shape_arg((shape,) if isinstance(shape, int) else shape)
+    shape = _new_shape(shape, "full")
     dtype = _to_dtype(dtype) or dtypes.from_py(value)
     c = UOp.const(value, dtype)
     t = Tensor(c.reshape((1,) * len(shape)).expand(shape) if shape else c, device=device)
@@ -270,28 +328,32 @@ class Tensor:
   def arange(start, stop=None, step=1, dtype=None, device: str | None = None) -> Tensor:
     if stop is None: start, stop = 0, start
     if step == 0: raise TensorError("arange: step must not be 0")
+    if not all(math.isfinite(v) for v in (start, stop, step)): raise TensorError(f"arange: ({start}, {stop}, {step}) must be finite")
+    _check_size((max(0, math.ceil((stop - start) / step)),), "arange")
     vals = np.arange(start, stop, step)
     dtype = _to_dtype(dtype) or (dtypes.f32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.i32)
     return Tensor(vals.astype(np_dtype(dtype)), dtype=dtype, device=device)
   @staticmethod
   def eye(n: int, m: int | None = None, dtype=None, device: str | None = None) -> Tensor:
-    return Tensor(np.eye(n, m, dtype=np_dtype(_to_dtype(dtype) or dtypes.f32)), device=device)
+    shape = _new_shape((n, n if m is None else m), "eye")
+    return Tensor(np.eye(*shape, dtype=np_dtype(_to_dtype(dtype) or dtypes.f32)), device=device)
   @staticmethod
   def manual_seed(seed: int = 0) -> None: Tensor._rng = np.random.default_rng(seed)
   @staticmethod
   def rand(*shape, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
     _not_while_capturing("Tensor.rand")
     d = _to_dtype(dtype) or dtypes.f32
-    return Tensor(Tensor._rng.random(_shape_arg(shape), dtype=np.float32).astype(np_dtype(d)), requires_grad=requires_grad, device=device)
+    return Tensor(Tensor._rng.random(_new_shape(shape, "rand"), dtype=np.float32).astype(np_dtype(d)), requires_grad=requires_grad, device=device)
   @staticmethod
   def randn(*shape, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
     _not_while_capturing("Tensor.randn")
     d = _to_dtype(dtype) or dtypes.f32
-    return Tensor(Tensor._rng.standard_normal(_shape_arg(shape), dtype=np.float32).astype(np_dtype(d)), requires_grad=requires_grad, device=device)
+    values = Tensor._rng.standard_normal(_new_shape(shape, "randn"), dtype=np.float32)
+    return Tensor(values.astype(np_dtype(d)), requires_grad=requires_grad, device=device)
   @staticmethod
   def uniform(*shape, low: float = 0.0, high: float = 1.0, **kw) -> Tensor:
     _not_while_capturing("Tensor.uniform")
-    return Tensor((Tensor._rng.random(_shape_arg(shape)) * (high - low) + low).astype(np.float32), **kw)
+    return Tensor((Tensor._rng.random(_new_shape(shape, "uniform")) * (high - low) + low).astype(np.float32), **kw)
   def zeros_like(self, **kw) -> Tensor: return Tensor.zeros(*self.shape, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
   def ones_like(self, **kw) -> Tensor: return Tensor.ones(*self.shape, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
   def full_like(self, value, **kw) -> Tensor: return Tensor.full(self.shape, value, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
@@ -383,8 +445,10 @@ class Tensor:
   def __rmatmul__(self, x): return Tensor(x, device=self.device).matmul(self)
   def __lt__(self, x): return self._binop(Ops.CMPLT, x)
   def __gt__(self, x): return self._binop(Ops.CMPLT, x, True)
-  def __le__(self, x): return (self > x).logical_not()
-  def __ge__(self, x): return (self < x).logical_not()
+  # not(x > y) is wrong for NaN (nan <= 1 is false), so floats compare as (x < y) | (x == y)
+  def __le__(self, x): return (self < x) | self.eq(x) if self._float_compare(x) else (self > x).logical_not()
+  def __ge__(self, x): return (self > x) | self.eq(x) if self._float_compare(x) else (self < x).logical_not()
+  def _float_compare(self, x) -> bool: return self.dtype.is_float or isinstance(x, float) or (isinstance(x, Tensor) and x.dtype.is_float)
   def __eq__(self, x): return self.ne(x).logical_not()   # type: ignore[override]
   def __ne__(self, x): return self.ne(x)                 # type: ignore[override]
   def ne(self, x) -> Tensor: return self._binop(Ops.CMPNE, x)
@@ -426,7 +490,7 @@ class Tensor:
     r = (1.0 + e).recip()
     return pos.where(r, e * r)
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self.float()).sigmoid() - 1.0
-  def relu(self) -> Tensor: return (self > 0).where(self, 0)
+  def relu(self) -> Tensor: return ((self > 0) | self.ne(self)).where(self, 0) if self.dtype.is_float else (self > 0).where(self, 0)   # NaN stays
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self > 0).where(self, self * neg_slope)
   def gelu(self) -> Tensor: return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
   def silu(self) -> Tensor: return self * self.sigmoid()
@@ -539,6 +603,7 @@ class Tensor:
     ax = self._dim(axis)
     n = self.shape[ax]
     hit = self.eq(self.max(ax, keepdim=True))
+    if self.dtype.is_float: hit = hit | self.ne(self)   # a NaN is the maximum, as in NumPy and torch: the first NaN wins
     rev = Tensor(np.arange(n, 0, -1, dtype=np.int32), device=self.device).reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
     return (n - hit.where(rev, 0).max(ax, keepdim)).cast(dtypes.i32)
   def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return (-self).argmax(axis, keepdim)
@@ -572,8 +637,8 @@ class Tensor:
     shape = _shape_arg(shape)
     if len(shape) < self.ndim: raise TensorError(f"expand: {shape} has fewer dimensions than {self.shape}")
     src = (1,) * (len(shape) - self.ndim) + self.shape
-    return self._broadcast_to(tuple(s if n == -1 else n for s, n in zip(src, shape)))
-  def broadcast_to(self, *shape) -> Tensor: return self._broadcast_to(_shape_arg(shape))
+    return self.broadcast_to(tuple(s if n == -1 else n for s, n in zip(src, shape)))
+  def broadcast_to(self, *shape) -> Tensor: return self._broadcast_to(_new_shape(_shape_arg(shape), f"expand of {self.shape}"))
   def squeeze(self, dim: int | None = None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
     d = self._dim(dim)
@@ -599,6 +664,7 @@ class Tensor:
     t = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(arg, self.shape)))
     widths = tuple((max(0, b), max(0, a)) for b, a in arg)
     if all(w == (0, 0) for w in widths): return t
+    _check_size(tuple(s + b + a for s, (b, a) in zip(t.shape, widths)), f"pad of {self.shape}")
     if t.numel() == 0 and any(w != (0, 0) for w in widths):
       return Tensor.full(tuple(s + b + a for s, (b, a) in zip(t.shape, widths)), value, t.dtype, device=self.device)
     out = t._new(_pad_uop(t.uop, widths))
@@ -639,6 +705,7 @@ class Tensor:
     dt = _promote(*(t.dtype for t in ts))
     ts = [t.cast(dt) for t in ts]
     d = ts[0]._dim(dim, extra=1)
+    _check_size((len(ts),) + ts[0].shape, "stack")
     s = ts[0]._new(UOp(Ops.STACK, tuple(t.uop for t in ts)), *ts)
     return s.permute(list(range(1, d + 1)) + [0] + list(range(d + 1, s.ndim))) if d else s
   def split(self, sizes, dim: int = 0) -> list[Tensor]:
@@ -719,6 +786,7 @@ class Tensor:
     flat = None
     for a, i in tensor_axes:   # one flat index over the indexed axes (negative indices count from the end)
       n = self.shape[a]
+      _check_indices(i, -n, n, f"index {{}} is out of range for axis {a} of size {n} (shape {self.shape})")
       i = (i < 0).where(i + n, i)._broadcast_to(ishape)
       flat = i if flat is None else flat * n + i
     rest = [k for k in range(self.ndim) if k not in axes]
@@ -745,6 +813,10 @@ class Tensor:
     d = self._dim(dim)
     if index.ndim != self.ndim: raise TensorError(f"gather: index of shape {index.shape} for a tensor of shape {self.shape}")
     n = self.shape[d]
+    if index.dtype is not dtypes.i32: raise TensorError(f"gather: index must be i32, got {index.dtype.name}")
+    if any(a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != d):
+      raise TensorError(f"gather: index of shape {index.shape} is larger than the tensor {self.shape} outside dim {d}")
+    _check_indices(index, 0, n, f"gather: index {{}} is out of range for dim {d} of size {n} (shape {self.shape})")
     x = self.shrink(tuple(None if i == d else (0, s) for i, s in enumerate(index.shape)))
     oh = index.unsqueeze(-1).eq(Tensor.arange(n, device=self.device))
     xe = x.unsqueeze(-1).transpose(d, -1)
@@ -813,6 +885,8 @@ class Tensor:
 
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """2-D convolution (cross-correlation) of (N, C, H, W) with weight (O, C/groups, KH, KW), as torch.nn.functional.conv2d."""
+    if isinstance(padding, str): raise TensorError("conv2d: give padding as numbers")
+    _check_window_args("conv2d", stride=stride, padding=padding, dilation=dilation, groups=groups)
     stride, dilation = _pair(stride), _pair(dilation)
     if self.ndim != 4 or weight.ndim != 4: raise TensorError(f"conv2d: input {self.shape} and weight {weight.shape} must both be 4-D")
     N, C, H, W = self.shape
@@ -833,6 +907,7 @@ class Tensor:
     return out + bias.reshape(1, O, 1, 1) if bias is not None else out
 
   def _pool(self, kernel, stride, padding, value: float) -> Tensor:
+    _check_window_args("pooling", kernel_size=kernel, stride=kernel if stride is None else stride, padding=padding)
     kernel = _pair(kernel)
     stride = _pair(stride) if stride is not None else kernel
     ph, pw = _pair(padding)
@@ -862,6 +937,7 @@ class Tensor:
       raise TensorError(f"cross_entropy: logits {self.shape} and target {target.shape} disagree on the batch")
     if tgt.dtype is not dtypes.i32: raise TensorError(f"cross_entropy: target must hold class indices (i32), got {tgt.dtype.name}")
     C = logits.shape[1]
+    _check_indices(tgt, 0, C, f"cross_entropy: target {{}} is out of range for {C} classes", ignore_index)
     logp = logits.log_softmax(-1)
     onehot = tgt.unsqueeze(-1).eq(Tensor.arange(C, device=self.device)).float()
     if label_smoothing: onehot = onehot * (1 - label_smoothing) + label_smoothing / C
@@ -882,6 +958,8 @@ class Tensor:
   def embedding(self, weight: Tensor) -> Tensor:
     """Rows of weight (V, D) picked by this integer tensor: shape self.shape + (D,)."""
     if self.dtype is not dtypes.i32: raise TensorError(f"embedding: indices must be i32, got {self.dtype.name}")
+    if weight.ndim != 2: raise TensorError(f"embedding: weight must be (num_embeddings, dim), got {weight.shape}")
+    _check_indices(self, 0, weight.shape[0], f"embedding: index {{}} is out of range for {weight.shape[0]} embeddings")
     return weight[self]
 
   def dropout(self, p: float = 0.5, training: bool = True) -> Tensor:
