@@ -12,7 +12,7 @@ dtype/shape/data_offsets per tensor, then the raw little-endian data), with NumP
 interchange with the `safetensors` library.
 """
 from __future__ import annotations
-import json, math, os, struct, tempfile
+import json, math, os, stat, struct, tempfile
 from pathlib import Path
 from typing import Any
 import numpy as np
@@ -245,17 +245,20 @@ _ST_NAMES = {np.dtype(v): k for k, v in _ST_DTYPES.items()}
 
 
 class SafetensorsError(ValueError):
-  """A file that isn't valid safetensors."""
+  """A file that isn't valid safetensors, or that can't be read or written."""
 
 
 def safe_save(state: dict[str, Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
   """Write tensors to a .safetensors file (readable by the safetensors library). The file is written beside `path`
   under a unique temporary name, flushed to disk and renamed into place: a reader (or a crash) sees the old file or
   the whole new one, two processes saving to one path each write their own temporary, and a failure removes it."""
+  if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+    raise TensorError(f"safe_save takes a dict of name (a str) -> Tensor, got {type(state).__name__}")
   header: dict[str, Any] = {}
   blobs, off = [], 0
   for name in sorted(state):
     t = state[name]
+    if name == "__metadata__": raise TensorError("safe_save: __metadata__ is the format's own key; pass metadata= instead")
     arr = np.asarray(t.numpy() if isinstance(t, Tensor) else t, order="C")   # np.ascontiguousarray would make a scalar 1-d
     if arr.dtype not in _ST_NAMES: raise TensorError(f"safe_save: {name} has dtype {arr.dtype}, which safetensors can't hold here")
     data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
@@ -266,44 +269,85 @@ def safe_save(state: dict[str, Tensor], path: str | Path, metadata: dict[str, st
   h = json.dumps(header, separators=(",", ":")).encode()
   h += b" " * (-len(h) % 8)   # the data starts 8-byte aligned
   path = Path(path)
-  fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
+  try: fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  except OSError as e: raise SafetensorsError(f"{path}: can't write it ({e.strerror or e})") from None
   try:
     with os.fdopen(fd, "wb") as f:
+      os.fchmod(f.fileno(), 0o666 & ~_umask())   # the mode open() would give (mkstemp's is 0600)
       f.write(struct.pack("<Q", len(h)))
       f.write(h)
       for b in blobs: f.write(b)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
-  except BaseException:
+    _fsync_dir(path.parent)                       # the rename itself survives a crash too
+  except BaseException as e:
     try: os.unlink(tmp)
     except OSError: pass
+    if isinstance(e, OSError): raise SafetensorsError(f"{path}: can't write it ({e.strerror or e})") from None
     raise
+
+
+def _umask() -> int:
+  try:
+    with open("/proc/self/status") as f: return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+  except (OSError, StopIteration, ValueError, IndexError): return 0o022
+
+
+def _fsync_dir(d: Path) -> None:
+  try:
+    fd = os.open(d, os.O_RDONLY)
+    try: os.fsync(fd)
+    finally: os.close(fd)
+  except OSError: pass   # some filesystems can't sync a directory; the data itself is synced
+
+
+def _entry(path, name: str, info) -> tuple[np.dtype, tuple[int, ...], int, int]:
+  """(dtype, shape, begin, end) of one header entry, each checked: a JSON list of non-negative ints for the shape, two
+  ints for the offsets (a string offset or a negative size was a raw NumPy error)."""
+  if not isinstance(info, dict): raise SafetensorsError(f"{path}: entry {name!r} is {type(info).__name__}, not a JSON object")
+  dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+  if not isinstance(dtype, str) or dtype not in _ST_DTYPES:
+    raise SafetensorsError(f"{path}: entry {name!r} has dtype {dtype!r}; uopc reads {', '.join(_ST_DTYPES)}")
+  is_int = lambda v: type(v) is int
+  if not isinstance(shape, list) or not all(is_int(s) and s >= 0 for s in shape):
+    raise SafetensorsError(f"{path}: entry {name!r} has shape {shape!r}; a shape is a list of non-negative integers")
+  if not isinstance(offsets, list) or len(offsets) != 2 or not all(is_int(o) for o in offsets):
+    raise SafetensorsError(f"{path}: entry {name!r} has data_offsets {offsets!r}; they are two integers [begin, end]")
+  return np.dtype(_ST_DTYPES[dtype]), tuple(shape), offsets[0], offsets[1]
 
 
 def safe_load(path: str | Path, with_metadata: bool = False) -> dict[str, Tensor] | tuple[dict[str, Tensor], dict[str, str]]:
   """Read a .safetensors file into Tensors (and its metadata, with_metadata=True); a malformed file is a
   SafetensorsError that says what is wrong."""
-  raw = Path(path).read_bytes()
+  try:
+    with open(path, "rb") as f:
+      if not stat.S_ISREG(os.fstat(f.fileno()).st_mode): raise SafetensorsError(f"{path}: not a regular file")
+      raw = f.read()
+  except OSError as e: raise SafetensorsError(f"{path}: can't read it ({e.strerror or e})") from None
   if len(raw) < 8: raise SafetensorsError(f"{path}: too short to be a safetensors file ({len(raw)} bytes)")
   (n,) = struct.unpack("<Q", raw[:8])
   if n > len(raw) - 8: raise SafetensorsError(f"{path}: the header claims {n} bytes but the file has {len(raw) - 8} after the length")
   try: header = json.loads(raw[8:8 + n])
   except (UnicodeDecodeError, json.JSONDecodeError) as e: raise SafetensorsError(f"{path}: the header is not valid JSON ({e})") from None
+  except RecursionError: raise SafetensorsError(f"{path}: the header nests too deeply to be a safetensors header") from None
   if not isinstance(header, dict): raise SafetensorsError(f"{path}: the header is not a JSON object")
   data = memoryview(raw)[8 + n:]
   out: dict[str, Tensor] = {}
   for name, info in header.items():
     if name == "__metadata__": continue
-    try:
-      dt, shape, (b, e) = np.dtype(_ST_DTYPES[info["dtype"]]), tuple(int(s) for s in info["shape"]), info["data_offsets"]
-    except (KeyError, TypeError, ValueError) as ex:
-      raise SafetensorsError(f"{path}: entry {name!r} is malformed or has an unsupported dtype ({ex!r})") from None
-    if not 0 <= b <= e <= len(data) or e - b != int(np.prod(shape)) * dt.itemsize:
+    dt, shape, b, e = _entry(path, name, info)
+    if not 0 <= b <= e <= len(data) or e - b != math.prod(shape) * dt.itemsize:
       raise SafetensorsError(f"{path}: entry {name!r} has data_offsets {[b, e]} that don't fit its shape {shape} and dtype, or the file")
     arr = np.frombuffer(data[b:e], dtype=dt.newbyteorder("<")).reshape(shape).astype(dt)
-    if arr.dtype in (np.float64, np.int64): arr = arr.astype(np.float32 if arr.dtype == np.float64 else np.int32)
-    out[name] = Tensor(arr)
+    if arr.dtype == np.int64:   # held as i32, like Tensor(): a value past i32 would wrap (2**40 became 0)
+      if arr.size and (arr.min() < -2**31 or arr.max() > 2**31 - 1):
+        raise SafetensorsError(f"{path}: entry {name!r} holds I64 values outside i32 (from {arr.min()} to {arr.max()}), which uopc can't hold")
+      arr = arr.astype(np.int32)
+    if arr.dtype == np.float64:
+      with np.errstate(over="ignore"): arr = arr.astype(np.float32)   # rounded to f32, as Tensor() does: past it, inf
+    try: out[name] = Tensor(arr)
+    except TensorError as ex: raise SafetensorsError(f"{path}: entry {name!r}: {ex}") from None
   if not with_metadata: return out
   meta = header.get("__metadata__", {})
   if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):

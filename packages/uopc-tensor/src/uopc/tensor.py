@@ -199,6 +199,7 @@ class Tensor:
     elif isinstance(data, Tensor): self.uop = data.uop if dtype is None else data.uop.cast(dtype)
     else:
       arr = data if isinstance(data, np.ndarray) else np.asarray(data)
+      _check_size(arr.shape, "Tensor")
       if arr.dtype == object: raise TensorError(f"can't make a Tensor from {type(data).__name__} {str(data)[:60]!r}: ragged or not numbers")
       if dtype is None:
         if arr.dtype not in _NP_TO_DTYPE: raise TensorError(f"NumPy dtype {arr.dtype} has no uopc dtype (bool, int32, float16, float32)")
