@@ -120,13 +120,34 @@ def _realized(u: UOp) -> bool:
 
 def _to_dtype(d) -> DType:
   if d is None or isinstance(d, DType): return d
-  if isinstance(d, str): return dtypes.from_name({"float32": "f32", "float": "f32", "int32": "i32", "int": "i32", "float16": "f16",
-                                                 "half": "f16", "bool": "bool"}.get(d, d))
+  if isinstance(d, str):
+    try: return dtypes.from_name({"float32": "f32", "float": "f32", "int32": "i32", "int": "i32", "float16": "f16", "half": "f16"}.get(d, d))
+    except ValueError as e: raise TensorError(str(e)) from None
   if d is float: return dtypes.f32
   if d is int: return dtypes.i32
   if d is bool: return dtypes.bool
   try: return _NP_TO_DTYPE[np.dtype(d)]
-  except (TypeError, KeyError): raise TensorError(f"unknown dtype {d!r}") from None
+  except (TypeError, KeyError, ValueError): raise TensorError(f"unknown dtype {d!r}") from None
+
+
+def _int_arg(v, what: str) -> int:
+  """An argument that must be an integer (a dimension, a count): a float, a string or an array is a TensorError."""
+  if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)): raise TensorError(f"{what} must be an int, got {v!r}")
+  return int(v)
+
+
+def _number_arg(v, what: str) -> float:
+  """An argument that must be a real number (a probability, an exponent, a bound)."""
+  if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+    raise TensorError(f"{what} must be a number, got {v!r}")
+  return v
+
+
+def _tensor_arg(x, what: str) -> Tensor:
+  """An argument that must be a Tensor (a weight, an index); arrays and lists are taken as one."""
+  if isinstance(x, Tensor): return x
+  if isinstance(x, (np.ndarray, list, tuple)): return Tensor(x)
+  raise TensorError(f"{what} must be a Tensor, got {type(x).__name__}")
 
 
 def _shape_arg(shape) -> tuple[int, ...]:
@@ -164,6 +185,17 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(out)
 
 
+def _pairs_arg(arg, ndim: int, what: str) -> tuple[tuple[int, int] | None, ...]:
+  """One (a, b) pair of ints or None per axis (pad's widths, shrink's ranges)."""
+  if not isinstance(arg, (tuple, list)) or len(arg) != ndim:
+    raise TensorError(f"{what}: expected {ndim} pairs (or None), one per axis, got {arg!r}")
+  out = []
+  for a in arg:
+    if a is not None and (not isinstance(a, (tuple, list)) or len(a) != 2): raise TensorError(f"{what}: {a!r} is not a pair of ints or None")
+    out.append(None if a is None else (_int_arg(a[0], what), _int_arg(a[1], what)))
+  return tuple(out)
+
+
 def _pair(v) -> tuple[int, int]:
   """A (height, width) argument given as one int or a pair."""
   return (v, v) if isinstance(v, int) else tuple(v)
@@ -191,6 +223,7 @@ class Tensor:
   _grad_leaves: dict[int, weakref.ref] = {}
 
   def __init__(self, data: Any, dtype=None, requires_grad: bool = False, device: str | None = None):
+    if device is not None and not isinstance(device, str): raise TensorError(f"device must be a backend's name (a str), got {device!r}")
     self.device = (device or _default_device()).upper()
     get_backend(self.device)   # fail early on an unknown device
     dtype = _to_dtype(dtype)
@@ -200,6 +233,7 @@ class Tensor:
     else:
       arr = data if isinstance(data, np.ndarray) else np.asarray(data)
       _check_size(arr.shape, "Tensor")
+      if arr.dtype.kind in "USV": raise TensorError(f"can't make a Tensor of {arr.dtype} data {str(data)[:60]!r}: not numbers")
       if arr.dtype == object: raise TensorError(f"can't make a Tensor from {type(data).__name__} {str(data)[:60]!r}: ragged or not numbers")
       if dtype is None:
         if arr.dtype not in _NP_TO_DTYPE: raise TensorError(f"NumPy dtype {arr.dtype} has no uopc dtype (bool, int32, float16, float32)")
@@ -328,6 +362,7 @@ class Tensor:
   @staticmethod
   def arange(start, stop=None, step=1, dtype=None, device: str | None = None) -> Tensor:
     if stop is None: start, stop = 0, start
+    for v in (start, stop, step): _number_arg(v, "arange: start, stop and step")
     if step == 0: raise TensorError("arange: step must not be 0")
     if not all(math.isfinite(v) for v in (start, stop, step)): raise TensorError(f"arange: ({start}, {stop}, {step}) must be finite")
     _check_size((max(0, math.ceil((stop - start) / step)),), "arange")
@@ -456,11 +491,15 @@ class Tensor:
   def eq(self, x) -> Tensor: return self.ne(x).logical_not()
   def logical_not(self) -> Tensor: return self._new(self.cast(dtypes.bool).uop.ne(True))
   def __invert__(self): return self.logical_not()
-  def __and__(self, x): return self.cast(dtypes.bool)._binop(Ops.MUL, x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
-  def __or__(self, x): return self.cast(dtypes.bool)._binop(Ops.ADD, x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
+  def __and__(self, x): return self.cast(dtypes.bool)._binop(Ops.MUL, self._logical_operand(x))
+  def __or__(self, x): return self.cast(dtypes.bool)._binop(Ops.ADD, self._logical_operand(x))
+  def _logical_operand(self, x):
+    if isinstance(x, (np.ndarray, list, tuple)): x = Tensor(x, device=self.device)
+    return x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(_number_arg(x, "a logical operand"))
   __rand__, __ror__ = __and__, __or__
 
   def cast(self, dtype) -> Tensor:
+    if dtype is None: raise TensorError("cast needs a dtype, got None")
     d = _to_dtype(dtype)
     return self if d is self.dtype else self._new(self.uop.cast(d))
   def float(self) -> Tensor: return self.cast(dtypes.f32)
@@ -531,7 +570,8 @@ class Tensor:
 
   def pow(self, x) -> Tensor:
     if not isinstance(x, Tensor):
-      x = x.item() if isinstance(x, np.generic) else x
+      x = _number_arg(x.item() if isinstance(x, np.generic) else x, "pow: the exponent")
+      if x != x or math.isinf(x): return (self.float().log2() * float(x)).exp2()   # nan and inf exponents: IEEE's answers
       t = self.cast(self._scalar_dtype(x))   # as in the other ops: an int exponent keeps an int tensor int, a float one gives f32
       if x == 0.5: return t.sqrt()
       if float(x).is_integer():   # exponentiation by squaring: exact, and right for negative bases
@@ -554,6 +594,9 @@ class Tensor:
   def where(self, a, b) -> Tensor:
     """cond.where(a, b): a where self is true, b elsewhere, broadcast together."""
     cond = self.cast(dtypes.bool)
+    a, b = (Tensor(x, device=self.device) if isinstance(x, (np.ndarray, list, tuple)) else x for x in (a, b))
+    for x in (a, b):
+      if not isinstance(x, Tensor): _number_arg(x, "where: a branch")
     ta = a if isinstance(a, Tensor) else None
     tb = b if isinstance(b, Tensor) else None
     if ta is None and tb is None:
@@ -572,6 +615,7 @@ class Tensor:
     return sorted({self._dim(a) for a in (axis if isinstance(axis, (tuple, list)) else [axis])})
 
   def _dim(self, d: int, extra: int = 0) -> int:
+    d = _int_arg(d, "a dimension")
     n = self.ndim + extra
     if not -max(n, 1) <= d < max(n, 1): raise TensorError(f"dimension {d} out of range for a tensor of shape {self.shape}")
     return d % max(n, 1)
@@ -594,6 +638,7 @@ class Tensor:
     n = prod(self.shape[a] for a in self._axes(axis))
     return self.float().sum(axis, keepdim) * (1.0 / n if n else float("nan"))
   def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    correction = _number_arg(correction, "var: correction")
     n = prod(self.shape[a] for a in self._axes(axis))
     d = self.float() - self.float().mean(axis, keepdim=True)
     return (d * d).sum(axis, keepdim) * (1.0 / max(n - correction, 0) if n - correction > 0 else float("nan"))
@@ -653,15 +698,14 @@ class Tensor:
     return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
   def shrink(self, arg) -> Tensor:
     """Keep [begin, end) on each axis; None keeps the whole axis."""
-    if len(arg) != self.ndim: raise TensorError(f"shrink: {len(arg)} ranges for shape {self.shape}")
-    arg = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+    arg = _pairs_arg(arg, self.ndim, f"shrink of {self.shape}")
+    arg = tuple((0, s) if a is None else a for a, s in zip(arg, self.shape))
     for (b, e), s in zip(arg, self.shape):
       if not 0 <= b <= e <= s: raise TensorError(f"shrink: range ({b}, {e}) doesn't fit an axis of {s} in shape {self.shape}")
     return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._new(self.uop.shrink(arg))
   def pad(self, arg, value: float = 0.0) -> Tensor:
     """Pad each axis by (before, after) (None for none); negative amounts crop. Like numpy.pad with a constant."""
-    if len(arg) != self.ndim: raise TensorError(f"pad: {len(arg)} (before, after) pairs for shape {self.shape}")
-    arg = tuple((0, 0) if a is None else (int(a[0]), int(a[1])) for a in arg)
+    arg = tuple((0, 0) if a is None else a for a in _pairs_arg(arg, self.ndim, f"pad of {self.shape}"))
     t = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(arg, self.shape)))
     widths = tuple((max(0, b), max(0, a)) for b, a in arg)
     if all(w == (0, 0) for w in widths): return t
@@ -712,7 +756,9 @@ class Tensor:
   def split(self, sizes, dim: int = 0) -> list[Tensor]:
     d = self._dim(dim)
     n = self.shape[d]
+    sizes = _int_arg(sizes, "split: sizes") if not isinstance(sizes, (list, tuple)) else [_int_arg(x, "split: a size") for x in sizes]
     if isinstance(sizes, int): sizes = [min(sizes, n - i) for i in range(0, n, sizes)] if sizes > 0 else None
+    if sizes is not None and any(x < 0 for x in sizes): raise TensorError(f"split: sizes can't be negative, got {sizes}")
     if sizes is None or sum(sizes) != n: raise TensorError(f"split: sizes {sizes} don't add up to {n} (dim {d} of {self.shape})")
     out, off = [], 0
     for s in sizes:
@@ -720,6 +766,7 @@ class Tensor:
       off += s
     return out
   def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
+    if _int_arg(chunks, "chunk: chunks") < 1: raise TensorError(f"chunk: chunks must be at least 1, got {chunks}")
     n = self.shape[self._dim(dim)]
     return self.split(max(1, math.ceil(n / chunks)), dim)
   def repeat(self, *repeats) -> Tensor:
@@ -769,7 +816,9 @@ class Tensor:
         continue
       if isinstance(i, slice):
         n = t.shape[axis]
-        start, stop, step = i.indices(n)
+        if i.step == 0: raise TensorError("a slice step can't be zero")
+        try: start, stop, step = i.indices(n)
+        except TypeError: raise TensorError(f"slice indices must be integers or None, got {i!r}") from None
         if step > 0: t = t._strided(axis, start, max(start, stop), step)
         else:   # a negative step: the mirrored positive slice of the flipped axis (or nothing)
           count, first = len(range(start, stop, step)), n - 1 - start
@@ -811,7 +860,7 @@ class Tensor:
 
   def gather(self, dim: int, index: Tensor) -> Tensor:
     """torch.gather: out[i][j] = self[index[i][j]][j] for dim 0, and so on; index has self's rank."""
-    d = self._dim(dim)
+    d, index = self._dim(dim), _tensor_arg(index, "gather: index")
     if index.ndim != self.ndim: raise TensorError(f"gather: index of shape {index.shape} for a tensor of shape {self.shape}")
     n = self.shape[d]
     if index.dtype is not dtypes.i32: raise TensorError(f"gather: index must be i32, got {index.dtype.name}")
@@ -847,6 +896,7 @@ class Tensor:
 
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """self @ weight.T + bias, with weight (out_features, in_features) as in torch."""
+    weight = _tensor_arg(weight, "linear: weight")
     out = self.matmul(weight.T)
     return out + bias if bias is not None else out
 
@@ -886,6 +936,7 @@ class Tensor:
 
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """2-D convolution (cross-correlation) of (N, C, H, W) with weight (O, C/groups, KH, KW), as torch.nn.functional.conv2d."""
+    weight = _tensor_arg(weight, "conv2d: weight")
     if isinstance(padding, str): raise TensorError("conv2d: give padding as numbers")
     _check_window_args("conv2d", stride=stride, padding=padding, dilation=dilation, groups=groups)
     stride, dilation = _pair(stride), _pair(dilation)
@@ -959,12 +1010,13 @@ class Tensor:
   def embedding(self, weight: Tensor) -> Tensor:
     """Rows of weight (V, D) picked by this integer tensor: shape self.shape + (D,)."""
     if self.dtype is not dtypes.i32: raise TensorError(f"embedding: indices must be i32, got {self.dtype.name}")
+    weight = _tensor_arg(weight, "embedding: weight")
     if weight.ndim != 2: raise TensorError(f"embedding: weight must be (num_embeddings, dim), got {weight.shape}")
     _check_indices(self, 0, weight.shape[0], f"embedding: index {{}} is out of range for {weight.shape[0]} embeddings")
     return weight[self]
 
   def dropout(self, p: float = 0.5, training: bool = True) -> Tensor:
-    if not 0 <= p <= 1: raise TensorError(f"dropout: p must be in [0, 1], got {p}")
+    if not 0 <= _number_arg(p, "dropout: p") <= 1: raise TensorError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0: return self
     if p == 1: return self * 0
     _not_while_capturing("dropout (training, p > 0)")
@@ -974,6 +1026,9 @@ class Tensor:
   def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False,
                                    scale: float | None = None) -> Tensor:
     """softmax(q @ k^T * scale + mask) @ v, with q = self (..., L, E), key (..., S, E), value (..., S, Ev)."""
+    key, value = _tensor_arg(key, "attention: key"), _tensor_arg(value, "attention: value")
+    if attn_mask is not None: attn_mask = _tensor_arg(attn_mask, "attention: attn_mask")
+    if self.ndim < 2 or key.ndim < 2: raise TensorError(f"attention: query {self.shape} and key {key.shape} need at least 2 dimensions")
     if self.shape[-1] != key.shape[-1]: raise TensorError(f"attention: query {self.shape} and key {key.shape} disagree on the last axis")
     L, S = self.shape[-2], key.shape[-2]
     s = (self @ key.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(self.shape[-1]))
