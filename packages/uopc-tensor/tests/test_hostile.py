@@ -165,6 +165,15 @@ def test_empty_batch_softmax_log_softmax_and_cross_entropy():
   assert Tensor.zeros(0).any().item() is False and Tensor.zeros(0).all().item() is True
 
 
+def test_max_min_and_argmax_of_nothing_are_refused_like_numpy():
+  # they were -inf, inf and the index INT_MIN; NumPy and PyTorch raise. A reduction whose result is empty is fine
+  for op in ("max", "min", "argmax", "argmin"):
+    one_line(lambda: getattr(Tensor.zeros(0), op)(), match=f"{op} over an axis of size 0")
+    one_line(lambda: getattr(Tensor.zeros(3, 0), op)(1), match=f"{op} over an axis of size 0 (shape (3, 0))")
+    assert getattr(Tensor.zeros(0, 3), op)(1).numpy().shape == (0,) == getattr(np.zeros((0, 3)), op)(1).shape
+  assert Tensor.zeros(3, 0).softmax(-1).numpy().shape == (3, 0) and Tensor.zeros(3, 0).log_softmax(-1).numpy().shape == (3, 0)
+
+
 # ---- nn ---------------------------------------------------------------------------------------------------------------------
 
 class Holder:

@@ -632,8 +632,15 @@ class Tensor:
   def sum(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
     t = self.cast(dtype) if dtype is not None else (self.cast(dtypes.i32) if self.dtype is dtypes.bool else self)
     return t._reduce(Ops.ADD, axis, keepdim)
-  def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
-  def min(self, axis=None, keepdim: bool = False) -> Tensor: return -((-self)._reduce(Ops.MAX, axis, keepdim))
+  def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._valued("max", axis)._reduce(Ops.MAX, axis, keepdim)
+  def min(self, axis=None, keepdim: bool = False) -> Tensor: return -((-self._valued("min", axis))._reduce(Ops.MAX, axis, keepdim))
+  def _valued(self, what: str, axis) -> Tensor:
+    """A max, min or argmax over nothing has no value (-inf, or the index INT_MIN, would be made up): refused as NumPy
+    and PyTorch refuse it, unless the result is empty too."""
+    axes = self._axes(axis)
+    if self.numel() == 0 and prod(self.shape[a] for a in axes) == 0 and prod(n for a, n in enumerate(self.shape) if a not in axes) > 0:
+      raise TensorError(f"{what} over an axis of size 0 (shape {self.shape}) has no value")
+    return self
   def mean(self, axis=None, keepdim: bool = False) -> Tensor:
     n = prod(self.shape[a] for a in self._axes(axis))
     return self.float().sum(axis, keepdim) * (1.0 / n if n else float("nan"))
@@ -646,13 +653,13 @@ class Tensor:
   def argmax(self, axis=None, keepdim: bool = False) -> Tensor:
     """The index of the (first) maximum, as i32; over the flattened tensor when axis is None."""
     if axis is None: return self.reshape(-1).argmax(0)
-    ax = self._dim(axis)
+    ax = self._valued("argmax", axis)._dim(axis)
     n = self.shape[ax]
     hit = self.eq(self.max(ax, keepdim=True))
     if self.dtype.is_float: hit = hit | self.ne(self)   # a NaN is the maximum, as in NumPy and torch: the first NaN wins
     rev = Tensor(np.arange(n, 0, -1, dtype=np.int32), device=self.device).reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
     return (n - hit.where(rev, 0).max(ax, keepdim)).cast(dtypes.i32)
-  def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return (-self).argmax(axis, keepdim)
+  def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return (-self._valued("argmin", axis)).argmax(axis, keepdim)
   # a bool MAX starts from False: through i32 an empty any() started from INT_MIN, which is True
   def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool()._reduce(Ops.MAX, axis, keepdim)
   def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().logical_not().any(axis, keepdim).logical_not()
@@ -972,10 +979,12 @@ class Tensor:
     return self._pool(kernel_size, stride, padding, 0.0).mean(-1)
 
   def softmax(self, axis: int = -1) -> Tensor:
+    if self.numel() == 0: return self.float()   # nothing to normalize (and no max of an empty axis to take)
     m = self.max(axis, keepdim=True).detach()
     e = (self - m).exp()
     return e / e.sum(axis, keepdim=True)
   def log_softmax(self, axis: int = -1) -> Tensor:
+    if self.numel() == 0: return self.float()
     m = self.max(axis, keepdim=True).detach()
     s = self - m
     return s - s.exp().sum(axis, keepdim=True).log()
