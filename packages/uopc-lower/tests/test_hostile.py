@@ -81,3 +81,14 @@ def test_empty_and_size_one_shapes_lower_and_run():
   mem = {0: [7.0] * 3}
   run_linear(linearize(lower(r, buf(0, 3))), mem)
   assert mem[0] == [0.0] * 3
+
+
+def test_the_heuristics_take_a_reduction_over_nothing():
+  # found by the Tensor fuzzer: an empty matmul fused into an add made choose_opts divide by the reduced size, 0
+  empty = buf(0, 4).reshape((4, 1)).shrink(((0, 4), (0, 0)))                      # (4, 0)
+  root = empty.reduce(Ops.ADD, 1) + buf(1, 4)
+  kernel = make_kernel(root, buf(2, 4))
+  opts = choose_opts(kernel, Caps(threads=2, vector_width=8, fma=True))
+  mem = {0: [5.0] * 4, 1: [1.0, 2.0, 3.0, 4.0], 2: [0.0] * 4}
+  run_linear(linearize(lower(kernel.canonical_root, kernel.canonical_out, Ctx(opts=opts))), mem)
+  assert mem[2] == [1.0, 2.0, 3.0, 4.0]

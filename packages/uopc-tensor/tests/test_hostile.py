@@ -104,12 +104,25 @@ def test_relu_maximum_minimum_clip_and_comparisons_keep_nan_like_numpy():
     np.testing.assert_array_equal(t.maximum(u).numpy(), np.maximum(X, y))
     np.testing.assert_array_equal(t.minimum(u).numpy(), np.minimum(X, y))
     np.testing.assert_array_equal(t.clip(-1, 2).numpy(), np.clip(X, -1, 2))
+    np.testing.assert_array_equal(t.sign().numpy(), np.sign(X))                               # found by the NumPy fuzzer: sign(nan) was 0
+    zeros = Tensor(np.array([0.0, -0.0], np.float32))                                          # found by the fuzzer: abs(0.0) was -0.0
+    np.testing.assert_array_equal((1 / zeros.abs()).numpy(), [np.inf, np.inf])
+    assert not np.signbit(zeros.abs().numpy()).any()
     for op in ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"):
       np.testing.assert_array_equal(getattr(t, op)(u).numpy(), getattr(X, op)(y), err_msg=op)
       np.testing.assert_array_equal(getattr(t, op)(1.0).numpy(), getattr(X, op)(np.float32(1.0)), err_msg=op)
     np.testing.assert_array_equal((Tensor([1, 2]) <= NAN).numpy(), [False, False])
     np.testing.assert_array_equal(t.max(1).numpy(), X.max(1))
     np.testing.assert_array_equal(t.min(0).numpy(), X.min(0))
+
+
+def test_integer_min_minimum_and_argmin_hold_at_int_min():
+  # min was -max(-x), and -INT_MIN is INT_MIN again: min([INT_MIN, 5]) was 5
+  a, b = np.array([-2**31, 5, 2**31 - 1], np.int32), np.array([3, -2**31, 2**31 - 1], np.int32)
+  assert Tensor(a).min().item() == -2**31 and Tensor(a).argmin().item() == 0 and Tensor(a).max().item() == 2**31 - 1
+  np.testing.assert_array_equal(Tensor(a).minimum(Tensor(b)).numpy(), np.minimum(a, b))
+  np.testing.assert_array_equal(Tensor(a).minimum(7).numpy(), np.minimum(a, 7))
+  np.testing.assert_array_equal(Tensor(a.reshape(3, 1)).min(1).numpy(), a)
 
 
 # ---- f32 sums: exact past 2**24 -------------------------------------------------------------------------------------------------
@@ -163,6 +176,12 @@ def test_empty_batch_softmax_log_softmax_and_cross_entropy():
   assert x.cross_entropy(target, reduction="sum").item() == 0.0
   assert x.cross_entropy(target, reduction="none").numpy().shape == (0,)
   assert Tensor.zeros(0).any().item() is False and Tensor.zeros(0).all().item() is True
+
+
+def test_an_empty_matmul_fused_into_a_sum_runs():
+  # found by the NumPy fuzzer: choose_opts divided by the reduced size, 0 (v3 = v1 @ v1 with v1 empty, then v0 + v3)
+  assert (Tensor(2.5) + Tensor.zeros(0) @ Tensor.zeros(0)).item() == 2.5
+  np.testing.assert_array_equal((Tensor.ones(3, 1) + Tensor.zeros(3, 0).sum(1, keepdim=True)).numpy(), np.ones((3, 1)))
 
 
 def test_max_min_and_argmax_of_nothing_are_refused_like_numpy():

@@ -173,7 +173,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       unroll = unroll if all(r % (w * unroll) == 0 for r in a.reduce_sizes) else 1
   # a short innermost reduced axis (a convolution's window positions) is unrolled whole: no loop, and the STACK that
   # picks a window becomes a constant choice in each copy
-  if reduce_vector == 1 and a.reduce_sizes and (short := a.reduce_sizes[0]) <= 16 and all(r % short == 0 for r in a.reduce_sizes):
+  # (a reduction over nothing, an empty matmul fused into a sum, has no loop to unroll: 0 < short, found by the fuzzer)
+  if reduce_vector == 1 and a.reduce_sizes and 0 < (short := a.reduce_sizes[0]) <= 16 and all(r % short == 0 for r in a.reduce_sizes):
     unroll = short
   fma = caps.fma and a.products
   thread = None

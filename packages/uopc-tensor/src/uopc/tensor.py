@@ -534,11 +534,23 @@ class Tensor:
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self > 0).where(self, self * neg_slope)
   def gelu(self) -> Tensor: return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
   def silu(self) -> Tensor: return self * self.sigmoid()
-  def abs(self) -> Tensor: return self.maximum(-self)     # MAX splits ties, so the gradient at 0 is 0, as in torch
-  def sign(self) -> Tensor: return (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
+  def abs(self) -> Tensor:
+    # MAX splits ties, so the gradient at 0 is 0, as in torch; max(0.0, -0.0) is -0.0, and + 0.0 makes it +0.0, so that
+    # 1 / abs(0.0) is inf as in NumPy (the fuzzer found -inf)
+    return self.maximum(-self) + 0.0 if self.dtype.is_float else self.maximum(-self)
+  def sign(self) -> Tensor:
+    s = (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
+    return self.ne(self).where(self, s) if self.dtype.is_float else s   # sign(nan) is nan (the fuzzer found 0)
   def square(self) -> Tensor: return self * self
   def maximum(self, x) -> Tensor: return self._binop(Ops.MAX, x)
-  def minimum(self, x) -> Tensor: return -((-self).maximum(-x if isinstance(x, Tensor) else -x))
+  def minimum(self, x) -> Tensor:
+    if not isinstance(x, Tensor) and self.dtype.is_float: return -((-self).maximum(-x))
+    a, b, parents = self._operands(x)
+    return self._new(a, *parents)._reversed().maximum(self._new(b, *parents)._reversed())._reversed()
+  def _reversed(self) -> Tensor:
+    """An order-reversing bijection of the dtype, so a min is a max in disguise: -x for floats (NaN stays NaN), not x for
+    bools, and -x - 1 for i32 (-x alone maps INT_MIN to itself, so min([INT_MIN, 5]) was 5)."""
+    return -self - 1 if self.dtype is dtypes.i32 else -self
   def clip(self, min_=None, max_=None) -> Tensor:
     # WHERE, not maximum/minimum: torch.clamp gives self the whole gradient on a bound too (MAX would split the tie),
     # and a NaN stays NaN
@@ -633,12 +645,11 @@ class Tensor:
     t = self.cast(dtype) if dtype is not None else (self.cast(dtypes.i32) if self.dtype is dtypes.bool else self)
     return t._reduce(Ops.ADD, axis, keepdim)
   def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._valued("max", axis)._reduce(Ops.MAX, axis, keepdim)
-  def min(self, axis=None, keepdim: bool = False) -> Tensor: return -((-self._valued("min", axis))._reduce(Ops.MAX, axis, keepdim))
+  def min(self, axis=None, keepdim: bool = False) -> Tensor: return self._valued("min", axis)._reversed()._reduce(Ops.MAX, axis, keepdim)._reversed()
   def _valued(self, what: str, axis) -> Tensor:
     """A max, min or argmax over nothing has no value (-inf, or the index INT_MIN, would be made up): refused as NumPy
-    and PyTorch refuse it, unless the result is empty too."""
-    axes = self._axes(axis)
-    if self.numel() == 0 and prod(self.shape[a] for a in axes) == 0 and prod(n for a, n in enumerate(self.shape) if a not in axes) > 0:
+    and PyTorch refuse it."""
+    if self.numel() == 0 and prod(self.shape[a] for a in self._axes(axis)) == 0:
       raise TensorError(f"{what} over an axis of size 0 (shape {self.shape}) has no value")
     return self
   def mean(self, axis=None, keepdim: bool = False) -> Tensor:
@@ -659,7 +670,7 @@ class Tensor:
     if self.dtype.is_float: hit = hit | self.ne(self)   # a NaN is the maximum, as in NumPy and torch: the first NaN wins
     rev = Tensor(np.arange(n, 0, -1, dtype=np.int32), device=self.device).reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
     return (n - hit.where(rev, 0).max(ax, keepdim)).cast(dtypes.i32)
-  def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return (-self._valued("argmin", axis)).argmax(axis, keepdim)
+  def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return self._valued("argmin", axis)._reversed().argmax(axis, keepdim)
   # a bool MAX starts from False: through i32 an empty any() started from INT_MIN, which is True
   def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool()._reduce(Ops.MAX, axis, keepdim)
   def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().logical_not().any(axis, keepdim).logical_not()
