@@ -178,6 +178,22 @@ def test_empty_batch_softmax_log_softmax_and_cross_entropy():
   assert Tensor.zeros(0).any().item() is False and Tensor.zeros(0).all().item() is True
 
 
+def test_float_floor_division_and_modulo_of_infinities_follow_numpy():
+  # found by the NumPy fuzzer: inf // 1.0 was inf (NumPy goes through fmod: nan), and x // inf, x % inf were off too
+  a = np.array([np.inf, -np.inf, 1, -1, 0, -0.0, 5, -5, np.inf, 1, 7.5, -7.5, NAN, 3], np.float32)
+  b = np.array([1, 2, np.inf, np.inf, np.inf, -np.inf, -np.inf, -np.inf, 0, 0, 2, 2, 1, NAN], np.float32)
+  with np.errstate(all="ignore"):
+    np.testing.assert_array_equal((Tensor(a) // Tensor(b)).numpy(), a // b)
+    np.testing.assert_array_equal((Tensor(a) % Tensor(b)).numpy(), a % b)
+  # and found next: 1 // 0.1 was 10 (the remainder, rounded twice, looked like 0; NumPy says 9), and a % b was off by an ulp in
+  # 6 of 10 random cases; both now take the remainder as one fused multiply-add
+  assert (Tensor(np.float32(1.0)) // Tensor(np.float32(0.1))).item() == 9.0
+  rng = np.random.default_rng(0)
+  x, y = (rng.standard_normal(4096) * 10).astype(np.float32), rng.standard_normal(4096).astype(np.float32)
+  np.testing.assert_array_equal((Tensor(x) // Tensor(y)).numpy(), x // y)
+  np.testing.assert_array_equal((Tensor(x) % Tensor(y)).numpy(), x % y)
+
+
 def test_an_empty_matmul_fused_into_a_sum_runs():
   # found by the NumPy fuzzer: choose_opts divided by the reduced size, 0 (v3 = v1 @ v1 with v1 empty, then v0 + v3)
   assert (Tensor(2.5) + Tensor.zeros(0) @ Tensor.zeros(0)).item() == 2.5
