@@ -236,6 +236,15 @@ NN_ERRORS = {
   "load_state_dict of the wrong shape": (lambda: nn.load_state_dict(Holder(), {"w": [1.0], "b": [0, 0]}), "w has shape (1,)"),
   "dropout(p=2)": (lambda: Tensor.ones(3).dropout(2), "p must be in [0, 1]"),
   "an optimizer of strings": (lambda: nn.SGD(["w"]), "must be Tensors"),
+  "an optimizer of an int": (lambda: nn.SGD(3), "takes a list of parameters"),
+  "a learning rate of 'a'": (lambda: nn.SGD([Tensor.zeros(2, requires_grad=True)], lr="a"), "lr must be a number"),
+  "a NaN learning rate": (lambda: nn.Adam([Tensor.zeros(2, requires_grad=True)], lr=NAN), "lr must be a number in [0.0, inf)"),
+  "a learning rate set to a string": (lambda: setattr(nn.SGD([Tensor.zeros(2, requires_grad=True)]), "lr", "x"), "lr must be a number"),
+  "one beta": (lambda: nn.Adam([Tensor.zeros(2, requires_grad=True)], betas=(0.9,)), "betas must be a pair"),
+  "a beta of 1": (lambda: nn.AdamW([Tensor.zeros(2, requires_grad=True)], betas=(1.0, 0.9)), "betas[0] must be a number in [0.0, 1.0)"),
+  "a momentum of None": (lambda: nn.SGD([Tensor.zeros(2, requires_grad=True)], momentum=None), "momentum must be a number"),
+  "safe_save metadata of an int": (lambda: safe_save({"a": Tensor([1.0])}, "unused.safetensors", metadata=3), "metadata must be a dict"),
+  "jit of an int": (lambda: jit(3), "jit takes a function"),
 }
 
 

@@ -65,6 +65,7 @@ class JitFunction:
   """A function of Tensors that runs once, is captured on its second call and replayed on every later one."""
 
   def __init__(self, fn: Callable):
+    if not callable(fn): raise JitError(f"jit takes a function, got {type(fn).__name__}")
     self.fn = fn
     self.calls = 0
     functools.update_wrapper(self, fn)

@@ -96,6 +96,9 @@ class Optimizer:
   from step to step (the learning rate, Adam's bias corrections) are state tensors too, never python constants baked
   into a kernel (a new constant is a new kernel structure: a compile every step, and a frozen value in a replay)."""
   def __init__(self, params: list[Tensor], lr: float):
+    if isinstance(params, Tensor) or not hasattr(params, "__iter__"):
+      raise TensorError(f"an optimizer takes a list of parameters (Tensors), got {type(params).__name__}")
+    _hyper("lr", lr)
     self.params = list(params)
     if not self.params: raise TensorError("an optimizer needs at least one parameter")
     for p in self.params:
@@ -106,7 +109,7 @@ class Optimizer:
   @property
   def lr(self) -> float: return float(self._lr.item())
   @lr.setter
-  def lr(self, value: float) -> None: self._lr._write(np.full(self._lr.shape, value, np.float32))   # in place: a jit sees it
+  def lr(self, value: float) -> None: self._lr._write(np.full(self._lr.shape, _hyper("lr", value), np.float32))   # in place: a jit sees it
 
   def zero_grad(self) -> None:
     for p in self.params: p.grad = None
@@ -135,11 +138,18 @@ class Optimizer:
   def _zeros(self) -> list[Tensor]: return [Tensor.zeros(*p.shape, device=p.device).realize() for p in self.params]
 
 
+def _hyper(name: str, v, low: float = 0.0, high: float = math.inf) -> float:
+  """A hyperparameter: a number in [low, high) (torch refuses a negative learning rate, a beta of 1, ...)."""
+  if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not low <= v < high:
+    raise TensorError(f"{name} must be a number in [{low}, {high}), got {v!r}")
+  return float(v)
+
+
 class SGD(Optimizer):
   """p -= lr * v, with v = momentum * v + (g + weight_decay * p) (torch's SGD, nesterov optional)."""
   def __init__(self, params: list[Tensor], lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False):
     super().__init__(params, lr)
-    self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+    self.momentum, self.weight_decay, self.nesterov = _hyper("momentum", momentum), _hyper("weight_decay", weight_decay), nesterov
     self.buf = self._zeros() if momentum else []          # torch's first step sets v = g, which is 0 * momentum + g
 
   def _update(self, i, p, g):
@@ -161,8 +171,9 @@ class Adam(Optimizer):
   def __init__(self, params: list[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                weight_decay: float = 0.0):
     super().__init__(params, lr)
-    self.b1, self.b2 = betas
-    self.eps, self.weight_decay = eps, weight_decay
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2: raise TensorError(f"betas must be a pair of numbers, got {betas!r}")
+    self.b1, self.b2 = _hyper("betas[0]", betas[0], 0.0, 1.0), _hyper("betas[1]", betas[1], 0.0, 1.0)
+    self.eps, self.weight_decay = _hyper("eps", eps), _hyper("weight_decay", weight_decay)
     self.t = 0
     self.m, self.v = self._zeros(), self._zeros()
     self._s1, self._s2 = self._scalar(0.0), self._scalar(0.0)       # 1 - b1**t and 1 - b2**t
@@ -189,7 +200,7 @@ class AdamW(Adam):
 
   def __init__(self, params: list[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                weight_decay: float = 0.01):
-    super().__init__(params, lr, betas, eps, weight_decay)
+    super().__init__(params, lr, betas, eps, weight_decay)   # (checked by Adam)
 
 
 # ---- state dicts and safetensors ----------------------------------------------------------------------------------------
@@ -265,6 +276,7 @@ def safe_save(state: dict[str, Tensor], path: str | Path, metadata: dict[str, st
     header[name] = {"dtype": _ST_NAMES[arr.dtype], "shape": list(arr.shape), "data_offsets": [off, off + len(data)]}
     blobs.append(data)
     off += len(data)
+  if metadata is not None and not isinstance(metadata, dict): raise TensorError(f"safe_save: metadata must be a dict, got {type(metadata).__name__}")
   if metadata: header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
   h = json.dumps(header, separators=(",", ":")).encode()
   h += b" " * (-len(h) % 8)   # the data starts 8-byte aligned
