@@ -1,13 +1,13 @@
-"""Sessions for the uopc monorepo: one test session per package, lint, benchmarks and the demo.
+"""Sessions for the uopc monorepo: one test session per package, sanitize, lint, benchmarks and the demo.
 
 `nox` runs the default sessions (every package's tests and lint); `nox -s demo` runs the main job.
 Each test session installs its package and the in-repo packages it depends on from their paths (not
 editable, so a file missing from a wheel fails here), plus the test tools, and runs that package's tests.
 """
-import os
+import os, shutil
 import nox
 
-nox.options.sessions = ["ir", "lower", "backends", "tensor", "torch", "cuda(arch='sm_90')", "lint"]
+nox.options.sessions = ["ir", "lower", "backends", "tensor", "torch", "cuda(arch='sm_90')", "sanitize", "lint"]
 nox.options.reuse_existing_virtualenvs = False
 
 PYTHON = os.environ.get("UOPC_NOX_PYTHON")   # None: the python that runs nox
@@ -73,6 +73,33 @@ def cuda(session: nox.Session, arch: str) -> None:
   CUDA device is present, the suite on it and benchmarks/gpu.py (which otherwise says there is no device)."""
   _test(session, "uopc-tensor", "tests_gpu", env={"UOPC_CUDA_ARCH": arch})
   session.run("python", "benchmarks/gpu.py")
+
+
+@nox.session(python=PYTHON)
+def sanitize(session: nox.Session) -> None:
+  """uopc-backends' and uopc-tensor's tests with every generated kernel built with AddressSanitizer and
+  UndefinedBehaviorSanitizer (UOPC_SANITIZE=1) and run in a python that has the ASan runtime preloaded. The first report
+  ends its process, and the session fails on any report (each is written to a log file and printed)."""
+  _install_chain(session, "uopc-tensor", *TEST_TOOLS, "safetensors", extras="[gpt]")
+  libs = [session.run("gcc", f"-print-file-name={lib}", silent=True, external=True).strip() for lib in ("libasan.so", "libstdc++.so")]
+  if not os.path.isabs(libs[0]): session.error("gcc has no AddressSanitizer runtime (libasan.so): install it (libasan8 or gcc's) for this session")
+  logs = os.path.join(session.virtualenv.location, "sanitizer-logs")
+  shutil.rmtree(logs, ignore_errors=True)
+  os.makedirs(logs)
+  env = {"UOPC_CACHE_DIR": os.path.join(session.virtualenv.location, "uopc-cache"), "UOPC_SANITIZE": "1",
+         # libstdc++ too: ASan must find the real __cxa_throw when it starts, or a C++ library that throws (matplotlib's)
+         # trips ASan's own CHECK
+         "LD_PRELOAD": " ".join(libs),
+         # python's own allocations are not ours to audit: no leak checking
+         "ASAN_OPTIONS": f"detect_leaks=0:log_path={logs}/asan", "UBSAN_OPTIONS": f"print_stacktrace=1:log_path={logs}/ubsan"}
+  try:
+    session.run("pytest", "packages/uopc-backends/tests", "packages/uopc-tensor/tests", "-q", "-n", os.environ.get("UOPC_TEST_WORKERS", "2"),
+                *session.posargs, env=env)
+  finally:
+    reports = sorted(os.listdir(logs))
+    for name in reports:
+      with open(os.path.join(logs, name)) as f: print(f"---- {name}\n{f.read()}")
+  if reports: session.error(f"{len(reports)} sanitizer report(s), printed above")
 
 
 @nox.session(python=PYTHON)

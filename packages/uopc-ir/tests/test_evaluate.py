@@ -298,7 +298,7 @@ def test_run_says_why_it_refuses():
   with pytest.raises(EvalError, match="unbound PARAM"): run(param(0))
 
 def test_run_takes_a_uop():
-  with pytest.raises(TypeError, match="UOp"): run(3)
+  with pytest.raises(EvalError, match="UOp"): run(3)
 
 
 # ---- CALL ------------------------------------------------------------------------------------------------------------

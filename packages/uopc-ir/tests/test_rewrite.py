@@ -60,7 +60,7 @@ def test_ctx_is_passed_by_name():
 
 
 def test_rule_must_take_its_captures():
-  with pytest.raises(TypeError, match=r"does not take the capture\(s\) \['b'\]"):
+  with pytest.raises(RewriteError, match=r"does not take the capture\(s\) \['b'\]"):
     PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("a"), UPat.var("b"))), lambda a: a)])
 
 

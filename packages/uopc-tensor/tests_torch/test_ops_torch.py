@@ -759,7 +759,7 @@ def test_backward_when_the_output_does_not_depend_on_an_input():
 def test_arange_refuses_what_i32_cannot_hold():
   # torch makes these int64; uopc has no int64, and wrapping to negative numbers was the old answer
   with pytest.raises(TensorError, match="don't fit in i32"): Tensor.arange(2**31, 2**31 + 3)
-  with pytest.raises(TensorError, match="don't fit in i32"): Tensor.arange(-2**31 - 2, 0, 1)
+  with pytest.raises(TensorError, match="i32"): Tensor.arange(-2**31 - 2, 0, 1)   # too many elements, too
   assert Tensor.arange(2**31 - 3, 2**31).tolist() == [2**31 - 3, 2**31 - 2, 2**31 - 1]
 
 

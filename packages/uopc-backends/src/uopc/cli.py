@@ -36,11 +36,23 @@ class CLIError(Exception):
   """A mistake in the command line itself (a bad --input, an unknown output format)."""
 
 
+MAX_PROGRAM_BYTES = 64 << 20   # a .uir program is text: /dev/zero or a disk image would be read until memory ran out
+
+
+def _file_error(what: str, path: str, e: OSError) -> CLIError:
+  why = {FileNotFoundError: "no such file", IsADirectoryError: "is a directory", PermissionError: "permission denied"}.get(type(e))
+  return CLIError(f"{what}{path}: {why or e.strerror or e}")
+
+
 def load_program(path: str) -> tuple[UOp, str]:
   p = Path(path)
-  try: text = p.read_text()
-  except FileNotFoundError: raise CLIError(f"{path}: no such file") from None
+  try:
+    with open(p, "rb") as f: data = f.read(MAX_PROGRAM_BYTES + 1)
+  except OSError as e: raise _file_error("", path, e) from None
+  if len(data) > MAX_PROGRAM_BYTES: raise CLIError(f"{path}: more than {MAX_PROGRAM_BYTES >> 20} MiB; a .uir program is a text file")
+  try: text = data.decode()
   except UnicodeDecodeError: raise CLIError(f"{path}: not a text file") from None
+  if "\0" in text: raise CLIError(f"{path}: not a text file (it holds NUL bytes)")
   return parse(text), sanitize_name(p.stem)
 
 
@@ -73,30 +85,76 @@ def _random_input(b: UOp, rng: np.random.Generator) -> np.ndarray:
   return rng.standard_normal(n).astype(d)
 
 
+def _load_npy(spec: str, path: str) -> np.ndarray:
+  """The array in a .npy file, memory-mapped (a file larger than its buffer is refused before it is read), or a CLIError
+  that says what the file is instead."""
+  try:
+    with open(path, "rb") as f: magic = f.read(6)
+  except FileNotFoundError: raise CLIError(f"--input {spec}: no such file {path}") from None
+  except OSError as e: raise _file_error(f"--input {spec}: ", path, e) from None
+  if magic.startswith(b"PK"): raise CLIError(f"--input {spec}: {path} is a .npz archive; give one array as a .npy file (numpy.save)")
+  if magic != b"\x93NUMPY": raise CLIError(f"--input {spec}: {path} is not a .npy file (numpy.save writes them)")
+  try: arr = np.load(path, mmap_mode="r", allow_pickle=False)
+  except (ValueError, EOFError, OSError) as e: raise CLIError(f"--input {spec}: {path} is a damaged or unsupported .npy file ({e})") from None
+  if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf":
+    raise CLIError(f"--input {spec}: {path} holds {getattr(arr, 'dtype', type(arr).__name__)} data, not numbers")
+  return arr
+
+
 def _parse_inputs(specs: list[str]) -> dict[int, np.ndarray]:
   out = {}
   for s in specs:
     m = re.fullmatch(r"(\d+)=(.+)", s)
     if m is None: raise CLIError(f"--input {s!r}: expected SLOT=FILE.npy, e.g. 0=x.npy")
-    try: arr = np.load(m.group(2), allow_pickle=False)
-    except FileNotFoundError: raise CLIError(f"--input {s}: no such file {m.group(2)}") from None
-    except ValueError as e: raise CLIError(f"--input {s}: not a .npy array ({e})") from None
-    out[int(m.group(1))] = arr
+    out[int(m.group(1))] = _load_npy(s, m.group(2))
   return out
+
+
+def _check_memory(params: list[UOp], written: set[int]) -> None:
+  """Refuse a program whose buffers don't fit in the memory this machine has free: allocating them would end in a
+  MemoryError, or in the kernel's first writes getting the process killed (a 2e9-element output was). An input lives
+  twice (the host array, the backend's copy), an output three times (and the copy read back)."""
+  need = sum(b.shape[0] * b.dtype.itemsize * (3 if b.arg.slot in written else 2) for b in params)
+  if (free := available_memory()) is not None and need > free:
+    raise CLIError(f"the program's buffers need {need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB of memory available")
+
+
+def available_memory() -> int | None:
+  """The bytes of memory this machine can still give (MemAvailable), or None where that can't be read."""
+  try:
+    with open("/proc/meminfo") as f: return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+  except (OSError, StopIteration, ValueError, IndexError): return None
+
+
+def _check_save(path: str | None, slots: list[int]) -> None:
+  """--save FILE.npy holds one array: a program that writes several needs FILE.npz (said before anything runs)."""
+  if path is not None and not path.endswith(".npz") and len(slots) > 1:
+    raise CLIError(f"--save {path}: the program writes {len(slots)} buffers (slots {', '.join(map(str, slots))}); give FILE.npz to keep them all")
+
+
+def _save(path: str, results: dict[int, np.ndarray]) -> None:
+  """--save: one output as FILE.npy; several (or a FILE.npz) as a .npz archive with an array `slotN` per output."""
+  try:
+    if path.endswith(".npz"): np.savez(path, **{f"slot{k}": a for k, a in results.items()})
+    else:
+      with open(path, "wb") as f: np.save(f, next(iter(results.values()), np.zeros(0, np.float32)))
+  except OSError as e: raise _file_error("--save ", path, e) from None
 
 
 def _summary(name: str, a: np.ndarray) -> str:
   s = f"{name}: shape {a.shape} {a.dtype}"
-  if a.size and a.dtype.kind in "fi": s += f", min {a.min():.6g}, max {a.max():.6g}, mean {a.astype(np.float64).mean():.6g}"
+  if a.size and a.dtype.kind in "fi": s += f", min {a.min():.6g}, max {a.max():.6g}, mean {a.mean(dtype=np.float64):.6g}"
   return s
 
 
 def cmd_run(args) -> int:
   root, name = load_program(args.program)
   prog, params, out = compile_file(root, name, args.device, args.opt)
+  written = {p.slot for p in prog.params if p.written}
+  _check_save(args.save, [out.arg.slot] if out is not None else sorted(written))
+  _check_memory(params, written)
   given = _parse_inputs(args.input)
   rng = np.random.default_rng(args.seed)
-  written = {p.slot for p in prog.params if p.written}
   arrays: dict[int, np.ndarray] = {}
   for b in params:
     slot, n = b.arg.slot, b.shape[0]
@@ -120,7 +178,7 @@ def cmd_run(args) -> int:
   for slot, a in results.items():
     print(_summary(f"output {slot}", a))
     print(a)
-    if args.save: np.save(args.save, a)
+  if args.save: _save(args.save, results)
   return 0
 
 
@@ -144,7 +202,10 @@ def cmd_graph(args) -> int:
   out = Path(args.output)
   fmt = out.suffix.lower().lstrip(".")
   dot = to_dot(root)
-  if fmt in ("dot", "gv"): out.write_text(dot); return 0
+  if fmt in ("dot", "gv"):
+    try: out.write_text(dot)
+    except OSError as e: raise _file_error("-o ", str(out), e) from None
+    return 0
   if fmt not in ("svg", "png", "pdf"): raise CLIError(f"-o {out}: unknown format {out.suffix!r}; use .dot, .svg, .png or .pdf")
   if shutil.which("dot") is None: raise CLIError(f"-o {out}: drawing {fmt.upper()} needs Graphviz's `dot` program; install graphviz, or write .dot")
   proc = subprocess.run(["dot", f"-T{fmt}", "-o", str(out)], input=dot, text=True, capture_output=True)
@@ -170,6 +231,14 @@ def cmd_tune(args) -> int:
   return 0
 
 
+def _seed(text: str) -> int:
+  """--seed: NumPy's generators take a non-negative integer (argparse names the option in its error)."""
+  try: v = int(text)
+  except ValueError: v = -1
+  if v < 0: raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+  return v
+
+
 def build_parser() -> argparse.ArgumentParser:
   ap = argparse.ArgumentParser(prog="uopc", description="Render, run and draw uopc programs (.uir).")
   ap.add_argument("--debug", action="store_true", help="show the full traceback of an error")
@@ -183,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
   x = sub.add_parser("run", help="compile and run a program, printing its result")
   x.add_argument("program", help="a .uir file")
   x.add_argument("--input", action="append", default=[], metavar="SLOT=FILE.npy", help="the array for a BUFFER slot (default: random)")
-  x.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+  x.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (default 0)")
   x.add_argument("--save", metavar="FILE.npy", help="also save the result as .npy")
   x.add_argument("--device", help="the backend to run on (default: $UOPC_DEVICE, or C)")
   x.add_argument("--opt", action="store_true", help="lower a shaped program with the Opts uopc.opt chooses (default: the plain lowering)")
@@ -217,9 +286,10 @@ def main(argv: list[str] | None = None) -> int:
   except BrokenPipeError:   # the reader went away (`uopc run prog.uir | head`): not an error of ours
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
-  except (CLIError, *USER_ERRORS) as e:
+  except (CLIError, *USER_ERRORS, MemoryError) as e:
     if args.debug: raise
     msg = str(e).strip() or type(e).__name__
+    if isinstance(e, MemoryError): msg = f"out of memory{': ' + msg if msg != 'MemoryError' else ''}"
     print(f"uopc: error: {msg}", file=sys.stderr)
     return 1
 

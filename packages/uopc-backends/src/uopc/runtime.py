@@ -72,9 +72,13 @@ class Buffer:
 
   def __init__(self, backend: Backend, size: int, dtype: DType):
     if type(size) is not int or size < 0: raise BackendError(f"a Buffer holds a non-negative number of elements, got {size!r}")
+    if not isinstance(dtype, DType): raise BackendError(f"a Buffer's dtype is a uopc DType, got {dtype!r}")
+    if not callable(getattr(backend, "alloc", None)): raise BackendError(f"a Buffer lives on a backend (uopc.backends.get_backend), got {backend!r}")
     np_dtype(dtype)
     self.backend, self.size, self.dtype = backend, size, dtype
-    self.handle = backend.alloc(size, dtype)
+    try: self.handle = backend.alloc(size, dtype)
+    except MemoryError: raise BackendError(f"out of memory: a {dtype.name} buffer of {size} elements ({size * dtype.itemsize / 2**30:.1f} GiB) "
+                                           f"on backend {backend.name}") from None
 
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
@@ -89,7 +93,9 @@ class Buffer:
     """Fill the buffer from array-like `data` with exactly `size` elements (converted to the buffer's dtype)."""
     arr = np.asarray(data)
     if arr.size != self.size: raise BackendError(f"copyin: {arr.size} values into a {self.dtype.name} buffer of {self.size}")
-    self.backend.copyin(self.handle, np.ascontiguousarray(arr.reshape(-1), dtype=np_dtype(self.dtype)))
+    try: flat = np.ascontiguousarray(arr.reshape(-1), dtype=np_dtype(self.dtype))
+    except (ValueError, TypeError) as e: raise BackendError(f"copyin: {arr.dtype} values can't go into a {self.dtype.name} buffer ({e})") from None
+    self.backend.copyin(self.handle, flat)
     return self
 
   def numpy(self) -> np.ndarray:
@@ -138,6 +144,7 @@ class Program:
 
   def check(self, buffers: Sequence[Buffer]) -> None:
     """Refuse buffers that don't match the parameters: their number, backend, dtype or size, or a written one passed twice."""
+    if not isinstance(buffers, (list, tuple)): raise BackendError(f"{self.name}: is launched on a list of Buffers, got {type(buffers).__name__}")
     if len(buffers) != len(self.params):
       want = ", ".join(f"data{p.slot} {p.dtype.name}[{p.size}]" for p in self.params)
       raise BackendError(f"{self.name}: takes {len(self.params)} buffers ({want}), got {len(buffers)}")
@@ -306,6 +313,8 @@ def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMa
   """Run `kernels` in order on `backend`. `buffers` maps BUFFER UOps to Buffers: every kernel input must be there, and each
   kernel's output is allocated into it unless it already is. Returns the launches made, as (Program, Buffers). With
   UOPC_SEARCH set, a kernel seen for the first time is searched on its real inputs first (uopc.search)."""
+  if not isinstance(kernels, (list, tuple)) or not all(isinstance(k, Kernel) for k in kernels):
+    raise BackendError(f"run_schedule takes a list of Kernels (uopc.kernelize), got {type(kernels).__name__}")
   launches = []
   search = os.environ.get("UOPC_SEARCH", "").strip() not in ("", "0")
   programs = None if search else compile_kernels(kernels, backend)    # every new kernel compiled up front, side by side

@@ -18,8 +18,9 @@ def run_shaped(root: UOp, inputs: list[np.ndarray], backend: str = "C", opts: Op
   n = prod(root.shape)
   kernel = make_kernel(root, buf(len(inputs), max(1, n), root.dtype), canonical=False)   # the program keeps its slots
   prog = compile_kernel(kernel, be, opts)
-  args = [Buffer.from_numpy(np.ascontiguousarray(inputs[b.arg.slot], np_dtype(b.dtype)).reshape(-1)[:b.shape[0]], be, b.dtype)
-          for b in kernel.inputs]
+  try: arrays = [np.ascontiguousarray(inputs[b.arg.slot], np_dtype(b.dtype)).reshape(-1)[:b.shape[0]] for b in kernel.inputs]
+  except (ValueError, TypeError) as e: raise BackendError(f"run_shaped: an input can't be read as the numbers its BUFFER holds ({e})") from None
+  args = [Buffer.from_numpy(a, be, b.dtype) for a, b in zip(arrays, kernel.inputs)]
   out = Buffer(be, kernel.out.shape[0], root.dtype)
   prog(args + [out])
   return out.numpy()[:n].reshape(root.shape)

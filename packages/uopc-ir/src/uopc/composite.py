@@ -20,6 +20,7 @@ from uopc.dtype import DType
 
 
 def _axis(x: UOp, axis: int, what: str) -> int:
+  if not isinstance(x, UOp): raise UOpError(f"{what} takes a UOp, got {type(x).__name__}")
   n = len(x.shape)
   if not -n <= axis < n: raise UOpError(f"{what}: axis {axis} out of range for shape {x.shape}")
   return axis % n
@@ -74,7 +75,10 @@ def pad_axis(x: UOp, axis: int, before: int, after: int) -> UOp:
 def pad(x: UOp, arg: tuple[tuple[int, int], ...]) -> UOp:
   """Zero-pad every axis: arg holds one (before, after) pair per axis, like numpy.pad."""
   if len(arg) != len(x.shape): raise UOpError(f"pad: {len(arg)} (before, after) pairs for shape {x.shape}")
-  for axis, widths in enumerate(arg): x = pad_axis(x, axis, *widths)
+  for axis, widths in enumerate(arg):
+    if not (isinstance(widths, (tuple, list)) and len(widths) == 2 and all(type(w) is int for w in widths)):
+      raise UOpError(f"pad: axis {axis} needs a (before, after) pair of ints, got {widths!r}")
+    x = pad_axis(x, axis, *widths)
   return x
 
 

@@ -278,9 +278,18 @@ def bind_call(call: UOp) -> UOp:
   return new[body]
 
 
+# run holds every value as python objects, one UOp per element: past this many elements in one node it would take minutes
+# and gigabytes (an EXPAND to 10**9 elements was killed for memory), so such a program is refused up front
+RUN_MAX_ELEMENTS = 1 << 20
+
+
 def run(u: UOp) -> UOp:
   """Evaluate a graph without memory or loops to a literal (CONST, or STACKs of CONSTs)."""
-  if not isinstance(u, UOp): raise TypeError(f"run takes a UOp, got {type(u).__name__}")
+  if not isinstance(u, UOp): raise EvalError(f"run takes a UOp, got {type(u).__name__}")
+  for n in u.toposort():
+    if len(n.shape) and prod(n.shape) > RUN_MAX_ELEMENTS:
+      raise EvalError(f"run evaluates element by element in python: {n.op!r} of shape {n.shape} has {prod(n.shape)} elements, more than "
+                      f"its limit of {RUN_MAX_ELEMENTS}; lower and compile the program instead (uopc.testing.run_shaped)")
   inlined = graph_rewrite(u, _inline_calls, bottom_up=True)
   return graph_rewrite(inlined, _evaluate, ctx={})
 

@@ -35,17 +35,21 @@ class UPat:
 
   def __init__(self, op: Ops | Iterable[Ops] | None = None, src: tuple | list | UPat | None = None, arg: Any = _ANY,
                name: str | None = None, dtype: DType | Iterable[DType] | None = None):
-    self.ops = None if op is None else (frozenset((op,)) if isinstance(op, Ops) else frozenset(op))
-    self.dtypes = None if dtype is None else (frozenset((dtype,)) if isinstance(dtype, DType) else frozenset(dtype))
+    try: self.ops = None if op is None else (frozenset((op,)) if isinstance(op, Ops) else frozenset(op))
+    except TypeError: raise RewriteError(f"UPat op must be an Ops, a set of Ops or None, got {op!r}") from None
+    if self.ops is not None and not all(isinstance(o, Ops) for o in self.ops):
+      raise RewriteError(f"UPat op must be an Ops, a set of Ops or None, got {op!r}")
+    try: self.dtypes = None if dtype is None else (frozenset((dtype,)) if isinstance(dtype, DType) else frozenset(dtype))
+    except TypeError: raise RewriteError(f"UPat dtype must be a DType, a set of them or None, got {dtype!r}") from None
     self.arg, self.argkey = arg, (None if arg is _ANY else _argkey(arg))
     self.name = name
     if src is None: self.kind, self.src = "any", ()
     elif isinstance(src, UPat): self.kind, self.src = "all", (src,)
     elif isinstance(src, list): self.kind, self.src = "perm", tuple(src)
     elif isinstance(src, tuple): self.kind, self.src = "seq", src
-    else: raise TypeError(f"UPat src must be a tuple, a list, a UPat or None, got {src!r}")
+    else: raise RewriteError(f"UPat src must be a tuple, a list, a UPat or None, got {src!r}")
     for s in self.src:
-      if not isinstance(s, UPat): raise TypeError(f"UPat sources must be UPats, got {s!r}")
+      if not isinstance(s, UPat): raise RewriteError(f"UPat sources must be UPats, got {s!r}")
     # without a permutation anywhere below, a pattern matches a node in at most one way: the fast path (match1)
     self.unique = self.kind != "perm" and all(s.unique for s in self.src)
 
@@ -143,15 +147,17 @@ class PatternMatcher:
   """Rules [(UPat, fn), ...], tried in order; the first fn that returns a UOp wins. fn takes the captures as
   keyword arguments, and `ctx` too when it has a parameter of that name. The rules are indexed by op once."""
   def __init__(self, patterns: list[tuple[UPat, Callable]]):
-    self.patterns = list(patterns)
+    try: self.patterns = [(pat, fn) for pat, fn in patterns]
+    except (TypeError, ValueError): raise RewriteError(f"PatternMatcher takes a list of (UPat, function) pairs, got {patterns!r}") from None
     self.pdict: dict[Ops, list[tuple[UPat, Callable, bool]]] = {}
     for pat, fn in self.patterns:
-      if not isinstance(pat, UPat): raise TypeError(f"PatternMatcher: {pat!r} is not a UPat")
+      if not isinstance(pat, UPat): raise RewriteError(f"PatternMatcher: {pat!r} is not a UPat")
+      if not callable(fn): raise RewriteError(f"PatternMatcher: the rule for {pat!r} is {fn!r}, not a function")
       params = inspect.signature(fn).parameters
       has_ctx = "ctx" in params
       if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         if missing := pat.names() - set(params):
-          raise TypeError(f"PatternMatcher: rule {_where(fn)} does not take the capture(s) {sorted(missing)} of {pat!r}")
+          raise RewriteError(f"PatternMatcher: rule {_where(fn)} does not take the capture(s) {sorted(missing)} of {pat!r}")
       for op in (pat.ops if pat.ops is not None else _ALL_OPS): self.pdict.setdefault(op, []).append((pat, fn, has_ctx))
 
   def __add__(self, more: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.patterns + more.patterns)
@@ -202,6 +208,8 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
   bottom_up=True the rules are also tried on each node *before* its sources, so a rule can see (and replace)
   a subgraph before anything below it changes. `memo` (node -> result, a dict by default) may be shared
   between calls. With `check`, a rule whose replacement has another dtype or shape raises RewriteError."""
+  if not isinstance(root, UOp): raise RewriteError(f"graph_rewrite rewrites a UOp, got {type(root).__name__}")
+  if not isinstance(pm, PatternMatcher): raise RewriteError(f"graph_rewrite needs a PatternMatcher, got {type(pm).__name__}")
   done = {} if memo is None else memo
   get, put = done.get, done.__setitem__
   rewrite = pm._rewrite

@@ -22,7 +22,7 @@ simplify is memoized globally: each node keeps its result in its own __dict__, s
 """
 from __future__ import annotations
 import math, zlib
-from uopc.uop import UOp, Ops, RangeArg, ParamArg, CallArg
+from uopc.uop import UOp, Ops, RangeArg, ParamArg, CallArg, UOpError
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.rewrite import UPat, PatternMatcher, graph_rewrite, _Memo
 from uopc.evaluate import exec_alu, cast_value, const_value, wrap_i32 as _wrap, EvalError
@@ -117,6 +117,7 @@ def _b(u: UOp) -> tuple:
 
 def bounds(u: UOp) -> tuple:
   """(lo, hi) with lo <= u <= hi for every value u can take: ints for i32, bools for bool, floats otherwise."""
+  if not isinstance(u, UOp): raise UOpError(f"bounds takes a UOp, got {type(u).__name__}")
   lo, hi, _ = _b(u)
   return (bool(lo), bool(hi)) if u.dtype is _bool else (lo, hi)
 
@@ -344,6 +345,7 @@ symbolic = PatternMatcher([
 def simplify(u: UOp) -> UOp:
   """u in normal form: equal to u at every point, with constant folding, the integer laws and the exact float
   rules applied everywhere. Memoized on the nodes, so simplifying a simplified graph costs one lookup per node."""
+  if not isinstance(u, UOp): raise UOpError(f"simplify takes a UOp, got {type(u).__name__}")
   if (r := _simplified.get(u)) is not None: return r
   return graph_rewrite(u, symbolic, memo=_simplified)
 

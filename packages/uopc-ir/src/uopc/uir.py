@@ -131,13 +131,18 @@ def parse(text: str) -> UOp:
     try: program = _parse_statement(statement, names)
     except (ParseError, UOpError, KeyError, ValueError, TypeError, IndexError, SyntaxError) as e:
       # every mistake is reported with its line, whatever layer found it (the type checker, a bad literal, ...)
-      raise ParseError(f"line {number}: {raw.strip()!r}: {_reason(e)}") from None
+      raise ParseError(f"line {number}: {_clip(raw.strip())!r}: {_reason(e)}") from None
   if program is None: raise ParseError("empty program")
   return program
 
 
 def _reason(e: Exception) -> str:
-  return str(e) if not isinstance(e, KeyError) else f"unknown name {e.args[0]!r}"
+  return _clip(str(e), 300) if not isinstance(e, KeyError) else f"unknown name {_clip(str(e.args[0]))!r}"
+
+
+def _clip(s: str, n: int = 120) -> str:
+  """s cut to about n characters: an error names a line, it doesn't repeat 100,000 characters of it."""
+  return s if len(s) <= n else s[:n] + f"... ({len(s)} characters)"
 
 
 def _strip_comment(line: str) -> str:
@@ -219,20 +224,44 @@ def _parse_attrs(op: Ops, form: _ArgForm, s: str) -> dict:
 
 def _literal(tok: str):
   tok = tok.strip()
+  if tok.startswith("("): return _tuple_literal(tok)
   if tok == "true": return True
   if tok == "false": return False
   if _INT_RE.fullmatch(tok): return int(tok)
   if tok.startswith('"'): return json.loads(tok)
-  if tok.startswith("("):
-    if not tok.endswith(")"): raise ParseError(f"unclosed tuple {tok!r}")
-    inner = tok[1:-1].strip()
-    if not inner: return ()
-    items = _split_top(inner, ",")
-    if items[-1].strip() == "": items = items[:-1]   # (1,)
-    return tuple(_literal(x) for x in items)
   if tok in ("inf", "+inf", "-inf", "nan"): return float(tok)
   if re.fullmatch(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?", tok): return float(tok)
-  raise ParseError(f"bad literal {tok!r}")
+  raise ParseError(f"bad literal {_clip(tok)!r}")
+
+
+_TUPLE_TOKEN = re.compile(r'\s*(?:([(),])|("(?:[^"\\]|\\.)*")|([^\s(),"]+))')
+
+def _tuple_literal(tok: str) -> tuple:
+  """A tuple literal such as ((0, 2), (1, 3)), read with an explicit stack of the tuples still open: nesting is data, so
+  a line of 50,000 parentheses is an error about the line, not a RecursionError."""
+  open_tuples: list[list] = []
+  result, pos, expect_item = None, 0, False
+  while pos < len(tok.rstrip()):
+    m = _TUPLE_TOKEN.match(tok, pos)
+    if m is None or result is not None: raise ParseError(f"bad tuple literal {_clip(tok)!r}")
+    pos = m.end()
+    punct, item = m.group(1), m.group(2) or m.group(3)
+    if punct == "(":
+      if open_tuples and not expect_item: raise ParseError(f"missing ',' in tuple literal {_clip(tok)!r}")
+      open_tuples.append([]); expect_item = True
+    elif punct == ",":
+      if not open_tuples or expect_item: raise ParseError(f"misplaced ',' in tuple literal {_clip(tok)!r}")
+      expect_item = True
+    elif punct == ")":
+      if not open_tuples: raise ParseError(f"unbalanced ')' in tuple literal {_clip(tok)!r}")
+      done = tuple(open_tuples.pop())
+      if open_tuples: open_tuples[-1].append(done); expect_item = False
+      else: result = done
+    else:
+      if not open_tuples or not expect_item: raise ParseError(f"missing ',' in tuple literal {_clip(tok)!r}")
+      open_tuples[-1].append(_literal(item)); expect_item = False
+  if open_tuples or result is None: raise ParseError(f"unclosed tuple {_clip(tok)!r}")
+  return result
 
 
 def _operands(op: Ops, src: list) -> tuple[UOp, ...]:
@@ -279,6 +308,7 @@ def _fmt_name(s: str) -> str: return s if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*
 
 def to_uir(root: UOp) -> str:
   """The .uir text of the graph under root: one line per node (constants inline), numbered in toposort order."""
+  if not isinstance(root, UOp): raise UOpError(f"to_uir prints a UOp, got {type(root).__name__}")
   names: dict[UOp, str] = {}
   lines = []
   for u in root.toposort():

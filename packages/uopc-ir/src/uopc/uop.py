@@ -15,7 +15,7 @@ Nothing here recurses on graph depth: toposort, substitute, wrap, call_params, r
 walk with explicit stacks, because chains of a million nodes happen.
 """
 from __future__ import annotations
-import math, operator, weakref
+import math, operator, reprlib, weakref
 from _weakref import _remove_dead_weakref
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -104,11 +104,15 @@ class RangeArg:
 def prod(xs) -> int: return math.prod(xs)
 
 
-def _argkey(arg):
+_MAX_ARG_DEPTH = 16   # no op's arg nests tuples deeper than 2 (SHRINK); the bound keeps a hostile arg from recursing away
+
+def _argkey(arg, depth: int = 0):
   # 1 == 1.0 == True and 0.0 == -0.0 in python; the cache must not merge them. repr also gives every nan one key.
   t = type(arg)
   if t is float: return (float, repr(arg))
-  if t is tuple: return (tuple, tuple(_argkey(a) for a in arg))
+  if t is tuple:
+    if depth >= _MAX_ARG_DEPTH: raise UOpError(f"an arg of tuples nested more than {_MAX_ARG_DEPTH} deep")
+    return (tuple, tuple(_argkey(a, depth + 1) for a in arg))
   return (t, arg)
 
 
@@ -134,9 +138,13 @@ class UOp:
 
   def __new__(cls, op: Ops, src: tuple[UOp, ...] = (), arg: Any = None):
     # the hot path of the whole compiler: one key, one dict probe, and on a miss the type checker
-    if type(src) is not tuple: src = tuple(src)
+    if type(src) is not tuple:
+      try: src = tuple(src)
+      except TypeError: raise UOpError(f"{op!r}: src must be a tuple of UOps, got {type(src).__name__} {_show(src)}") from None
     key = (op, src) if arg is None else (op, src, _argkey(arg))
-    if (ref := _cache_get(key)) is not None and (ret := ref()) is not None: return ret
+    try: ref = _cache_get(key)
+    except TypeError: raise _unhashable(op, src, arg) from None   # a list for a shape, a UOp's source that is a dict, ...
+    if ref is not None and (ret := ref()) is not None: return ret
     ret = object.__new__(cls)
     ret.op, ret.src, ret.arg = op, src, arg
     try: ret.dtype, ret.shape, ret.addrspace = _RULES[op](op, src, arg)   # the type checker; a failure caches nothing
@@ -296,7 +304,7 @@ def _rebuild(nodes: list[tuple[Ops, tuple[int, ...], Any]]) -> UOp:
 def _ints(xs) -> tuple[int, ...]:
   # shapes and permutations hold python ints, so that (np.int64(3),) and (3,) are one node
   try: return tuple(x if type(x) is int else operator.index(x) for x in xs)
-  except TypeError: raise UOpError(f"expected a tuple of integers, got {xs!r}") from None
+  except TypeError: raise UOpError(f"expected a tuple of integers, got {_show(xs)}") from None
 
 
 def _py_scalar(v):
@@ -305,7 +313,7 @@ def _py_scalar(v):
   if isinstance(v, bool): return bool(v)
   if isinstance(v, int): return int(v)
   if isinstance(v, float): return float(v)
-  raise UOpError(f"a CONST holds a python bool, int or float, got {v!r}")
+  raise UOpError(f"a CONST holds a python bool, int or float, got {_show(v)}")
 
 
 def _tree_repr(root: UOp, budget: int = 4000) -> str:
@@ -345,7 +353,9 @@ def sink(*srcs: UOp) -> UOp:
 
 def range_(end: int | UOp, idx: int, kind: AxisType = AxisType.LOOP) -> UOp:
   """A loop counter over [0, end): RANGE number `idx` (loops nest in idx order)."""
-  if not isinstance(end, UOp): end = UOp.const(int(end))
+  if not isinstance(end, UOp):
+    try: end = UOp.const(operator.index(end))
+    except TypeError: raise UOpError(f"a RANGE ends at an integer, got {_show(end)}") from None
   return UOp(Ops.RANGE, (end,), RangeArg(idx, kind))
 
 def stack(*xs) -> UOp:
@@ -363,6 +373,13 @@ def buf(slot: int, n: int, dtype: DType = dtypes.f32) -> UOp:
 # shape / dtype / addrspace inference. This is the type checker of the IR:
 # every malformed UOp dies here, at construction time, with a useful message.
 
+_shower = reprlib.Repr()
+_shower.maxlevel, _shower.maxstring, _shower.maxother = 3, 60, 80
+
+def _show(x) -> str:
+  """repr(x) cut short: a hostile arg (a tuple nested 50,000 deep, a list of a million items) still gets a one-line error."""
+  return _shower.repr(x)
+
 def _check(cond, msg):
   if not cond: raise UOpError(msg)
 
@@ -375,10 +392,19 @@ _CAST, _FLOORDIV, _FLOORMOD, _CMPLT, _CMPNE, _BUFFER = Ops.CAST, Ops.FLOORDIV, O
 
 def _malformed(op, src, e: Exception) -> Exception:
   # the rules assume UOp sources and a known op; a python error inside them means one of those did not hold
-  if op not in _RULES: return UOpError(f"no inference rule for {op!r}")
+  if not isinstance(op, Ops) or op not in _RULES: return UOpError(f"no inference rule for {op!r}")
   for s in src:
     if type(s) is not UOp: return UOpError(f"{op!r}: sources must be UOps, got {type(s).__name__} {s!r}")
   return e
+
+def _unhashable(op, src, arg) -> Exception:
+  """The error for a node whose key can't be hashed: a bad op or source, else what the type checker says of the arg (it
+  names a list given for a shape), else that the arg must be hashable."""
+  if not isinstance(op, Ops) or op not in _RULES or any(type(s) is not UOp for s in src): return _malformed(op, src, TypeError())
+  try: _RULES[op](op, src, arg)
+  except UOpError as e: return e
+  except Exception: pass
+  return UOpError(f"{op!r}: the arg must be hashable (ints, floats, tuples, dtypes, ...), got {type(arg).__name__} {_show(arg)}")
 
 def _same_as(x: UOp) -> tuple[DType, tuple[int, ...], AddrSpace]: return (x.dtype, x.shape, x.addrspace)
 
@@ -386,7 +412,7 @@ def _nsrc(op: Ops, src, n: int):
   if len(src) != n: raise UOpError(f"{op!r} takes {n} source{'s' if n != 1 else ''}, got {len(src)}")
 
 def _paramarg(op: Ops, arg):
-  _check(isinstance(arg, ParamArg), f"{op!r} needs a ParamArg, got {arg!r}")
+  _check(isinstance(arg, ParamArg), f"{op!r} needs a ParamArg, got {_show(arg)}")
   _check(type(arg.slot) is int and arg.slot >= 0, f"{op!r}: slot must be a non-negative int, got {arg.slot!r}")
   _check(isinstance(arg.dtype, DType) and arg.dtype is not _void, f"{op!r}: bad dtype {arg.dtype!r}")
   _check(type(arg.shape) is tuple and all(type(s) is int and s >= 0 for s in arg.shape), f"{op!r}: bad shape {arg.shape!r}")
@@ -396,10 +422,11 @@ def _infer_const(op, src, arg):
   t = type(arg)
   if t is float: return dtypes.f32, (), _A
   if t is int:
-    if not I32_MIN <= arg <= I32_MAX: raise UOpError(f"CONST {arg} does not fit in i32")
+    if not I32_MIN <= arg <= I32_MAX:   # (a 5000-digit int can't even be printed: python limits int -> str)
+      raise UOpError(f"CONST {arg if arg.bit_length() <= 128 else f'of {arg.bit_length()} bits'} does not fit in i32")
     return _i32, (), _A
   if t is bool: return _bool, (), _A
-  raise UOpError(f"CONST holds a python bool, int or float, got {arg!r}")
+  raise UOpError(f"CONST holds a python bool, int or float, got {_show(arg)}")
 
 def _infer_param(op, src, arg):
   _check(not src, "PARAM has no sources")
@@ -410,6 +437,8 @@ def _infer_buffer(op, src, arg):
   _check(not src, f"{op.name} has no sources")
   _paramarg(op, arg)
   _check(len(arg.shape) == 1, f"{op.name} is flat")
+  # every address in generated code is an i32: a bigger buffer could never be indexed whole
+  _check(arg.shape[0] <= I32_MAX, f"{op.name} of {arg.shape[0]} elements: an i32 index reaches at most {I32_MAX}")
   if op is Ops.BUFFER: return arg.dtype, arg.shape, AddrSpace.GLOBAL
   return arg.dtype, arg.shape, AddrSpace.LOCAL if arg.addrspace is None else arg.addrspace
 
@@ -463,7 +492,7 @@ def _infer_unary(op, src, arg):
   if len(src) != 1: raise UOpError(f"{op} is unary")
   x = src[0]
   if op is _CAST:
-    if not isinstance(arg, DType) or arg is _void: raise UOpError(f"CAST needs a value dtype as its arg, got {arg!r}")
+    if not isinstance(arg, DType) or arg is _void: raise UOpError(f"CAST needs a value dtype as its arg, got {_show(arg)}")
     if x.dtype is _void: raise UOpError("CAST of void")
     return arg, x.shape, _A
   if not x.dtype.is_float: raise UOpError(f"{op} needs a float, got {x.dtype}")
@@ -506,29 +535,29 @@ def _infer_range(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
   if src[0].dtype is not _i32: raise UOpError("RANGE end is i32")
   if src[0].shape != (): raise UOpError("RANGE end is a scalar")
-  if not isinstance(arg, RangeArg): raise UOpError(f"RANGE needs a RangeArg, got {arg!r}")
+  if not isinstance(arg, RangeArg): raise UOpError(f"RANGE needs a RangeArg, got {_show(arg)}")
   return _i32, (), _A
 
 def _shape_arg(op, arg):
   if type(arg) is not tuple or not all(type(s) is int and s >= 0 for s in arg):
-    raise UOpError(f"{op.name} needs a tuple of non-negative ints, got {arg!r}")
+    raise UOpError(f"{op.name} needs a tuple of non-negative ints, got {_show(arg)}")
 
 def _infer_reshape(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
   _shape_arg(op, arg)
-  if prod(arg) != prod(src[0].shape): raise UOpError(f"RESHAPE {src[0].shape} -> {arg}")
+  if prod(arg) != prod(src[0].shape): raise UOpError(f"RESHAPE {src[0].shape} -> {_show(arg)}")
   return src[0].dtype, arg, src[0].addrspace
 
 def _infer_expand(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
   _shape_arg(op, arg)
   s = src[0].shape
-  if len(arg) != len(s) or not all(a == b or a == 1 for a, b in zip(s, arg)): raise UOpError(f"EXPAND {s} -> {arg}")
+  if len(arg) != len(s) or not all(a == b or a == 1 for a, b in zip(s, arg)): raise UOpError(f"EXPAND {s} -> {_show(arg)}")
   return src[0].dtype, arg, src[0].addrspace
 
 def _infer_permute(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
-  if type(arg) is not tuple or sorted(arg) != list(range(len(src[0].shape))): raise UOpError(f"PERMUTE {arg} of {src[0].shape}")
+  if type(arg) is not tuple or sorted(arg) != list(range(len(src[0].shape))): raise UOpError(f"PERMUTE {_show(arg)} of {src[0].shape}")
   x = src[0]
   return x.dtype, tuple(x.shape[a] for a in arg), x.addrspace
 
@@ -537,14 +566,14 @@ def _infer_shrink(op, src, arg):
   s = src[0].shape
   if not (type(arg) is tuple and len(arg) == len(s) and all(type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int
                                                             and 0 <= p[0] <= p[1] <= n for p, n in zip(arg, s))):
-    raise UOpError(f"SHRINK {arg} of {s}")
+    raise UOpError(f"SHRINK {_show(arg)} of {s}")
   x = src[0]
   return x.dtype, tuple(end - begin for begin, end in arg), x.addrspace
 
 def _infer_reduce(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
   ok = type(arg) is tuple and len(arg) == 2 and arg[0] in (Ops.ADD, Ops.MAX) and type(arg[1]) is int
-  if not ok or not 0 <= arg[1] <= len(src[0].shape): raise UOpError(f"REDUCE {arg} of {src[0].shape}")
+  if not ok or not 0 <= arg[1] <= len(src[0].shape): raise UOpError(f"REDUCE {_show(arg)} of {src[0].shape}")
   if src[0].dtype is _void: raise UOpError("REDUCE of void")
   return src[0].dtype, src[0].shape[:len(src[0].shape) - arg[1]], _A
 

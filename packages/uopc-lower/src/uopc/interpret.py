@@ -41,6 +41,9 @@ def loop_jumps(lin: list[UOp]) -> dict[int, int]:
 
 def run_linear(lin: list[UOp], memory: dict[int, MutableSequence]) -> None:
   """Run the linearized program `lin` on `memory` ({BUFFER slot: values}), in place."""
+  if not isinstance(lin, (list, tuple)) or not all(isinstance(u, UOp) for u in lin):
+    raise InterpretError(f"run_linear takes the list of UOps linearize returns, got {type(lin).__name__}")
+  if not isinstance(memory, dict): raise InterpretError(f"run_linear takes memory as {{slot: values}}, got {type(memory).__name__}")
   jumps = loop_jumps(lin)
   val: dict[UOp, object] = {}
   pc, n = 0, len(lin)

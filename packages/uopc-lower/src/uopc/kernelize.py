@@ -296,6 +296,8 @@ def kernelize(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType],
   every kernel after the kernels it reads from. `new_buffer(n, dtype)` makes a temporary BUFFER (by default a
   fresh slot above every slot in the graph). pack=False leaves GEMM operands in their own layout (see _pack)."""
   roots = []
+  if not isinstance(outputs, (list, tuple)) or not all(isinstance(o, (list, tuple)) and len(o) == 2 for o in outputs):
+    raise KernelizeError(f"kernelize takes a list of (shaped UOp, output BUFFER) pairs, got {type(outputs).__name__}")
   for root, out in outputs:
     if not isinstance(root, UOp) or not isinstance(out, UOp): raise KernelizeError("kernelize takes (shaped UOp, output BUFFER) pairs")
     if out.op is not Ops.BUFFER: raise KernelizeError(f"kernelize: an output must be a BUFFER, got {out.op!r}")

@@ -45,7 +45,8 @@ def _normalize_ends(sink: UOp) -> UOp:
 def linearize(sink: UOp) -> list[UOp]:
   """Every node of the lowered program in execution order. A RANGE opens its loop and the END of that range
   closes it; every other node runs inside the loops opened before it and not yet closed."""
-  if sink.op is not Ops.SINK: raise LinearizeError(f"linearize takes a SINK, got {sink.op!r}")
+  if not isinstance(sink, UOp) or sink.op is not Ops.SINK:
+    raise LinearizeError(f"linearize takes a SINK, got {repr(sink.op) if isinstance(sink, UOp) else type(sink).__name__}")
   sink = _normalize_ends(sink)
   nodes = sink.toposort()
   order = {u: i for i, u in enumerate(nodes)}

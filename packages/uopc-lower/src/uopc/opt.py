@@ -47,6 +47,11 @@ class Caps:
   max_local: int = 1                # threads per block (GPU)
   tensor_cores: bool = False        # WMMA m16n8k16 on f16 (GPU, sm_80 and later)
 
+  def __post_init__(self):
+    for name in ("threads", "vector_width", "l1_bytes", "l2_bytes", "max_local"):
+      v = getattr(self, name)
+      if type(v) is not int or v < 1: raise LowerError(f"Caps.{name} must be a positive int, got {v!r}")
+
 
 # a kernel doing less than this many element operations runs on one thread: waking the others costs more
 THREAD_MIN_WORK = 1 << 16
@@ -188,6 +193,8 @@ def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
 
 def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   """The Opts to lower `kernel` with on a machine described by `caps` (see the module docstring)."""
+  if not isinstance(kernel, Kernel) or not isinstance(caps, Caps):
+    raise LowerError(f"choose_opts takes a Kernel and Caps, got {type(kernel).__name__} and {type(caps).__name__}")
   if caps.gpu: return choose_gpu_opts(kernel, caps)
   if caps.vector_width <= 1 and caps.threads <= 1: return Opts()
   a = analyze(kernel)
@@ -220,6 +227,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       unroll = unroll if all(r % (w * unroll) == 0 for r in a.reduce_sizes) else 1
   # a short innermost reduced axis (a convolution's window positions) is unrolled whole: no loop, and the STACK that
   # picks a window becomes a constant choice in each copy
+  # (a reduction over nothing, an empty matmul fused into a sum, has no loop to unroll: 0 < short, found by the fuzzer)
   if reduce_vector == 1 and a.reduce_sizes and 0 < (short := a.reduce_sizes[0]) <= 16 and all(r % short == 0 for r in a.reduce_sizes):
     unroll = short
   fma = caps.fma and a.products

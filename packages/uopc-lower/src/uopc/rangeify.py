@@ -29,7 +29,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Generator, NamedTuple
 from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink, range_, prod
-from uopc.dtype import AddrSpace, DType, dtypes
+from uopc.dtype import AddrSpace, DType, dtypes, I32_MAX
 from uopc.symbolic import simplify
 from uopc.evaluate import identity
 
@@ -340,12 +340,25 @@ def _gpu_axis(ctx: Ctx, axis: int, size: int, local: int, factor: int) -> _Walk:
 
 def _check_lower_args(root: UOp, out: UOp, o: Opts):
   if not isinstance(root, UOp) or not isinstance(out, UOp): raise LowerError("lower takes a shaped UOp and an output BUFFER UOp")
+  _check_index_limits(root)
   if out.op is not Ops.BUFFER: raise LowerError(f"lower: the output must be a BUFFER, got {out.op!r}")
   if out.dtype is not root.dtype: raise LowerError(f"lower: output BUFFER is {out.dtype}, the value is {root.dtype}")
   if out.shape[0] < prod(root.shape):
     raise LowerError(f"lower: output BUFFER has {out.shape[0]} elements, the value {root.shape} needs {prod(root.shape)}")
   if not isinstance(o, Opts): raise LowerError(f"lower: Ctx.opts must be an Opts, got {type(o).__name__}")
   check_opts(root, o)
+
+
+def _check_index_limits(root: UOp) -> None:
+  """Loop counters and flat positions are i32: refuse an axis longer than i32 reaches, and a RESHAPE whose flat position
+  (ravel, then unravel) would pass it, here with the shape, rather than as a CONST that "does not fit" deep in rangeify.
+  A view bigger than that which is never flattened (the (n, m, k) product of a GEMM) is fine: its index stays per axis."""
+  for u in root.toposort():
+    if any(s > I32_MAX for s in u.shape):
+      raise LowerError(f"lower: {u.op!r} of shape {u.shape} has an axis longer than an i32 loop counter reaches ({I32_MAX})")
+    if u.op is Ops.RESHAPE and prod(u.shape) > I32_MAX:
+      raise LowerError(f"lower: a RESHAPE {u.src[0].shape} -> {u.shape} of {prod(u.shape)} elements: its flat positions pass i32 "
+                       f"({I32_MAX}), which indices can't hold")
 
 
 def check_opts(root: UOp, o: Opts) -> None:
@@ -425,6 +438,7 @@ def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[_Walk]:
 def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   """Lower one shaped value into a SINK that stores it, element by element, into BUFFER `out` (row-major)."""
   ctx = ctx or Ctx()
+  if not isinstance(ctx, Ctx): raise LowerError(f"lower: ctx must be a Ctx, got {type(ctx).__name__}")
   _check_lower_args(root, out, ctx.opts)
   if prod(root.shape) == 0: return sink()                   # nothing to compute
   o = ctx.opts

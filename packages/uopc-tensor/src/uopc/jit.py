@@ -65,6 +65,7 @@ class JitFunction:
   """A function of Tensors that runs once, is captured on its second call and replayed on every later one."""
 
   def __init__(self, fn: Callable):
+    if not callable(fn): raise JitError(f"jit takes a function, got {type(fn).__name__}")
     self.fn = fn
     self.calls = 0
     functools.update_wrapper(self, fn)
@@ -157,12 +158,14 @@ class JitFunction:
     # jit): a replay reads it through the tensor store, where its owner publishes the current one
     owned = input_slots | {s for _, old_s, new_s in rotations for s in (old_s, new_s)}
     external = {index[id(b)]: u for u, b in list(_storage.items()) if id(b) in index and index[id(b)] in read_first - owned}
-    self._plan = (launches, table, input_specs, others, rotations, out, out_specs, external)
+    # index checks (an embedding's tokens, cross_entropy's targets) run again on every replay, after the same launches
+    checks = [(at, slot(c.buffer), c) for at, c in cap.index_checks]
+    self._plan = (launches, table, input_specs, others, rotations, out, out_specs, external, checks)
     return out
 
   # ---- replay
   def _replay(self, args: tuple, kwargs: dict):
-    launches, table, input_specs, others, rotations, out, out_specs, external = self._plan
+    launches, table, input_specs, others, rotations, out, out_specs, external, checks = self._plan
     inputs, got_others = _tensors(args, kwargs)
     name = self.fn.__name__
     if len(inputs) != len(input_specs):
@@ -180,14 +183,29 @@ class JitFunction:
       if (b := _storage.get(u)) is not None: table[s] = b
     for _, old_s, new_s in rotations:
       if old_s is not None: table[old_s], table[new_s] = table[new_s], table[old_s]
-    if debug_level():
-      for prog, slots in launches: prog([table[s] for s in slots])
-    else:
-      for prog, slots in launches: prog.backend.launch(prog.handle, [table[s].handle for s in slots], prog.global_size, prog.local_size)
+    done = 0
+    try:
+      for at, s, check in checks:   # each check where the capture made it, on the buffer its slot holds now
+        self._launch(launches[done:at], table)
+        done = at
+        check._replace(buffer=table[s]).run()
+    except BaseException:           # a refused call changes no state: the next one must read the state this one read
+      for _, old_s, new_s in reversed(rotations):
+        if old_s is not None: table[old_s], table[new_s] = table[new_s], table[old_s]
+      raise
+    self._launch(launches[done:], table)
     for new_u, _, new_s in rotations: _storage[new_u] = table[new_s]
     for spec in out_specs:
       if spec is not None: _storage[spec[0]] = table[spec[1]]
     return out                      # the capture's own return value: its tensors now view the replay's buffers
+
+
+  @staticmethod
+  def _launch(launches: list, table: list[Buffer]) -> None:
+    if debug_level():
+      for prog, slots in launches: prog([table[s] for s in slots])
+    else:
+      for prog, slots in launches: prog.backend.launch(prog.handle, [table[s].handle for s in slots], prog.global_size, prog.local_size)
 
 
 def jit(fn: Callable) -> JitFunction:

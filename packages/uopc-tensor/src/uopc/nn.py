@@ -12,11 +12,18 @@ dtype/shape/data_offsets per tensor, then the raw little-endian data), with NumP
 interchange with the `safetensors` library.
 """
 from __future__ import annotations
-import json, math, os, struct, tempfile
+import json, math, os, stat, struct, tempfile
 from pathlib import Path
 from typing import Any
 import numpy as np
-from uopc.tensor import Tensor, TensorError
+from uopc.tensor import Tensor, TensorError, _check_window_args
+
+
+def _sizes(layer: str, **sizes) -> None:
+  """A layer's sizes are non-negative ints (a negative one gave "math domain error" from the initializer's square root)."""
+  for name, v in sizes.items():
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+      raise TensorError(f"{layer}: {name} must be a non-negative int, got {v!r}")
 
 
 def _kaiming_uniform(shape: tuple[int, ...], fan_in: int) -> Tensor:
@@ -27,6 +34,7 @@ def _kaiming_uniform(shape: tuple[int, ...], fan_in: int) -> Tensor:
 class Linear:
   """y = x @ weight.T + bias, weight (out_features, in_features), both initialized U(-1/sqrt(in), 1/sqrt(in)) as in torch."""
   def __init__(self, in_features: int, out_features: int, bias: bool = True):
+    _sizes("Linear", in_features=in_features, out_features=out_features)
     self.weight = _kaiming_uniform((out_features, in_features), in_features)
     self.bias = _kaiming_uniform((out_features,), in_features) if bias else None
   def __call__(self, x: Tensor) -> Tensor: return x.linear(self.weight, self.bias)
@@ -35,6 +43,7 @@ class Linear:
 class Embedding:
   """Rows of weight (num_embeddings, embedding_dim), initialized N(0, 1), picked by integer indices."""
   def __init__(self, num_embeddings: int, embedding_dim: int):
+    _sizes("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
     self.weight = Tensor.randn(num_embeddings, embedding_dim, requires_grad=True)
   def __call__(self, idx: Tensor) -> Tensor: return idx.embedding(self.weight)
 
@@ -42,7 +51,10 @@ class Embedding:
 class LayerNorm:
   """layernorm over the last len(normalized_shape) axes, then * weight + bias (ones and zeros at first)."""
   def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True):
+    if not isinstance(normalized_shape, (int, tuple, list)):
+      raise TensorError(f"LayerNorm: normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}")
     self.shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    _sizes("LayerNorm", **{f"normalized_shape[{i}]": n for i, n in enumerate(self.shape)})
     self.eps = eps
     self.weight = Tensor.ones(*self.shape, requires_grad=True) if elementwise_affine else None
     self.bias = Tensor.zeros(*self.shape, requires_grad=True) if elementwise_affine else None
@@ -56,7 +68,9 @@ class Conv2d:
   """torch.nn.Conv2d: weight (out, in/groups, kh, kw) and bias initialized U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
   def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride=1, padding=0, dilation=1,
                groups: int = 1, bias: bool = True):
-    kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
+    _sizes("Conv2d", in_channels=in_channels, out_channels=out_channels)
+    _check_window_args("Conv2d", kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    kh, kw = (kernel_size, kernel_size) if not isinstance(kernel_size, (tuple, list)) else kernel_size
     if in_channels % groups or out_channels % groups:
       raise TensorError(f"Conv2d: channels {in_channels}->{out_channels} not divisible by groups={groups}")
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
@@ -82,6 +96,9 @@ class Optimizer:
   from step to step (the learning rate, Adam's bias corrections) are state tensors too, never python constants baked
   into a kernel (a new constant is a new kernel structure: a compile every step, and a frozen value in a replay)."""
   def __init__(self, params: list[Tensor], lr: float):
+    if isinstance(params, Tensor) or not hasattr(params, "__iter__"):
+      raise TensorError(f"an optimizer takes a list of parameters (Tensors), got {type(params).__name__}")
+    _hyper("lr", lr)
     self.params = list(params)
     if not self.params: raise TensorError("an optimizer needs at least one parameter")
     for p in self.params:
@@ -92,7 +109,7 @@ class Optimizer:
   @property
   def lr(self) -> float: return float(self._lr.item())
   @lr.setter
-  def lr(self, value: float) -> None: self._lr._write(np.full(self._lr.shape, value, np.float32))   # in place: a jit sees it
+  def lr(self, value: float) -> None: self._lr._write(np.full(self._lr.shape, _hyper("lr", value), np.float32))   # in place: a jit sees it
 
   def zero_grad(self) -> None:
     for p in self.params: p.grad = None
@@ -121,11 +138,18 @@ class Optimizer:
   def _zeros(self) -> list[Tensor]: return [Tensor.zeros(*p.shape, device=p.device).realize() for p in self.params]
 
 
+def _hyper(name: str, v, low: float = 0.0, high: float = math.inf) -> float:
+  """A hyperparameter: a number in [low, high) (torch refuses a negative learning rate, a beta of 1, ...)."""
+  if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not low <= v < high:
+    raise TensorError(f"{name} must be a number in [{low}, {high}), got {v!r}")
+  return float(v)
+
+
 class SGD(Optimizer):
   """p -= lr * v, with v = momentum * v + (g + weight_decay * p) (torch's SGD, nesterov optional)."""
   def __init__(self, params: list[Tensor], lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False):
     super().__init__(params, lr)
-    self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+    self.momentum, self.weight_decay, self.nesterov = _hyper("momentum", momentum), _hyper("weight_decay", weight_decay), nesterov
     self.buf = self._zeros() if momentum else []          # torch's first step sets v = g, which is 0 * momentum + g
 
   def _update(self, i, p, g):
@@ -147,8 +171,9 @@ class Adam(Optimizer):
   def __init__(self, params: list[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                weight_decay: float = 0.0):
     super().__init__(params, lr)
-    self.b1, self.b2 = betas
-    self.eps, self.weight_decay = eps, weight_decay
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2: raise TensorError(f"betas must be a pair of numbers, got {betas!r}")
+    self.b1, self.b2 = _hyper("betas[0]", betas[0], 0.0, 1.0), _hyper("betas[1]", betas[1], 0.0, 1.0)
+    self.eps, self.weight_decay = _hyper("eps", eps), _hyper("weight_decay", weight_decay)
     self.t = 0
     self.m, self.v = self._zeros(), self._zeros()
     self._s1, self._s2 = self._scalar(0.0), self._scalar(0.0)       # 1 - b1**t and 1 - b2**t
@@ -175,7 +200,7 @@ class AdamW(Adam):
 
   def __init__(self, params: list[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                weight_decay: float = 0.01):
-    super().__init__(params, lr, betas, eps, weight_decay)
+    super().__init__(params, lr, betas, eps, weight_decay)   # (checked by Adam)
 
 
 # ---- state dicts and safetensors ----------------------------------------------------------------------------------------
@@ -201,10 +226,12 @@ def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
 def load_state_dict(obj: Any, state: dict[str, Tensor | np.ndarray], strict: bool = True) -> None:
   """Copy `state` into obj's tensors (by get_state_dict name). Missing or unexpected names (when strict) and shape
   mismatches are errors, and nothing is changed unless everything fits."""
+  if not isinstance(state, dict): raise TensorError(f"load_state_dict takes a dict of name -> Tensor, got {type(state).__name__}")
   own = get_state_dict(obj)
-  missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+  missing, unexpected = sorted(set(own) - set(state)), sorted(map(str, set(state) - set(own)))
   if strict and (missing or unexpected):
     raise TensorError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+  state = {k: _state_value(k, v) for k, v in state.items() if k in own}
   for k in set(own) & set(state):
     shape = tuple(state[k].shape)
     if shape != own[k].shape: raise TensorError(f"load_state_dict: {k} has shape {shape} in the state but {own[k].shape} in the model")
@@ -214,70 +241,125 @@ def load_state_dict(obj: Any, state: dict[str, Tensor | np.ndarray], strict: boo
     own[k]._write(arr)          # in place, as torch's load_state_dict copies: views and jit captures see the new values
 
 
+def _state_value(name: str, v) -> Tensor | np.ndarray:
+  """A state entry as a Tensor or a numeric array (a list, a number); anything else is named in a TensorError."""
+  if isinstance(v, Tensor): return v
+  try: arr = np.asarray(v)
+  except (ValueError, TypeError): arr = None
+  if arr is None or arr.dtype.kind not in "biuf":
+    raise TensorError(f"load_state_dict: {name} is a {type(v).__name__}, not a Tensor or an array of numbers")
+  return arr
+
+
 _ST_DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "BOOL": np.bool_, "F64": np.float64, "I64": np.int64}
 _ST_NAMES = {np.dtype(v): k for k, v in _ST_DTYPES.items()}
 
 
 class SafetensorsError(ValueError):
-  """A file that isn't valid safetensors."""
+  """A file that isn't valid safetensors, or that can't be read or written."""
 
 
 def safe_save(state: dict[str, Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
   """Write tensors to a .safetensors file (readable by the safetensors library). The file is written beside `path`
   under a unique temporary name, flushed to disk and renamed into place: a reader (or a crash) sees the old file or
   the whole new one, two processes saving to one path each write their own temporary, and a failure removes it."""
+  if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+    raise TensorError(f"safe_save takes a dict of name (a str) -> Tensor, got {type(state).__name__}")
   header: dict[str, Any] = {}
   blobs, off = [], 0
   for name in sorted(state):
     t = state[name]
+    if name == "__metadata__": raise TensorError("safe_save: __metadata__ is the format's own key; pass metadata= instead")
     arr = np.asarray(t.numpy() if isinstance(t, Tensor) else t, order="C")   # np.ascontiguousarray would make a scalar 1-d
     if arr.dtype not in _ST_NAMES: raise TensorError(f"safe_save: {name} has dtype {arr.dtype}, which safetensors can't hold here")
     data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
     header[name] = {"dtype": _ST_NAMES[arr.dtype], "shape": list(arr.shape), "data_offsets": [off, off + len(data)]}
     blobs.append(data)
     off += len(data)
+  if metadata is not None and not isinstance(metadata, dict): raise TensorError(f"safe_save: metadata must be a dict, got {type(metadata).__name__}")
   if metadata: header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
   h = json.dumps(header, separators=(",", ":")).encode()
   h += b" " * (-len(h) % 8)   # the data starts 8-byte aligned
   path = Path(path)
-  fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
+  try: fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  except OSError as e: raise SafetensorsError(f"{path}: can't write it ({e.strerror or e})") from None
   try:
     with os.fdopen(fd, "wb") as f:
+      os.fchmod(f.fileno(), 0o666 & ~_umask())   # the mode open() would give (mkstemp's is 0600)
       f.write(struct.pack("<Q", len(h)))
       f.write(h)
       for b in blobs: f.write(b)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
-  except BaseException:
+    _fsync_dir(path.parent)                       # the rename itself survives a crash too
+  except BaseException as e:
     try: os.unlink(tmp)
     except OSError: pass
+    if isinstance(e, OSError): raise SafetensorsError(f"{path}: can't write it ({e.strerror or e})") from None
     raise
+
+
+def _umask() -> int:
+  try:
+    with open("/proc/self/status") as f: return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+  except (OSError, StopIteration, ValueError, IndexError): return 0o022
+
+
+def _fsync_dir(d: Path) -> None:
+  try:
+    fd = os.open(d, os.O_RDONLY)
+    try: os.fsync(fd)
+    finally: os.close(fd)
+  except OSError: pass   # some filesystems can't sync a directory; the data itself is synced
+
+
+def _entry(path, name: str, info) -> tuple[np.dtype, tuple[int, ...], int, int]:
+  """(dtype, shape, begin, end) of one header entry, each checked: a JSON list of non-negative ints for the shape, two
+  ints for the offsets (a string offset or a negative size was a raw NumPy error)."""
+  if not isinstance(info, dict): raise SafetensorsError(f"{path}: entry {name!r} is {type(info).__name__}, not a JSON object")
+  dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+  if not isinstance(dtype, str) or dtype not in _ST_DTYPES:
+    raise SafetensorsError(f"{path}: entry {name!r} has dtype {dtype!r}; uopc reads {', '.join(_ST_DTYPES)}")
+  is_int = lambda v: type(v) is int
+  if not isinstance(shape, list) or not all(is_int(s) and s >= 0 for s in shape):
+    raise SafetensorsError(f"{path}: entry {name!r} has shape {shape!r}; a shape is a list of non-negative integers")
+  if not isinstance(offsets, list) or len(offsets) != 2 or not all(is_int(o) for o in offsets):
+    raise SafetensorsError(f"{path}: entry {name!r} has data_offsets {offsets!r}; they are two integers [begin, end]")
+  return np.dtype(_ST_DTYPES[dtype]), tuple(shape), offsets[0], offsets[1]
 
 
 def safe_load(path: str | Path, with_metadata: bool = False) -> dict[str, Tensor] | tuple[dict[str, Tensor], dict[str, str]]:
   """Read a .safetensors file into Tensors (and its metadata, with_metadata=True); a malformed file is a
   SafetensorsError that says what is wrong."""
-  raw = Path(path).read_bytes()
+  try:
+    with open(path, "rb") as f:
+      if not stat.S_ISREG(os.fstat(f.fileno()).st_mode): raise SafetensorsError(f"{path}: not a regular file")
+      raw = f.read()
+  except OSError as e: raise SafetensorsError(f"{path}: can't read it ({e.strerror or e})") from None
   if len(raw) < 8: raise SafetensorsError(f"{path}: too short to be a safetensors file ({len(raw)} bytes)")
   (n,) = struct.unpack("<Q", raw[:8])
   if n > len(raw) - 8: raise SafetensorsError(f"{path}: the header claims {n} bytes but the file has {len(raw) - 8} after the length")
   try: header = json.loads(raw[8:8 + n])
   except (UnicodeDecodeError, json.JSONDecodeError) as e: raise SafetensorsError(f"{path}: the header is not valid JSON ({e})") from None
+  except RecursionError: raise SafetensorsError(f"{path}: the header nests too deeply to be a safetensors header") from None
   if not isinstance(header, dict): raise SafetensorsError(f"{path}: the header is not a JSON object")
   data = memoryview(raw)[8 + n:]
   out: dict[str, Tensor] = {}
   for name, info in header.items():
     if name == "__metadata__": continue
-    try:
-      dt, shape, (b, e) = np.dtype(_ST_DTYPES[info["dtype"]]), tuple(int(s) for s in info["shape"]), info["data_offsets"]
-    except (KeyError, TypeError, ValueError) as ex:
-      raise SafetensorsError(f"{path}: entry {name!r} is malformed or has an unsupported dtype ({ex!r})") from None
-    if not 0 <= b <= e <= len(data) or e - b != int(np.prod(shape)) * dt.itemsize:
+    dt, shape, b, e = _entry(path, name, info)
+    if not 0 <= b <= e <= len(data) or e - b != math.prod(shape) * dt.itemsize:
       raise SafetensorsError(f"{path}: entry {name!r} has data_offsets {[b, e]} that don't fit its shape {shape} and dtype, or the file")
     arr = np.frombuffer(data[b:e], dtype=dt.newbyteorder("<")).reshape(shape).astype(dt)
-    if arr.dtype in (np.float64, np.int64): arr = arr.astype(np.float32 if arr.dtype == np.float64 else np.int32)
-    out[name] = Tensor(arr)
+    if arr.dtype == np.int64:   # held as i32, like Tensor(): a value past i32 would wrap (2**40 became 0)
+      if arr.size and (arr.min() < -2**31 or arr.max() > 2**31 - 1):
+        raise SafetensorsError(f"{path}: entry {name!r} holds I64 values outside i32 (from {arr.min()} to {arr.max()}), which uopc can't hold")
+      arr = arr.astype(np.int32)
+    if arr.dtype == np.float64:
+      with np.errstate(over="ignore"): arr = arr.astype(np.float32)   # rounded to f32, as Tensor() does: past it, inf
+    try: out[name] = Tensor(arr)
+    except TensorError as ex: raise SafetensorsError(f"{path}: entry {name!r}: {ex}") from None
   if not with_metadata: return out
   meta = header.get("__metadata__", {})
   if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):

@@ -22,7 +22,7 @@ dtype (a float scalar with an integer tensor gives f32). Errors name the shapes 
 TensorError is a ValueError and a RuntimeError, TensorIndexError an IndexError, TensorTypeError a TypeError.
 """
 from __future__ import annotations
-import itertools, math, os, weakref
+import itertools, math, operator, os, weakref
 from typing import Any, NamedTuple
 import numpy as np
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
@@ -66,6 +66,7 @@ class _Capture:
     self.strict = strict
     self.launches: list = []
     self.assigned: list[tuple[Tensor, UOp]] = []
+    self.index_checks: list[tuple[int, IndexCheck]] = []   # (launches made before it, the check): a replay repeats it there
 
 
 _capture: _Capture | None = None   # the jit call in progress (uopc.jit sets and clears it); None almost always
@@ -76,6 +77,35 @@ def _not_while_capturing(what: str) -> None:
     raise JitError(f"{what} inside a function uopc.jit is capturing: a replay runs only the captured kernels, so "
                    f"{'the value read here' if 'item' in what or 'numpy' in what else 'the numbers drawn here'} would be "
                    "the capture's on every call. Return the tensor (or pass random numbers in as an argument) instead")
+
+
+class IndexCheck(NamedTuple):
+  """Integer indices that must lie in [low, high) (`ignore` excepted): the first `n` values of `buffer`. A gather here
+  is a one-hot mask and a sum, which silently gives 0 for an index that hits nothing, so the values are checked as
+  PyTorch checks them, on the realized data; `message` says what was indexed, with {} for the bad value."""
+  buffer: Buffer
+  n: int
+  low: int
+  high: int
+  message: str
+  ignore: int | None = None
+
+  def run(self) -> None:
+    v = self.buffer.numpy()[:self.n]
+    bad = (v < self.low) | (v >= self.high)
+    if self.ignore is not None: bad &= v != self.ignore
+    if bad.any(): raise TensorError(self.message.format(int(v[int(np.argmax(bad))])))
+
+
+def _check_indices(index: Tensor, low: int, high: int, message: str, ignore: int | None = None) -> None:
+  """Refuse index values outside [low, high) (see IndexCheck). The index tensor is realized for it; a uopc.jit capture
+  records the check after the launches made so far, and every replay repeats it at that point."""
+  if index.numel() == 0: return
+  index.realize()
+  u = index.uop
+  check = IndexCheck(_storage[u.src[0] if u.op is Ops.RESHAPE else u], index.numel(), low, high, message, ignore)
+  if _capture is not None: _capture.index_checks.append((len(_capture.launches), check))
+  check.run()
 
 
 # ---- storage: the data behind realized BUFFERs -------------------------------------------------------------------
@@ -105,18 +135,55 @@ def _realized(u: UOp) -> bool:
 
 def _to_dtype(d) -> DType:
   if d is None or isinstance(d, DType): return d
-  if isinstance(d, str): return dtypes.from_name({"float32": "f32", "float": "f32", "int32": "i32", "int": "i32", "float16": "f16",
-                                                 "half": "f16", "bool": "bool"}.get(d, d))
+  if isinstance(d, str):
+    try: return dtypes.from_name({"float32": "f32", "float": "f32", "int32": "i32", "int": "i32", "float16": "f16", "half": "f16"}.get(d, d))
+    except ValueError as e: raise TensorError(str(e)) from None
   if d is float: return dtypes.f32
   if d is int: return dtypes.i32
   if d is bool: return dtypes.bool
   try: return _NP_TO_DTYPE[np.dtype(d)]
-  except (TypeError, KeyError): raise TensorError(f"unknown dtype {d!r}") from None
+  except (TypeError, KeyError, ValueError): raise TensorError(f"unknown dtype {d!r}") from None
+
+
+def _int_arg(v, what: str) -> int:
+  """An argument that must be an integer (a dimension, a count): a float, a string or an array is a TensorError."""
+  if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)): raise TensorError(f"{what} must be an int, got {v!r}")
+  return int(v)
+
+
+def _number_arg(v, what: str) -> float:
+  """An argument that must be a real number (a probability, an exponent, a bound)."""
+  if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+    raise TensorError(f"{what} must be a number, got {v!r}")
+  return v
+
+
+def _tensor_arg(x, what: str) -> Tensor:
+  """An argument that must be a Tensor (a weight, an index); arrays and lists are taken as one."""
+  if isinstance(x, Tensor): return x
+  if isinstance(x, (np.ndarray, list, tuple)): return Tensor(x)
+  raise TensorError(f"{what} must be a Tensor, got {type(x).__name__}")
 
 
 def _shape_arg(shape) -> tuple[int, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = shape[0]
-  return tuple(int(s) for s in shape)
+  try: return tuple(operator.index(s) for s in shape)   # int(2.7) would make Tensor.zeros(2.7) silently (2,)
+  except TypeError: raise TensorError(f"sizes and dimensions are integers, got {tuple(shape)!r}") from None
+
+
+def _check_size(shape: tuple[int, ...], what: str) -> tuple[int, ...]:
+  """Every element of a tensor is addressed by an i32 index: refuse a shape past that when the tensor is made, naming it
+  (rather than with an i32 CONST error at realize, or after minutes of looping over 2**40 elements)."""
+  if (n := prod(shape)) > I32_MAX:
+    raise TensorError(f"{what}: a tensor of shape {shape} has {n} elements, more than the {I32_MAX} an i32 index can reach")
+  return shape
+
+
+def _new_shape(shape, what: str) -> tuple[int, ...]:
+  """The shape of a tensor being created: integers, none negative, within the index limit."""
+  shape = _shape_arg(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,))
+  if any(s < 0 for s in shape): raise TensorError(f"{what}: sizes can't be negative, got {shape}")
+  return _check_size(shape, what)
 
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -128,6 +195,19 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     big = {d for d in dims if d != 1}
     if len(big) > 1: raise TensorError(f"can't broadcast shapes {' and '.join(str(tuple(s)) for s in shapes)}")
     out.append(big.pop() if big else 1)
+  # a broadcast that makes something bigger than every operand is a new tensor (matmul's product of two equal shapes isn't)
+  if prod(out) > max(prod(s) for s in shapes): _check_size(tuple(out), f"broadcasting {' and '.join(str(tuple(s)) for s in shapes)}")
+  return tuple(out)
+
+
+def _pairs_arg(arg, ndim: int, what: str) -> tuple[tuple[int, int] | None, ...]:
+  """One (a, b) pair of ints or None per axis (pad's widths, shrink's ranges)."""
+  if not isinstance(arg, (tuple, list)) or len(arg) != ndim:
+    raise TensorError(f"{what}: expected {ndim} pairs (or None), one per axis, got {arg!r}")
+  out = []
+  for a in arg:
+    if a is not None and (not isinstance(a, (tuple, list)) or len(a) != 2): raise TensorError(f"{what}: {a!r} is not a pair of ints or None")
+    out.append(None if a is None else (_int_arg(a[0], what), _int_arg(a[1], what)))
   return tuple(out)
 
 
@@ -146,11 +226,26 @@ def _padding_pairs(padding, nd: int, kernel, dilation, what: str) -> tuple[tuple
     if padding == "valid": return ((0, 0),) * nd
     if padding == "same": return tuple((d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(kernel, dilation))
     raise TensorTypeError(f"{what}: padding must be a number, numbers, 'same' or 'valid', got {padding!r}")
+  ints = (padding,) if not isinstance(padding, (tuple, list)) else tuple(padding)
+  if not all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in ints):
+    raise TensorError(f"{what}: padding must be an int, a tuple of ints, 'same' or 'valid', got {padding!r}")
   if isinstance(padding, (int, np.integer)): return ((int(padding), int(padding)),) * nd
-  padding = tuple(padding)
+  padding = tuple(int(p) for p in padding)
   if len(padding) == nd: return tuple((p, p) for p in padding)
   if len(padding) == 2 * nd: return tuple((padding[2 * k], padding[2 * k + 1]) for k in reversed(range(nd)))
   raise TensorError(f"{what}: padding {padding} for {nd} spatial axes: expected an int, {nd} ints or {2 * nd} (before, after, last axis first)")
+
+
+def _check_window_args(what: str, **args) -> None:
+  """kernel_size, stride, dilation and groups are at least 1 and (output_)padding at least 0, each an int or (groups excepted) a
+  tuple of ints (one per spatial axis; padding may also be F.pad's flat tuple or a string, which _padding_pairs reads): a 0
+  was a ZeroDivisionError, a float a silently truncated size."""
+  for name, v in args.items():
+    if name == "padding" and isinstance(v, str): continue
+    least = 0 if name in ("padding", "output_padding") else 1
+    vals = (v,) if not isinstance(v, (tuple, list)) or name == "groups" else tuple(v)
+    if not vals or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= least for x in vals):
+      raise TensorError(f"{what}: {name} must be {'an int' if name == 'groups' else 'an int or a tuple of ints'} of at least {least}, got {v!r}")
 
 
 def _promote(*ds: DType) -> DType: return max(ds, key=_PROMOTION.index)
@@ -185,6 +280,7 @@ class Tensor:
   _grad_leaves: dict[int, weakref.ref] = {}
 
   def __init__(self, data: Any, dtype=None, requires_grad: bool = False, device: str | None = None):
+    if device is not None and not isinstance(device, str): raise TensorError(f"device must be a backend's name (a str), got {device!r}")
     self.device = (device or _default_device()).upper()
     get_backend(self.device)   # fail early on an unknown device
     dtype = _to_dtype(dtype)
@@ -193,6 +289,8 @@ class Tensor:
     elif isinstance(data, Tensor): self.uop = data.uop if dtype is None else data.uop.cast(dtype)
     else:
       arr = data if isinstance(data, np.ndarray) else np.asarray(data)
+      _check_size(arr.shape, "Tensor")
+      if arr.dtype.kind in "USV": raise TensorError(f"can't make a Tensor of {arr.dtype} data {str(data)[:60]!r}: not numbers")
       if arr.dtype == object: raise TensorError(f"can't make a Tensor from {type(data).__name__} {str(data)[:60]!r}: ragged or not numbers")
       if dtype is None:
         if arr.dtype not in _NP_TO_DTYPE: raise TensorError(f"NumPy dtype {arr.dtype} has no uopc dtype (bool, int32, float16, float32)")
@@ -309,7 +407,7 @@ class Tensor:
   # ---- creation
   @staticmethod
   def full(shape, value, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
-    shape = _shape_arg((shape,) if isinstance(shape, int) else shape)
+    shape = _new_shape(shape, "full")
     dtype = _to_dtype(dtype) or dtypes.from_py(value)
     c = UOp.const(value, dtype)
     t = Tensor(c.reshape((1,) * len(shape)).expand(shape) if shape else c, device=device)
@@ -321,7 +419,10 @@ class Tensor:
   @staticmethod
   def arange(start, stop=None, step=1, dtype=None, device: str | None = None) -> Tensor:
     if stop is None: start, stop = 0, start
+    for v in (start, stop, step): _number_arg(v, "arange: start, stop and step")
     if step == 0: raise TensorError("arange: step must not be 0")
+    if not all(math.isfinite(v) for v in (start, stop, step)): raise TensorError(f"arange: ({start}, {stop}, {step}) must be finite")
+    _check_size((max(0, math.ceil((stop - start) / step)),), "arange")
     dtype = _to_dtype(dtype) or (dtypes.f32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.i32)
     n = max(0, math.ceil((stop - start) / step))
     if dtype is dtypes.i32 and n and not (I32_MIN <= start <= I32_MAX and I32_MIN <= start + (n - 1) * step <= I32_MAX):
@@ -345,23 +446,25 @@ class Tensor:
     return Tensor.zeros(*shape, dtype=dtype, **kw)
   @staticmethod
   def eye(n: int, m: int | None = None, dtype=None, device: str | None = None) -> Tensor:
-    return Tensor(np.eye(n, m, dtype=np_dtype(_to_dtype(dtype) or dtypes.f32)), device=device)
+    shape = _new_shape((n, n if m is None else m), "eye")
+    return Tensor(np.eye(*shape, dtype=np_dtype(_to_dtype(dtype) or dtypes.f32)), device=device)
   @staticmethod
   def manual_seed(seed: int = 0) -> None: Tensor._rng = np.random.default_rng(seed)
   @staticmethod
   def rand(*shape, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
     _not_while_capturing("Tensor.rand")
     d = _to_dtype(dtype) or dtypes.f32
-    return Tensor(Tensor._rng.random(_shape_arg(shape), dtype=np.float32).astype(np_dtype(d)), requires_grad=requires_grad, device=device)
+    return Tensor(Tensor._rng.random(_new_shape(shape, "rand"), dtype=np.float32).astype(np_dtype(d)), requires_grad=requires_grad, device=device)
   @staticmethod
   def randn(*shape, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
     _not_while_capturing("Tensor.randn")
     d = _to_dtype(dtype) or dtypes.f32
-    return Tensor(Tensor._rng.standard_normal(_shape_arg(shape), dtype=np.float32).astype(np_dtype(d)), requires_grad=requires_grad, device=device)
+    values = Tensor._rng.standard_normal(_new_shape(shape, "randn"), dtype=np.float32)
+    return Tensor(values.astype(np_dtype(d)), requires_grad=requires_grad, device=device)
   @staticmethod
   def uniform(*shape, low: float = 0.0, high: float = 1.0, **kw) -> Tensor:
     _not_while_capturing("Tensor.uniform")
-    return Tensor((Tensor._rng.random(_shape_arg(shape)) * (high - low) + low).astype(np.float32), **kw)
+    return Tensor((Tensor._rng.random(_new_shape(shape, "uniform")) * (high - low) + low).astype(np.float32), **kw)
   def zeros_like(self, **kw) -> Tensor: return Tensor.zeros(*self.shape, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
   def ones_like(self, **kw) -> Tensor: return Tensor.ones(*self.shape, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
   def full_like(self, value, **kw) -> Tensor: return Tensor.full(self.shape, value, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
@@ -436,27 +539,42 @@ class Tensor:
     a, b, parents = self._operands(x)
     if a.dtype is dtypes.i32: return self._new(a % b, *parents)
     ta, tb = self._new(a, *parents), self._new(b, *parents)
-    return ta - ta._float_floordiv(tb) * tb
+    # a - q*b as one fused multiply-add: rounded once, it is NumPy's fmod-based remainder (rounded twice, 6 in 10 random
+    # cases were off by an ulp or more); x % inf is x when the signs agree (0 * inf would be nan). Gradients: 1 and -q
+    a32, b32 = (ta, tb) if ta.dtype is dtypes.f32 else (ta.float(), tb.float())
+    r = ta._new(UOp(Ops.MULACC, ((-ta._float_floordiv(tb).float()).uop, b32.uop, a32.uop)), ta, tb).cast(ta.dtype)
+    return ta._finite_by_infinite(tb, same_sign=True).where(ta, r)
+  def _finite_by_infinite(self, b: Tensor, same_sign: bool) -> Tensor:
+    """Where self is finite and b infinite, and their signs agree (or self is 0) or differ, as asked."""
+    mixed = (self * b) < 0                                   # 0 * inf is nan: a zero counts as agreeing
+    return ((self - self).eq(0) & b.abs().eq(math.inf)) & (mixed.logical_not() if same_sign else mixed)
   def __rmod__(self, x):
     a, b, parents = self._operands(x, True)
     return self._new(a, *parents).__mod__(self._new(b, *parents))
   def _float_floordiv(self, other: Tensor) -> Tensor:
     """floor(self / other) on floats. self * (1/other) can land an ulp below an exact integer quotient (49 * (1/49) < 1),
-    so the floor moves by one where the remainder falls outside [0, other) ((other, 0] for a negative divisor)."""
-    a, b = (self, other) if self.dtype.is_float else (self.float(), other.float())
+    so the floor moves by one where the remainder falls outside [0, other) ((other, 0] for a negative divisor). The
+    remainder is a fused multiply-add, rounded once: a - q*b rounded twice hid it (1 // 0.1 was 10; NumPy says 9)."""
+    a, b = (self, other) if self.dtype is dtypes.f32 else (self.float(), other.float())
     q = (a / b).floor()
-    r = a - q * b
+    r = a._new(UOp(Ops.MULACC, ((-q).uop, b.uop, a.uop)))
     pos = b > 0
     q = pos.where(r >= b, r <= b).where(q + 1, pos.where(r < 0, r > 0).where(q - 1, q))
-    return q.detach()   # piecewise constant: no gradient (so a % b has torch's gradients 1 and -(a // b))
+    # NumPy's floor division goes through fmod, so inf // b is nan (b != 0) and x // inf is -1 when the signs differ (the
+    # floor of -0.0...); found by the fuzzer
+    q = (a.abs().eq(math.inf) & b.ne(0)).where(float("nan"), a._finite_by_infinite(b, same_sign=False).where(-1.0, q))
+    # piecewise constant: no gradient (so a % b has torch's gradients 1 and -(a // b))
+    return q.cast(self.dtype if self.dtype.is_float else dtypes.f32).detach()
   def __pow__(self, x): return self.pow(x)
   def __rpow__(self, x): return self.pow(x, reverse=True)
   def __matmul__(self, x): return self.matmul(x)
   def __rmatmul__(self, x): return Tensor(x, device=self.device).matmul(self)
   def __lt__(self, x): return self._binop(Ops.CMPLT, x)
   def __gt__(self, x): return self._binop(Ops.CMPLT, x, True)
-  def __le__(self, x): return (self < x) | self.eq(x)   # not (self > x): that is true for NaN
-  def __ge__(self, x): return (self > x) | self.eq(x)
+  # not(x > y) is wrong for NaN (nan <= 1 is false), so floats compare as (x < y) | (x == y)
+  def __le__(self, x): return (self < x) | self.eq(x) if self._float_compare(x) else (self > x).logical_not()
+  def __ge__(self, x): return (self > x) | self.eq(x) if self._float_compare(x) else (self < x).logical_not()
+  def _float_compare(self, x) -> bool: return self.dtype.is_float or isinstance(x, float) or (isinstance(x, Tensor) and x.dtype.is_float)
   def __eq__(self, x): return self.ne(x).logical_not()   # type: ignore[override]
   def __ne__(self, x): return self.ne(x)                 # type: ignore[override]
   def ne(self, x) -> Tensor: return self._binop(Ops.CMPNE, x)
@@ -516,6 +634,7 @@ class Tensor:
   lshift, rshift, bitwise_left_shift, bitwise_right_shift = __lshift__, __rshift__, __lshift__, __rshift__
 
   def cast(self, dtype) -> Tensor:
+    if dtype is None: raise TensorError("cast needs a dtype, got None")
     d = _to_dtype(dtype)
     return self if d is self.dtype else self._new(self.uop.cast(d))
   def float(self) -> Tensor: return self.cast(dtypes.f32)
@@ -550,7 +669,7 @@ class Tensor:
     r = (1.0 + e).recip()
     return pos.where(r, e * r)
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self.float()).sigmoid() - 1.0
-  def relu(self) -> Tensor: return (self > 0).where(self, 0)
+  def relu(self) -> Tensor: return ((self > 0) | self.ne(self)).where(self, 0) if self.dtype.is_float else (self > 0).where(self, 0)   # NaN stays
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self > 0).where(self, self * neg_slope)
   def gelu(self, approximate: str = "tanh") -> Tensor:
     """GELU: the tanh approximation by default (DESIGN 6.2), x * Phi(x) through erf with approximate="none"."""
@@ -558,8 +677,13 @@ class Tensor:
     if approximate != "tanh": raise TensorTypeError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
     return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
   def silu(self) -> Tensor: return self * self.sigmoid()
-  def abs(self) -> Tensor: return self.maximum(-self)     # MAX splits ties, so the gradient at 0 is 0, as in torch
-  def sign(self) -> Tensor: return (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
+  def abs(self) -> Tensor:
+    # MAX splits ties, so the gradient at 0 is 0, as in torch; max(0.0, -0.0) is -0.0, and + 0.0 makes it +0.0, so that
+    # 1 / abs(0.0) is inf as in NumPy (the fuzzer found -inf)
+    return self.maximum(-self) + 0.0 if self.dtype.is_float else self.maximum(-self)
+  def sign(self) -> Tensor:
+    s = (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
+    return self.ne(self).where(self, s) if self.dtype.is_float else s   # sign(nan) is nan (the fuzzer found 0)
   def square(self) -> Tensor: return self * self
   def maximum(self, x) -> Tensor: return self._binop(Ops.MAX, x)
   def minimum(self, x) -> Tensor:
@@ -685,8 +809,9 @@ class Tensor:
     m = m.isinf().where(0.0, m)   # both -inf (or an inf): no shift, the log of the sum is the answer
     return ((self - m).exp() + (other - m).exp()).log() + m
   def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
-    """log(sum(exp(self))) over axis, shifted by the (detached) max so nothing overflows."""
-    m = self.max(axis, keepdim=True).detach()
+    """log(sum(exp(self))) over axis, shifted by the (detached) max so nothing overflows; over nothing it is log 0 = -inf."""
+    if prod(self.shape[a] for a in self._axes(axis)) == 0: m = self.sum(axis, keepdim=True).detach()   # no max to take: no shift
+    else: m = self.max(axis, keepdim=True).detach()
     m = m.isinf().where(0.0, m)
     out = (self - m).exp().sum(axis, keepdim=True).log() + m
     return out if keepdim else out.reshape(tuple(n for k, n in enumerate(self.shape) if k not in self._axes(axis)))
@@ -864,6 +989,9 @@ class Tensor:
   def where(self, a, b) -> Tensor:
     """cond.where(a, b): a where self is true, b elsewhere, broadcast together."""
     cond = self.cast(dtypes.bool)
+    a, b = (Tensor(x, device=self.device) if isinstance(x, (np.ndarray, list, tuple)) else x for x in (a, b))
+    for x in (a, b):
+      if not isinstance(x, (Tensor, bool, np.bool_)): _number_arg(x, "where: a branch")   # a bool is a value too (tril of a mask)
     ta = a if isinstance(a, Tensor) else None
     tb = b if isinstance(b, Tensor) else None
     if ta is None and tb is None:
@@ -903,14 +1031,23 @@ class Tensor:
   def sum(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
     t = self.cast(dtype) if dtype is not None else (self.cast(dtypes.i32) if self.dtype is dtypes.bool else self)
     return t._reduce(Ops.ADD, axis, keepdim)
+  # over an empty axis max and min give their identities (-inf and inf, INT_MIN and INT_MAX), as every reduction does
+  # here and in tinygrad (NumPy and PyTorch raise instead)
   def max(self, axis=None, keepdim: bool = False) -> Tensor: return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis=None, keepdim: bool = False) -> Tensor: return self._inverse()._reduce(Ops.MAX, axis, keepdim)._inverse()
+  def _valued(self, what: str, axis) -> Tensor:
+    """An argmax or argmin over nothing has no value (the index INT_MIN would be made up): refused as NumPy and PyTorch
+    refuse it."""
+    if self.numel() == 0 and prod(self.shape[a] for a in self._axes(axis)) == 0:
+      raise TensorError(f"{what} over an axis of size 0 (shape {self.shape}) has no value")
+    return self
   def mean(self, axis=None, keepdim: bool = False) -> Tensor:
     n = prod(self.shape[a] for a in self._axes(axis))
     return self.float().sum(axis, keepdim) * (1.0 / n if n else float("nan"))
   def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
     """The sum of squared deviations over n - correction; with no degrees of freedom left that is a division by 0 (inf,
     or NaN for a zero sum), as in torch."""
+    correction = _number_arg(correction, "var: correction")
     n = prod(self.shape[a] for a in self._axes(axis))
     d = self.float() - self.float().mean(axis, keepdim=True)
     return (d * d).sum(axis, keepdim) * (1.0 / (n - correction) if n - correction > 0 else float("inf"))
@@ -954,13 +1091,14 @@ class Tensor:
   def argmax(self, axis=None, keepdim: bool = False) -> Tensor:
     """The index of the (first) maximum, as i32; over the flattened tensor when axis is None."""
     if axis is None: return self.reshape(-1).argmax(0)
-    ax = self._dim(axis)
+    ax = self._valued("argmax", axis)._dim(axis)
     if self.ndim == 0: return Tensor.zeros(dtype=dtypes.i32, device=self.device)
     n = self.shape[ax]
     hit = self.eq(self.max(ax, keepdim=True))
+    if self.dtype.is_float: hit = hit | self.ne(self)   # a NaN is the maximum, as in NumPy and torch: the first NaN wins
     rev = Tensor(np.arange(n, 0, -1, dtype=np.int32), device=self.device).reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
     return (n - hit.where(rev, 0).max(ax, keepdim)).cast(dtypes.i32)
-  def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return self._inverse().argmax(axis, keepdim)
+  def argmin(self, axis=None, keepdim: bool = False) -> Tensor: return self._valued("argmin", axis)._inverse().argmax(axis, keepdim)
   # a bool MAX starts from False: through i32 an empty any() started from INT_MIN, which is True
   def any(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool()._reduce(Ops.MAX, axis, keepdim)
   def all(self, axis=None, keepdim: bool = False) -> Tensor: return self.bool().logical_not().any(axis, keepdim).logical_not()
@@ -993,8 +1131,8 @@ class Tensor:
     shape = _shape_arg(shape)
     if len(shape) < self.ndim: raise TensorError(f"expand: {shape} has fewer dimensions than {self.shape}")
     src = (1,) * (len(shape) - self.ndim) + self.shape
-    return self._broadcast_to(tuple(s if n == -1 else n for s, n in zip(src, shape)))
-  def broadcast_to(self, *shape) -> Tensor: return self._broadcast_to(_shape_arg(shape))
+    return self._broadcast_to(_new_shape(tuple(s if n == -1 else n for s, n in zip(src, shape)), f"expand of {self.shape}"))
+  def broadcast_to(self, *shape) -> Tensor: return self._broadcast_to(_new_shape(_shape_arg(shape), f"expand of {self.shape}"))
   def squeeze(self, dim: int | tuple[int, ...] | None = None) -> Tensor:
     """Drop axes of size 1: all of them, or those of dim (an int or a tuple) that have size 1."""
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
@@ -1010,14 +1148,16 @@ class Tensor:
     return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
   def shrink(self, arg) -> Tensor:
     """Keep [begin, end) on each axis; None keeps the whole axis."""
-    if len(arg) != self.ndim: raise TensorError(f"shrink: {len(arg)} ranges for shape {self.shape}")
-    arg = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+    arg = _pairs_arg(arg, self.ndim, f"shrink of {self.shape}")
+    arg = tuple((0, s) if a is None else a for a, s in zip(arg, self.shape))
     for (b, e), s in zip(arg, self.shape):
       if not 0 <= b <= e <= s: raise TensorError(f"shrink: range ({b}, {e}) doesn't fit an axis of {s} in shape {self.shape}")
     return self if all(a == (0, s) for a, s in zip(arg, self.shape)) else self._new(self.uop.shrink(arg))
   def _pad_pairs(self, padding) -> tuple[tuple[int, int], ...]:
     """One (before, after) pair per axis from numpy.pad's pairs (None for none, one per axis) or PyTorch's flat tuple
     (before, after for the last axis, then the one before it, ...; ints, an even number, up to two per axis)."""
+    if not isinstance(padding, (tuple, list)):
+      raise TensorError(f"pad: padding must be a tuple of (before, after) pairs or F.pad's flat tuple, got {padding!r}")
     padding = tuple(padding)
     if all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in padding) and padding:
       if len(padding) % 2 or len(padding) > 2 * self.ndim:
@@ -1047,6 +1187,7 @@ class Tensor:
     t = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape)))
     widths = tuple((max(0, b), max(0, a)) for b, a in pairs)
     if all(w == (0, 0) for w in widths): return t
+    _check_size(tuple(s + b + a for s, (b, a) in zip(t.shape, widths)), f"pad of {self.shape}")
     if t.numel() == 0 and any(w != (0, 0) for w in widths):
       # the PAD composite can't grow an empty axis: the fill is built from t's sum over its empty axes (zeros, with the
       # empty axes kept as 1s), padded on the other axes and expanded, so t stays in the graph for its (empty) gradient
@@ -1114,12 +1255,15 @@ class Tensor:
     dt = _promote(*(t.dtype for t in ts))
     ts = [t.cast(dt) for t in ts]
     d = ts[0]._dim(dim, extra=1)
+    _check_size((len(ts),) + ts[0].shape, "stack")
     s = ts[0]._new(UOp(Ops.STACK, tuple(t.uop for t in ts)), *ts)
     return s.permute(list(range(1, d + 1)) + [0] + list(range(d + 1, s.ndim))) if d else s
   def split(self, sizes, dim: int = 0) -> list[Tensor]:
     d = self._dim(dim)
     n = self.shape[d]
+    sizes = _int_arg(sizes, "split: sizes") if not isinstance(sizes, (list, tuple)) else [_int_arg(x, "split: a size") for x in sizes]
     if isinstance(sizes, int): sizes = [min(sizes, n - i) for i in range(0, n, sizes)] if sizes > 0 else None
+    if sizes is not None and any(x < 0 for x in sizes): raise TensorError(f"split: sizes can't be negative, got {sizes}")
     if sizes is None or sum(sizes) != n: raise TensorError(f"split: sizes {sizes} don't add up to {n} (dim {d} of {self.shape})")
     out, off = [], 0
     for s in sizes:
@@ -1127,6 +1271,7 @@ class Tensor:
       off += s
     return out
   def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
+    if _int_arg(chunks, "chunk: chunks") < 1: raise TensorError(f"chunk: chunks must be at least 1, got {chunks}")
     n = self.shape[self._dim(dim)]
     return self.split(max(1, math.ceil(n / chunks)), dim)
   def repeat(self, *repeats) -> Tensor:
@@ -1261,7 +1406,9 @@ class Tensor:
         continue
       if isinstance(i, slice):
         n = t.shape[axis]
-        start, stop, step = i.indices(n)
+        if i.step == 0: raise TensorError("a slice step can't be zero")
+        try: start, stop, step = i.indices(n)
+        except TypeError: raise TensorError(f"slice indices must be integers or None, got {i!r}") from None
         if step > 0: t = t._strided(axis, start, max(start, stop), step)
         else:   # a negative step: the mirrored positive slice of the flipped axis (or nothing)
           count, first = len(range(start, stop, step)), n - 1 - start
@@ -1279,6 +1426,7 @@ class Tensor:
     flat = None
     for a, i in tensor_axes:   # one flat index over the indexed axes (negative indices count from the end)
       n = self.shape[a]
+      _check_indices(i, -n, n, f"index {{}} is out of range for axis {a} of size {n} (shape {self.shape})")
       i = (i < 0).where(i + n, i)._broadcast_to(ishape)
       flat = i if flat is None else flat * n + i
     rest = [k for k in range(self.ndim) if k not in axes]
@@ -1302,11 +1450,15 @@ class Tensor:
 
   def gather(self, dim: int, index: Tensor) -> Tensor:
     """torch.gather: out[i][j] = self[index[i][j]][j] for dim 0, and so on; index has self's rank."""
-    d = self._dim(dim)
+    d, index = self._dim(dim), _tensor_arg(index, "gather: index")
     if index.ndim != self.ndim: raise TensorError(f"gather: index of shape {index.shape} for a tensor of shape {self.shape}")
     if any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
       raise TensorError(f"gather: index of shape {index.shape} is larger than the tensor {self.shape} outside dim {d}")
     n = self.shape[d]
+    if index.dtype is not dtypes.i32: raise TensorError(f"gather: index must be i32, got {index.dtype.name}")
+    if any(a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != d):
+      raise TensorError(f"gather: index of shape {index.shape} is larger than the tensor {self.shape} outside dim {d}")
+    _check_indices(index, 0, n, f"gather: index {{}} is out of range for dim {d} of size {n} (shape {self.shape})")
     x = self.shrink(tuple(None if i == d else (0, s) for i, s in enumerate(index.shape)))
     oh = index.unsqueeze(-1).eq(Tensor.arange(n, device=self.device))
     xe = x.unsqueeze(-1).transpose(d, -1)
@@ -1562,6 +1714,7 @@ class Tensor:
 
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """self @ weight.T + bias, with weight (out_features, in_features) as in torch."""
+    weight = _tensor_arg(weight, "linear: weight")
     out = self.matmul(weight.T)
     return out + bias if bias is not None else out
 
@@ -1603,6 +1756,8 @@ class Tensor:
     """Convolution (cross-correlation) over the last weight.ndim - 2 axes, so conv1d, conv2d and conv3d in one: input
     (N, C, *spatial) or unbatched (C, *spatial), weight (O, C/groups, *kernel), as torch.nn.functional's. padding: an int,
     one int per spatial axis, F.pad's flat tuple (a before and after per axis, the last axis first), 'same' or 'valid'."""
+    weight = _tensor_arg(weight, "conv2d: weight")
+    _check_window_args("conv", stride=stride, dilation=dilation, groups=groups)   # a negative padding crops (tinygrad's)
     nd = weight.ndim - 2
     if nd < 1 or self.ndim not in (nd + 1, nd + 2):
       raise TensorError(f"conv: input {self.shape} and weight {weight.shape}: expected weight (O, C/groups, *kernel) and input "
@@ -1636,6 +1791,8 @@ class Tensor:
     as torch's conv_transpose1d/2d/3d: input (N, Cin, *spatial), weight (Cin, Cout/groups, *kernel). It is a convolution of
     the input spread out by the stride (stride - 1 zeros between neighbours), padded by dilation * (kernel - 1) - padding,
     with the flipped kernel whose in and out channels trade places."""
+    weight = _tensor_arg(weight, "conv_transpose2d: weight")
+    _check_window_args("conv_transpose", stride=stride, padding=padding, output_padding=output_padding, dilation=dilation, groups=groups)
     nd = weight.ndim - 2
     if nd < 1 or self.ndim not in (nd + 1, nd + 2):
       raise TensorError(f"conv_transpose: input {self.shape} and weight {weight.shape}: expected weight (Cin, Cout/groups, *kernel) "
@@ -1667,10 +1824,12 @@ class Tensor:
     """Windows for pooling over the last len(kernel) axes: (..., *out, K), with the padding added (value) and, in ceil
     mode, the extra room for a last partial window (torch's rule: it must start inside the input or the left padding).
     Returns the windows, the padding pairs and the extra right padding per axis."""
+    if stride is None or (isinstance(stride, (tuple, list)) and not stride): stride = None   # tinygrad's [] too: the kernel size
+    _check_window_args("pooling", kernel_size=kernel_size, padding=padding, dilation=dilation, **({} if stride is None else {"stride": stride}))
     kernel = (kernel_size,) * nd if isinstance(kernel_size, int) else tuple(kernel_size)   # a tuple sets the rank itself
     nd = len(kernel)
     if self.ndim < nd: raise TensorError(f"pooling with a {nd}-D kernel {kernel} needs at least {nd} dimensions, got {self.shape}")
-    stride = kernel if stride is None or stride == [] else _spatial(stride, nd, "pool stride")
+    stride = kernel if stride is None else _spatial(stride, nd, "pool stride")
     dilation = _spatial(dilation, nd, "pool dilation")
     pads = _padding_pairs(padding, nd, kernel, dilation, "pool")
     extra = []
@@ -1853,10 +2012,12 @@ class Tensor:
     return prod_t.sum(tuple(range(len(out), len(order)))) if len(order) > len(out) else prod_t
 
   def softmax(self, axis: int = -1) -> Tensor:
+    if self.numel() == 0: return self.float()   # nothing to normalize (and no max of an empty axis to take)
     m = self.max(axis, keepdim=True).detach()
     e = (self - m).exp()
     return e / e.sum(axis, keepdim=True)
   def log_softmax(self, axis: int = -1) -> Tensor:
+    if self.numel() == 0: return self.float()
     m = self.max(axis, keepdim=True).detach()
     s = self - m
     return s - s.exp().sum(axis, keepdim=True).log()
@@ -1906,16 +2067,21 @@ class Tensor:
     """Scores (N, C, d...) as (N * d..., C), and (C,) as (1, C): the class axis last, one row per prediction."""
     if self.ndim == 1: return self.reshape(1, -1)
     return (self if self.ndim == 2 else self.permute([0] + list(range(2, self.ndim)) + [1])).reshape(-1, self.shape[1])
-  def _class_targets(self, target, what: str) -> Tensor:
+  def _class_targets(self, target, what: str, ignore_index: int) -> Tensor:
+    """Class indices for scores (N, C, d...) or (C,): i32 of shape (N, d...) or (), each in [0, C) or ignore_index (checked
+    on the values, as torch does: an index past the classes would pick nothing and give a finite loss)."""
     target = target if isinstance(target, Tensor) else Tensor(target, device=self.device)
     if target.dtype is not dtypes.i32: raise TensorError(f"{what}: target must hold class indices (i32), got {target.dtype.name}")
     want = self.shape[:1] + self.shape[2:] if self.ndim > 1 else ()
     if target.shape != want: raise TensorError(f"{what}: scores {self.shape} need class indices of shape {want}, got {target.shape}")
+    C = self.shape[1 if self.ndim > 1 else 0]
+    _check_indices(target, 0, C, f"{what}: target {{}} is out of range for {C} classes", ignore_index)
     return target
   def nll_loss(self, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
     """-self[target] (times weight[target]) for log-probabilities (N, C, d...) or (C,) and class indices (N, d...) or ();
     "mean" divides by the summed weights of the targets not ignored, as torch does."""
-    target = self._class_targets(target, "nll_loss")
+    return self._nll(self._class_targets(target, "nll_loss", ignore_index), weight, ignore_index, reduction)
+  def _nll(self, target: Tensor, weight: Tensor | None, ignore_index: int, reduction: str) -> Tensor:
     logp, t = self._class_last(), target.reshape(-1)
     onehot = t.unsqueeze(-1).eq(Tensor.arange(logp.shape[1], device=self.device))
     w = t.ne(ignore_index).float()
@@ -1940,9 +2106,9 @@ class Tensor:
       p = target * (1 - label_smoothing) + label_smoothing / C if label_smoothing else target
       loss = -(logp * p * (weight.reshape(wshape) if weight is not None else 1)).sum(cdim)
       return loss._reduced(reduction, "cross_entropy")
-    target = self._class_targets(target, "cross_entropy")
-    nll = logp.nll_loss(target, weight, ignore_index, "none")
-    if not label_smoothing: return nll if reduction == "none" else logp.nll_loss(target, weight, ignore_index, reduction)
+    target = self._class_targets(target, "cross_entropy", ignore_index)
+    nll = logp._nll(target, weight, ignore_index, "none")
+    if not label_smoothing: return nll if reduction == "none" else logp._nll(target, weight, ignore_index, reduction)
     keep = target.ne(ignore_index).float()
     smooth = -(logp * (weight.reshape(wshape) if weight is not None else 1)).sum(cdim) * keep
     loss = (1 - label_smoothing) * nll + (label_smoothing / C) * smooth
@@ -1969,10 +2135,13 @@ class Tensor:
   def embedding(self, weight: Tensor) -> Tensor:
     """Rows of weight (V, D) picked by this integer tensor: shape self.shape + (D,)."""
     if self.dtype is not dtypes.i32: raise TensorError(f"embedding: indices must be i32, got {self.dtype.name}")
+    weight = _tensor_arg(weight, "embedding: weight")
+    if weight.ndim != 2: raise TensorError(f"embedding: weight must be (num_embeddings, dim), got {weight.shape}")
+    _check_indices(self, 0, weight.shape[0], f"embedding: index {{}} is out of range for {weight.shape[0]} embeddings")
     return weight[self]
 
   def dropout(self, p: float = 0.5, training: bool = True) -> Tensor:
-    if not 0 <= p <= 1: raise TensorError(f"dropout: p must be in [0, 1], got {p}")
+    if not 0 <= _number_arg(p, "dropout: p") <= 1: raise TensorError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0: return self
     if p == 1: return self * 0
     _not_while_capturing("dropout (training, p > 0)")
@@ -1983,6 +2152,8 @@ class Tensor:
                                    is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Tensor:
     """softmax(q @ k^T * scale + mask) @ v, with q = self (..., L, E), key (..., S, E), value (..., S, Ev). With enable_gqa,
     key and value may have fewer heads (axis -3) than the query, each shared by a group of query heads."""
+    key, value = _tensor_arg(key, "attention: key"), _tensor_arg(value, "attention: value")
+    if attn_mask is not None: attn_mask = _tensor_arg(attn_mask, "attention: attn_mask")
     if is_causal and attn_mask is not None: raise TensorError("attention: give attn_mask or is_causal, not both (as torch)")
     if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
       raise TensorError(f"attention: query {self.shape}, key {key.shape}, value {value.shape} must be at least 2-D")

@@ -119,7 +119,10 @@ def get_backend(name: str | None = "C") -> Backend:
     factory = getattr(importlib.import_module(mod), attr)
   elif key in (eps := _entry_points()): factory = eps[key].load()
   else: raise BackendError(f"unknown backend {name!r}; available: {', '.join(available_backends())}")
-  _instances[key] = backend = factory()
+  try: backend = factory()
+  except BackendError: raise
+  except Exception as e: raise BackendError(f"backend {key}: its factory failed: {type(e).__name__}: {e}") from e
+  _instances[key] = backend
   return backend
 
 

@@ -24,7 +24,7 @@ entry. Each entry ends with a SHA-256 of the shared object, checked before dlope
 .so makes dlopen crash the process with SIGBUS, not fail) is rebuilt, like one that fails to load.
 """
 from __future__ import annotations
-import ctypes, hashlib, math, os, re, shutil, subprocess, tempfile, threading
+import atexit, ctypes, functools, hashlib, math, os, re, shutil, subprocess, tempfile, threading, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -491,6 +491,26 @@ def render_c(sink: UOp, name: str = "kernel") -> str:
 # ---- compiling, with a content-addressed cache on disk -----------------------------------------------------------
 
 CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-ffp-contract=off", "-fno-math-errno"]
+# UOPC_SANITIZE=1 (nox -s sanitize): every kernel is also built with AddressSanitizer and UndefinedBehaviorSanitizer, and
+# the first report ends the process (-fno-sanitize-recover), so a test run fails on any out-of-bounds access, overflow
+# or other undefined behaviour in generated code. The ASan runtime must be preloaded into python (LD_PRELOAD), and
+# buffers are then allocated at their exact size, unpooled, so that a read one past the end hits ASan's red zone.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+
+
+def sanitizing() -> bool:
+  """Is UOPC_SANITIZE set (read at each use, like UOPC_CACHE_DIR)?"""
+  return os.environ.get("UOPC_SANITIZE", "").strip() not in ("", "0")
+
+
+def _check_asan_preloaded() -> None:
+  """dlopen of an ASan-instrumented library into a process without the ASan runtime aborts the process: say why first."""
+  try:
+    with open("/proc/self/maps") as f: loaded = "libasan" in f.read()
+  except OSError: loaded = True   # can't tell: let the loader decide
+  if not loaded:
+    raise CompileError("UOPC_SANITIZE is set but the ASan runtime is not loaded: run python with "
+                       "LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 (as nox -s sanitize does)")
 
 
 _SEAL_TAG = b"uopc-sha256:"
@@ -513,13 +533,16 @@ class CCompiler:
     self._ident: str | None = None
     self._loaded: dict[str, CProgram] = {}
     self._lock = threading.Lock()
+    self._private: Path | None = None        # where entries go when the cache can't take them (see _fallback_dir)
+    self._warned: set[Path] = set()
 
   def identity(self) -> str:
     """The compiler's version and what -march=native means on this CPU: both change the machine code."""
     if self._ident is None:
       if shutil.which(self.cc) is None: raise CompileError(f"{self.cc} not found: the C backend needs a C compiler on PATH")
-      ver = subprocess.run([self.cc, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
-      native = subprocess.run([self.cc, "-march=native", "-Q", "--help=target"], capture_output=True, text=True).stdout
+      env = self._compiler_env()
+      ver = subprocess.run([self.cc, "--version"], capture_output=True, text=True, env=env).stdout.splitlines()[:1]
+      native = subprocess.run([self.cc, "-march=native", "-Q", "--help=target"], capture_output=True, text=True, env=env).stdout
       march = [l.split() for l in native.splitlines() if l.strip().startswith(("-march=", "-mtune="))]
       self._ident = repr((ver, march))
     return self._ident
@@ -527,6 +550,9 @@ class CCompiler:
   def compile(self, src: str, name: str) -> CProgram:
     """The loaded function `name` of C source `src` (with -fopenmp when the source has an OpenMP pragma)."""
     flags = CFLAGS + (["-fopenmp"] if "#pragma omp" in src else [])
+    if sanitizing():
+      _check_asan_preloaded()
+      flags = flags + SANITIZE_FLAGS
     key = hashlib.sha256("\0".join([src, " ".join(flags), self.identity()]).encode()).hexdigest()[:32]
     with self._lock:
       if (p := self._loaded.get(key)) is not None: return p
@@ -535,9 +561,9 @@ class CCompiler:
     path = cache_dir() / f"{key}.so"
     prog = self._load(path, name, src)
     if prog is None:
-      self._build(src, flags, path)
-      prog = self._load(path, name, src)
-      if prog is None: raise CompileError(f"the shared object {path} was built but can't be loaded")
+      built = self._build(src, flags, path)
+      prog = self._load(built, name, src)
+      if prog is None: raise CompileError(f"the shared object {built} was built but can't be loaded, or has no function {name!r}")
     with self._lock: return self._loaded.setdefault(key, prog)
 
   @staticmethod
@@ -557,28 +583,81 @@ class CCompiler:
       except OSError: pass
       return None
 
-  def _build(self, src: str, flags: list[str], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="uopc-build-") as tmp:
+  def _build(self, src: str, flags: list[str], path: Path) -> Path:
+    """Compile `src` and store the shared object as the cache entry `path`; returns where it went. A cache that can't be
+    written (not a directory, read-only, full, removed under us) is no reason to fail: the entry goes to this compiler's
+    private temporary directory instead, with a warning naming UOPC_CACHE_DIR once (see _fallback_dir)."""
+    try: build_dir = tempfile.TemporaryDirectory(prefix="uopc-build-")
+    except OSError as e: raise CompileError(f"can't make a build directory under {tempfile.gettempdir()}: {e.strerror or e}") from None
+    with build_dir as tmp:
       c_file = Path(tmp) / "kernel.c"
-      c_file.write_text(src)
       out = Path(tmp) / "kernel.so"
-      try: proc = subprocess.run([self.cc, *flags, "-o", str(out), str(c_file), "-lm"], capture_output=True, text=True, timeout=600)
+      try:
+        c_file.write_text(src)
+        proc = subprocess.run([self.cc, *flags, "-o", str(out), str(c_file), "-lm"], capture_output=True, text=True, timeout=600,
+                              env=self._compiler_env())
+        so = out.read_bytes() if proc.returncode == 0 else b""
       except subprocess.TimeoutExpired: raise CompileError(f"{self.cc} took more than 10 minutes") from None
+      except OSError as e: raise CompileError(f"compiling in {tmp} failed: {e.strerror or e}") from None
       if proc.returncode != 0:
         numbered = "\n".join(f"{i:4d} | {l}" for i, l in enumerate(src.splitlines(), 1))
         raise CompileError(f"{self.cc} failed (exit {proc.returncode}):\n{proc.stderr.strip()}\n--- source ---\n{numbered}")
-      # write beside the final name, then rename: readers see the old entry or the whole new one, never a part
-      fd, tmp_final = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-      try:
-        so = out.read_bytes()
-        # the checksum goes after the ELF data, where the dynamic loader never looks
-        with os.fdopen(fd, "wb") as f: f.write(so + _SEAL_TAG + hashlib.sha256(so).digest())
-        os.replace(tmp_final, path)
-      except BaseException:
-        try: os.unlink(tmp_final)
-        except OSError: pass
-        raise
+    # the checksum goes after the ELF data, where the dynamic loader never looks
+    entry = so + _SEAL_TAG + hashlib.sha256(so).digest()
+    try:
+      write_entry(path, entry)
+      return path
+    except OSError as e:
+      with self._lock: private = self._fallback_dir(path.parent, e) / path.name   # compiles run in threads
+      try: write_entry(private, entry)
+      except OSError as e2:
+        raise CompileError(f"can't store a compiled kernel: the cache {path.parent} fails ({e.strerror or e}) and so does {private.parent} "
+                           f"({e2.strerror or e2})") from None
+      return private
+
+  def _fallback_dir(self, cache: Path, why: OSError) -> Path:
+    """A temporary directory of this compiler's own, removed at exit, for the entries a broken cache can't take. The first
+    time a cache directory fails, a warning says so and names the variable that chooses it."""
+    if self._private is None:
+      try: self._private = Path(tempfile.mkdtemp(prefix="uopc-private-cache-"))
+      except OSError as e: raise CompileError(f"the compile cache {cache} can't be written ({why.strerror or why}), and no private "
+                                              f"directory can be made under {tempfile.gettempdir()} ({e.strerror or e})") from None
+      atexit.register(shutil.rmtree, self._private, True)
+    if cache not in self._warned:
+      self._warned.add(cache)
+      reason = "it is a file, not a directory" if cache.is_file() else (why.strerror or str(why))
+      where = f"UOPC_CACHE_DIR={cache}" if os.environ.get("UOPC_CACHE_DIR") else f"the compile cache {cache} (set UOPC_CACHE_DIR to move it)"
+      warnings.warn(f"uopc: {where} can't be written ({reason}); compiled kernels go to {self._private} for this process only",
+                    RuntimeWarning, stacklevel=2)
+    return self._private
+
+  @staticmethod
+  def _compiler_env() -> dict[str, str] | None:
+    """The compiler's environment: ours, less a preloaded sanitizer runtime (gcc needs none, and some programs hang under
+    it; see UOPC_SANITIZE)."""
+    if "libasan" not in os.environ.get("LD_PRELOAD", ""): return None
+    return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+
+
+def write_entry(path: Path, data: bytes) -> None:
+  """Write a cache entry atomically: a temporary file beside `path`, flushed, then renamed over it, so readers see the old
+  entry or the whole new one, never a part, and a failure (a full disk) leaves nothing behind. A directory removed
+  while we run is made again (once)."""
+  for attempt in (0, 1):
+    try:
+      path.parent.mkdir(parents=True, exist_ok=True)
+      fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    except FileNotFoundError:
+      if attempt: raise
+      continue
+    try:
+      with os.fdopen(fd, "wb") as f: f.write(data)
+      os.replace(tmp, path)
+      return
+    except BaseException:
+      try: os.unlink(tmp)
+      except OSError: pass
+      raise
 
 
 compiler = CCompiler()
@@ -602,10 +681,26 @@ def _threads() -> int:
 
 def _aligned(n: int, dtype: np.dtype, alignment: int = 64) -> np.ndarray:
   """Zeros for n elements starting on a 64-byte boundary (a cache line; NumPy's 16-byte default made the same kernel
-  vary by 30% from run to run)."""
-  raw = np.zeros(n * dtype.itemsize + alignment, np.uint8)
+  vary by 30% from run to run). Under UOPC_SANITIZE the bytes around them are poisoned for ASan, so that an access just
+  outside the buffer is reported as if the buffer were its own malloc."""
+  nbytes = n * dtype.itemsize
+  poison = _asan_poison() if sanitizing() else None
+  # at least 4 KiB under ASan: NumPy keeps small freed blocks for reuse without freeing them, poison and all
+  raw = np.zeros(nbytes + alignment if poison is None else max(nbytes + alignment, 4096), np.uint8)
   offset = (-raw.ctypes.data) % alignment
-  return raw[offset:offset + n * dtype.itemsize].view(dtype)
+  if poison is not None:
+    poison(ctypes.c_void_p(raw.ctypes.data), ctypes.c_size_t(offset))
+    poison(ctypes.c_void_p(raw.ctypes.data + offset + nbytes), ctypes.c_size_t(raw.nbytes - offset - nbytes))
+  return raw[offset:offset + nbytes].view(dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _asan_poison():
+  """ASan's __asan_poison_memory_region when its runtime is loaded in this process, else None."""
+  try: fn = ctypes.CDLL(None).__asan_poison_memory_region
+  except (OSError, AttributeError): return None
+  fn.restype, fn.argtypes = None, [ctypes.c_void_p, ctypes.c_size_t]
+  return fn
 
 
 class CBackend:
@@ -633,6 +728,7 @@ class CBackend:
       return free.pop()
     return _aligned(n, np.dtype(dtype.fmt))
   def free(self, handle: np.ndarray) -> None:
+    if sanitizing(): return   # reused memory would hide a use after free
     if self._pooled + handle.nbytes <= self.POOL_BYTES and handle.base is not None:
       self._pool.setdefault((handle.size, handle.dtype.char), []).append(handle)
       self._pooled += handle.nbytes
@@ -655,4 +751,4 @@ def run_c(sink: UOp, buffers: dict[int, np.ndarray], name: str = "kernel") -> No
 
 
 __all__ = ["render_c", "run_c", "CRenderer", "CBackend", "CCompiler", "CompileError", "compiler", "sanitize_name",
-           "render_const", "PRELUDE", "CFLAGS", "cache_dir", "MAX_INLINE"]
+           "render_const", "PRELUDE", "CFLAGS", "SANITIZE_FLAGS", "sanitizing", "cache_dir", "MAX_INLINE", "write_entry"]
