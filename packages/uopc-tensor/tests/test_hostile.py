@@ -36,12 +36,16 @@ def test_an_index_past_the_end_is_an_error_not_a_zero():
   np.testing.assert_array_equal(Tensor(x)[:, Tensor([[3], [-4]])].numpy(), x[:, [[3], [-4]]])
 
 
-def test_embedding_gather_and_cross_entropy_refuse_out_of_range_indices():
+def test_embedding_gather_scatter_one_hot_and_losses_refuse_out_of_range_indices():
   one_line(lambda: nn.Embedding(4, 2)(Tensor([4])), match="embedding: index 4 is out of range for 4 embeddings")
   one_line(lambda: nn.Embedding(4, 2)(Tensor([[0, -1]])), match="embedding: index -1")            # torch refuses negatives too
   one_line(lambda: Tensor.zeros(2, 3).gather(1, Tensor([[0], [3]])), match="gather: index 3 is out of range for dim 1 of size 3")
   one_line(lambda: Tensor.zeros(2, 3).gather(0, Tensor([[-1, 0, 0]])), match="gather: index -1")
   one_line(lambda: Tensor.zeros(1, 4).cross_entropy(Tensor([9])), match="cross_entropy: target 9 is out of range for 4 classes")
+  one_line(lambda: Tensor.zeros(3, 4).log_softmax(1).nll_loss(Tensor([0, 1, 4])), match="nll_loss: target 4 is out of range for 4 classes")
+  one_line(lambda: Tensor.zeros(3, 4).scatter(1, Tensor([[5]]), 1.0), match="scatter: index 5 is out of range for dim 1 of size 4")
+  one_line(lambda: Tensor.zeros(3, 4).scatter_reduce(0, Tensor([[-1]]), Tensor([[1.0]]), "sum"), match="scatter: index -1")
+  one_line(lambda: Tensor([5]).one_hot(3), match="one_hot: class 5 is out of range for 3 classes")
   one_line(lambda: Tensor.zeros(2, 4).cross_entropy(Tensor([0, -5]), ignore_index=-100), match="target -5")
 
 

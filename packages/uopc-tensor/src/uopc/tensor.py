@@ -1598,6 +1598,7 @@ class Tensor:
     d = self._dim(dim)
     if not isinstance(index, Tensor) or index.dtype is not dtypes.i32: raise TensorIndexError("scatter: index must be an i32 Tensor")
     if index.ndim != self.ndim: raise TensorError(f"scatter: index of shape {index.shape} for a tensor of shape {self.shape}")
+    _check_indices(index, 0, self.shape[d], f"scatter: index {{}} is out of range for dim {d} of size {self.shape[d]} (shape {self.shape})")
     if isinstance(src, Tensor):
       if src.dtype is not self.dtype: raise TensorError(f"scatter: src is {src.dtype.name}, the tensor {self.dtype.name}")
       if src.ndim != self.ndim or any(i > s for i, s in zip(index.shape, src.shape)):
@@ -1687,6 +1688,7 @@ class Tensor:
     if self.dtype is not dtypes.i32: raise TensorError(f"one_hot: indices must be i32, got {self.dtype.name}")
     if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
     if num_classes < 0: raise TensorError(f"one_hot: num_classes must be -1 or >= 0, got {num_classes}")
+    _check_indices(self, 0, num_classes, f"one_hot: class {{}} is out of range for {num_classes} classes")
     return self.unsqueeze(-1).eq(Tensor.arange(num_classes, device=self.device)).int()
 
   # ---- linear algebra and nn
