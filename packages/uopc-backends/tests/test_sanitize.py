@@ -24,17 +24,20 @@ elif what == "undefined":   # a shift past the width of int
   prog = CCompiler().compile("void k(int* restrict data0) { data0[0] = 1 << (data0[0] + 31); }\n", "k")
   x = backend.alloc(1, dtypes.i32); x[0] = 9
   backend.launch(prog, [x])
-else:                       # correct kernels through the whole road: a softmax of a matmul, a gather, a conv
-  from uopc.tensor import Tensor
-  x = Tensor(np.arange(48, dtype=np.float32).reshape(6, 8) / 10)
-  w = Tensor(np.ones((8, 5), np.float32))
-  xs = x.numpy()
-  assert np.allclose((x @ w).softmax(-1).numpy(), 0.2)                       # five equal logits per row
-  assert np.array_equal(x[Tensor([5, 0, 2])].numpy(), xs[[5, 0, 2]])
-  conv = x.reshape(1, 1, 6, 8).conv2d(Tensor(np.ones((2, 1, 3, 3), np.float32)), padding=1).numpy()
-  padded = np.pad(xs, 1)
-  windows = sum(padded[i:i + 6, j:j + 8] for i in range(3) for j in range(3))
-  assert conv.shape == (1, 2, 6, 8) and np.allclose(conv[0, 0], windows) and np.allclose(conv[0, 1], windows)
+else:                       # correct kernels through the whole road: a GEMM, x - rowmax(x), a padded gather of windows
+  from uopc.uop import UOp, Ops, buf
+  from uopc.testing import run_shaped
+  from uopc.composite import pad_axis
+  a, b = np.arange(48, dtype=np.float32).reshape(6, 8) / 10, np.ones((8, 5), np.float32)
+  gemm = (buf(0, 48).reshape((6, 1, 8)).expand((6, 5, 8)) * buf(1, 40).reshape((8, 5)).permute((1, 0)).reshape((1, 5, 8)).expand((6, 5, 8)))
+  gemm = gemm.reduce(Ops.ADD, 1)
+  assert np.allclose(run_shaped(gemm, [a, b]), a @ b)
+  m = buf(0, 48).reshape((6, 8))
+  assert np.array_equal(run_shaped(m - m.reduce(Ops.MAX, 1).reshape((6, 1)).expand((6, 8)), [a]), a - a.max(1, keepdims=True))
+  x = pad_axis(buf(0, 10), 0, 1, 1)                                                      # a 1-D convolution over a padded input
+  conv = (UOp(Ops.STACK, tuple(x.shrink(((s, s + 10),)) for s in range(3))).permute((1, 0)) * buf(1, 3).reshape((1, 3)).expand((10, 3)))
+  v, k = np.arange(10, dtype=np.float32), np.array([1, 2, 3], np.float32)
+  assert np.allclose(run_shaped(conv.reduce(Ops.ADD, 1), [v, k]), np.correlate(np.pad(v, 1), k, "valid"))
 print("no report")
 '''
 
