@@ -27,7 +27,7 @@ import numpy as np
 from uopc.uop import UOp, Ops, AxisType
 from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.backends import BackendError, LinearProgram
-from uopc.backends.c import CRenderer, CompileError, EXP2_POLY, _array, sanitize_name
+from uopc.backends.c import CCompiler, CRenderer, CompileError, EXP2_POLY, _array, sanitize_name
 from uopc.runtime import cache_dir
 
 
@@ -147,7 +147,8 @@ class CUDACompiler:
 
   def version(self, tool: str) -> str:
     if tool not in self._versions:
-      if tool == "nvcc": self._versions[tool] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+      if tool == "nvcc": self._versions[tool] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True,
+                                                                 env=CCompiler._compiler_env()).stdout.strip().splitlines()[-1]
       else:
         major, minor = ctypes.c_int(), ctypes.c_int()
         _nvrtc().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
@@ -168,7 +169,8 @@ class CUDACompiler:
     with tempfile.TemporaryDirectory(prefix="uopc-cuda-") as tmp:
       cu, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
       cu.write_text(src)
-      try: proc = subprocess.run(["nvcc", *NVCC_FLAGS, f"-arch={arch}", "-o", str(out), str(cu)], capture_output=True, text=True, timeout=600)
+      try: proc = subprocess.run(["nvcc", *NVCC_FLAGS, f"-arch={arch}", "-o", str(out), str(cu)], capture_output=True, text=True, timeout=600,
+                                 env=CCompiler._compiler_env())   # no preloaded ASan: nvcc's own programs crash under it
       except subprocess.TimeoutExpired: raise CompileError("nvcc took more than 10 minutes") from None
       if proc.returncode != 0: raise CompileError(_failure("nvcc", proc.returncode, proc.stderr, src))
       return out.read_bytes()
