@@ -20,8 +20,7 @@ if "--warm-cache" not in sys.argv and "UOPC_CACHE_DIR" not in os.environ:
   os.environ["UOPC_CACHE_DIR"] = tempfile.mkdtemp(prefix="uopc-bench-cache-")
 from uopc.tensor import Tensor                     # noqa: E402
 from uopc import nn                                # noqa: E402
-from uopc.jit import jit                           # noqa: E402
-from uopc.gpt import GPT, GPTConfig, parameter_count   # noqa: E402
+from uopc.gpt import GPT, GPTConfig, parameter_count, training_step   # noqa: E402
 from uopc.backends import get_backend              # noqa: E402
 
 try:
@@ -50,13 +49,7 @@ def uopc_trainer():
   Tensor.manual_seed(0)
   model = GPT(CFG)
   opt = nn.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-  @jit
-  def step(x: Tensor, y: Tensor) -> Tensor:
-    opt.zero_grad()
-    loss = model.loss(x, y)
-    loss.backward()
-    opt.step()
-    return loss
+  step = training_step(model, opt)
   return model, lambda x, y: step(Tensor(x), Tensor(y)).item()
 
 

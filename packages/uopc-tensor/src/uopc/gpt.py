@@ -142,6 +142,19 @@ class GPT:
     return logits.numpy()
 
 
+def training_step(model: GPT, opt: nn.Optimizer):
+  """The training step under uopc.jit: (tokens, next tokens) -> the loss, after one step of `opt` (captured on its second
+  call, replayed after that)."""
+  @jit
+  def step(x: Tensor, y: Tensor) -> Tensor:
+    opt.zero_grad()
+    loss = model.loss(x, y)
+    loss.backward()
+    opt.step()
+    return loss
+  return step
+
+
 def parameter_count(cfg: GPTConfig) -> int:
   """The number of parameters of GPT(cfg), from the config alone."""
   c, v = cfg.width, cfg.vocab
@@ -354,13 +367,7 @@ def cmd_train(args) -> int:
   out = Path(args.out or args.resume or "gpt-run")
   out.mkdir(parents=True, exist_ok=True)
 
-  @jit
-  def train_step(x: Tensor, y: Tensor) -> Tensor:
-    opt.zero_grad()
-    loss = model.loss(x, y)
-    loss.backward()
-    opt.step()
-    return loss
+  train_step = training_step(model, opt)
 
   # evaluation: the loss on a fixed held-out batch (both tasks), and for addition the exact-answer accuracy
   vx, vy = task.batch(np.random.default_rng(args.seed + 1), args.batch, "val")
