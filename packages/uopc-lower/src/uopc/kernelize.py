@@ -28,12 +28,18 @@ creation order, which is a topological order: a kernel is made only after the ke
 Each kernel also gets a canonical form: its BUFFERs renumbered 0..n-1 in toposort order and the output last.
 Kernels with the same structure up to buffer numbering have the same canonical (hash-consed) UOps, so a
 backend's kernel cache keyed on them compiles each structure once.
+
+kernelize_cached does the same one level up: a training loop builds the same graph every step over new buffers, and
+kernelizing it again costs more than running its small kernels, so the schedule is remembered by the graph's structure
+(its BUFFERs numbered in order of appearance) and a later graph of that structure gets the same kernels over its own
+buffers, with fresh temporaries.
 """
 from __future__ import annotations
 import functools
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
-from uopc.uop import UOp, Ops, ParamArg, ALU, MOVEMENT, buf, prod, users_of
+from uopc.uop import UOp, Ops, ParamArg, ALU, MOVEMENT, buf, prod, users_of, _argkey
 from uopc.dtype import DType, dtypes
 from uopc.composite import pad
 from uopc.evaluate import identity
@@ -346,3 +352,60 @@ def make_kernel(root: UOp, out: UOp, canonical: bool = True) -> Kernel:
 
 
 __all__ = ["kernelize", "make_kernel", "Kernel", "KernelizeError", "canonicalize", "MAX_SHARED_READS"]
+
+
+# ---- the schedule cache -------------------------------------------------------------------------------------------
+
+SCHEDULE_CACHE_SIZE = 256       # schedules remembered (least recently used first out)
+SCHEDULE_CACHE_MAX_NODES = 100_000   # a graph larger than this is kernelized afresh (its key would be as large)
+_schedules: OrderedDict[tuple, tuple] = OrderedDict()
+
+
+def _structure(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp]] | None:
+  """The graph of `roots` as a hashable key with its BUFFERs anonymous (by dtype and size, numbered in toposort order),
+  the output BUFFERs' dtypes and sizes, and the graph's BUFFERs in that order. None for a graph too large to key."""
+  nodes = UOp(Ops.SINK, tuple(roots)).toposort()
+  if len(nodes) > SCHEDULE_CACHE_MAX_NODES: return None
+  index: dict[UOp, int] = {}
+  parts: list[tuple] = []
+  bufs: list[UOp] = []
+  for i, u in enumerate(nodes):
+    index[u] = i
+    if u.op is Ops.BUFFER:
+      bufs.append(u)
+      parts.append((u.dtype, u.shape))
+    else: parts.append((u.op, None if u.arg is None else _argkey(u.arg), tuple(index[s] for s in u.src)))
+  return (tuple(parts), tuple((o.dtype, o.shape) for o in outs)), bufs
+
+
+def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType], UOp]) -> list[Kernel]:
+  """kernelize(outputs, new_buffer), remembered by the structure of the graph (see the module docstring). On a hit the
+  Kernels are the remembered ones over this graph's BUFFERs, its outputs and new temporaries from new_buffer; their
+  `root` is the canonical root (the graph over this call's buffers is never built: past kernelize only its shape is
+  read)."""
+  if not isinstance(outputs, (list, tuple)) or not all(isinstance(o, (list, tuple)) and len(o) == 2 and isinstance(o[0], UOp)
+                                                        and isinstance(o[1], UOp) for o in outputs):
+    return kernelize(outputs, new_buffer)   # which says what is wrong
+  outs = [o for _, o in outputs]
+  found = _structure([r for r, _ in outputs], outs)
+  if found is None: return kernelize(outputs, new_buffer)
+  key, bufs = found
+  if (plan := _schedules.get(key)) is not None:
+    _schedules.move_to_end(key)
+    temp_sizes, steps = plan
+    temps = [new_buffer(n, d) for n, d in temp_sizes]
+    pick = (bufs, outs, temps)
+    return [Kernel(croot, pick[ok][oi], tuple(pick[k][i] for k, i in ins), croot, cout) for croot, cout, ins, (ok, oi) in steps]
+  kernels = kernelize(outputs, new_buffer)
+  where: dict[UOp, tuple[int, int]] = {b: (0, i) for i, b in enumerate(bufs)}
+  for i, o in enumerate(outs): where.setdefault(o, (1, i))
+  temp_sizes: list[tuple[int, DType]] = []
+  for k in kernels:
+    for b in k.buffers:
+      if b not in where:
+        where[b] = (2, len(temp_sizes))
+        temp_sizes.append((b.shape[0], b.dtype))
+  _schedules[key] = (tuple(temp_sizes), tuple((k.canonical_root, k.canonical_out, tuple(where[b] for b in k.inputs), where[k.out])
+                                              for k in kernels))
+  if len(_schedules) > SCHEDULE_CACHE_SIZE: _schedules.popitem(last=False)
+  return kernels

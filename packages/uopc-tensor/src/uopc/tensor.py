@@ -28,7 +28,7 @@ import numpy as np
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.uop import UOp, Ops, ParamArg, prod
 from uopc.composite import pad as _pad_uop, flip_axis
-from uopc.kernelize import kernelize, Kernel
+from uopc.kernelize import kernelize, kernelize_cached, Kernel
 from uopc.backends import get_backend
 from uopc.runtime import Buffer, run_schedule, np_dtype
 from uopc.grad import gradient as grad_of
@@ -347,7 +347,7 @@ class Tensor:
       if not _realized(t.uop): todo.setdefault(t.uop, []).append(t)
     if not todo: return self
     outs = [(u, _new_buffer(prod(u.shape), u.dtype)) for u in todo]
-    launches = run_schedule(kernelize(outs, _new_buffer), get_backend(self.device), _storage)
+    launches = run_schedule(kernelize_cached(outs, _new_buffer), get_backend(self.device), _storage)
     if _capture is not None: _capture.launches += launches
     for (u, b) in outs:
       view = b.reshape(u.shape) if u.shape != b.shape else b
