@@ -68,10 +68,11 @@ def torch(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 @nox.parametrize("arch", ["sm_80", "sm_90"])
 def cuda(session: nox.Session, arch: str) -> None:
-  """The GPU suite (packages/uopc-tensor/tests_gpu) for one architecture: every kernel it needs compiled by nvcc for
-  `arch` (skipped, saying why, where nvcc is missing), the suite run on the PYTHON emulator against NumPy, and where a
-  CUDA device is present, the suite on it and benchmarks/gpu.py (which otherwise says there is no device)."""
-  _test(session, "uopc-tensor", "tests_gpu", env={"UOPC_CUDA_ARCH": arch})
+  """The GPU suite (packages/uopc-tensor/tests_gpu) for one architecture: every kernel it needs compiled for `arch` by
+  nvcc (skipped, saying why, where nvcc is missing) and by NVRTC (from NVIDIA's pip wheels, installed here), the suite
+  run on the PYTHON emulator against NumPy, and where a CUDA device is present, the suite on it and benchmarks/gpu.py
+  (which otherwise says there is no device)."""
+  _test(session, "uopc-tensor", "tests_gpu", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime", env={"UOPC_CUDA_ARCH": arch})
   session.run("python", "benchmarks/gpu.py")
 
 

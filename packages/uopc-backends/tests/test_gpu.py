@@ -11,6 +11,7 @@ from uopc.gpulower import gemm_pattern, wmma_a, wmma_b, wmma_c
 from uopc.symbolic import simplify
 from uopc.backends import get_backend, LinearProgram, check_memory_safety
 from uopc.backends.python import RaceError, wmma
+from uopc.backends import cuda
 from uopc.backends.cuda import CUDARenderer, CUDACompiler, NoDeviceError, device_available
 from uopc.runtime import run_lowered, program_buffers
 from uopc.testing import run_shaped
@@ -177,9 +178,32 @@ def test_the_cuda_renderer_maps_grid_shared_memory_and_barriers():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_cuda_kernels_compile_with_nvcc(arch):
   compiler = CUDACompiler()
-  for sink in (staged_gemm_sink(), lower(matmul(16, 8, 16, dtypes.f16), buf(2, 128), Ctx(opts=Opts(gpu=True, tc=True))),
-               lower(buf(0, 256).reshape((4, 64)).reduce(Ops.MAX, 1), buf(1, 4), Ctx(opts=Opts(gpu=True, group=16)))):
-    assert compiler.compile(rendered(sink), "k", arch)[:4] == b"\x7fELF"
+  for sink in gpu_test_sinks(): assert compiler.compile(rendered(sink), "k", arch)[:4] == b"\x7fELF"
+
+
+def gpu_test_sinks() -> list[UOp]:
+  """A staged f32 GEMM, a tensor-core f16 GEMM and a block-shared reduction: every GPU lowering's shape."""
+  return [staged_gemm_sink(), lower(matmul(16, 8, 16, dtypes.f16), buf(2, 128), Ctx(opts=Opts(gpu=True, tc=True))),
+          lower(buf(0, 256).reshape((4, 64)).reduce(Ops.MAX, 1), buf(1, 4), Ctx(opts=Opts(gpu=True, group=16)))]
+
+
+@pytest.mark.skipif(cuda._nvrtc() is None, reason="libnvrtc is not installed (pip install nvidia-cuda-nvrtc, or a CUDA toolkit)")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_cuda_kernels_compile_with_nvrtc(arch):
+  # called directly: where nvcc is on PATH the compiler prefers it
+  for sink in gpu_test_sinks():
+    src = rendered(sink)
+    if "cuda_fp16.h" in src and cuda._cuda_include() is None: continue   # needs headers, checked below
+    assert CUDACompiler._nvrtc(src, "k", arch)[:4] == b"\x7fELF"
+  assert "cuda_fp16.h" not in rendered(gpu_test_sinks()[0])                  # an f32 kernel needs no header at all
+
+
+def test_nvrtc_without_cuda_fp16_h_says_where_to_get_it(monkeypatch):
+  if cuda._nvrtc() is None: pytest.skip("libnvrtc is not installed: nothing to call")
+  from uopc.backends.c import CompileError
+  monkeypatch.setattr(cuda, "_cuda_include", lambda: None)
+  with pytest.raises(CompileError, match="needs cuda_fp16.h .* pip install nvidia-cuda-runtime"):
+    CUDACompiler._nvrtc(rendered(gpu_test_sinks()[1]), "k", "sm_90")
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")

@@ -12,6 +12,7 @@ from uopc.tensor import Tensor
 from uopc import nn
 from uopc.backends import LinearProgram, get_backend
 from uopc.backends.python import PythonBackend
+from uopc.backends import cuda
 from uopc.backends.cuda import CUDACompiler, CUDARenderer, device_available
 
 ARCH = os.environ.get("UOPC_CUDA_ARCH", "sm_90")
@@ -209,6 +210,17 @@ def test_every_kernel_of_the_workload_compiles_with_nvcc(workload, recorded):
   for program in recorded:
     cubin = compiler.compile(renderer.render(program), program.name, ARCH)
     assert cubin[:4] == b"\x7fELF", f"{program.name}: nvcc produced no cubin"
+
+
+@pytest.mark.skipif(cuda._nvrtc() is None, reason="libnvrtc is not installed (pip install nvidia-cuda-nvrtc): the NVRTC compile checks need it")
+@pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.__name__)
+def test_every_kernel_of_the_workload_compiles_with_nvrtc(workload, recorded):
+  # NVRTC called directly: the compiler prefers nvcc where both are present
+  workload("PYTHON")
+  assert recorded, "the workload compiled no kernel"
+  renderer = CUDARenderer()
+  for program in recorded:
+    assert CUDACompiler._nvrtc(renderer.render(program), program.name, ARCH)[:4] == b"\x7fELF", f"{program.name}: NVRTC produced no cubin"
 
 
 def test_the_cuda_backend_without_a_device_renders_compiles_and_says_why_it_cant_run():

@@ -12,7 +12,8 @@ and later): a lane's 8 halves of A and 4 of B are packed two to a 32-bit registe
 Compilation: nvcc -cubin for the target architecture ($UOPC_CUDA_ARCH, else the device's compute capability, else
 sm_90), --fmad=false (a*b+c is never contracted: the IR's MULACC says where a fused multiply-add is wanted, as in the
 C backend), cached on disk like the C backend's shared objects (content-addressed, atomic, sealed with a checksum).
-Where nvcc is missing and libnvrtc is present, NVRTC compiles instead.
+Where nvcc is missing and libnvrtc is present (the system's, or the nvidia-cuda-nvrtc wheel's), NVRTC compiles
+instead; a kernel with f16 values also needs cuda_fp16.h (a CUDA toolkit's, or the nvidia-cuda-runtime wheel's).
 
 The runtime is ctypes over libcuda (cuInit, the primary context, cuMemAlloc, cuMemcpy, cuModuleLoadData,
 cuLaunchKernel, cuCtxSynchronize): no CUDA Python package. On a machine without a GPU (or without the driver), the
@@ -36,8 +37,7 @@ class NoDeviceError(BackendError):
 
 
 _HORNER = "".join(f" p = p*f + {repr(c)}f;" for c in EXP2_POLY[-2::-1])
-PRELUDE = f"""#include <cuda_fp16.h>
-#define INFINITY (__int_as_float(0x7f800000))
+PRELUDE = f"""#define INFINITY (__int_as_float(0x7f800000))
 #define NAN (__int_as_float(0x7fffffff))
 __device__ static inline int floordiv_i32(int a, int b) {{
   if (b == 0) return 0;
@@ -103,7 +103,10 @@ class CUDARenderer(CRenderer):
     body.lines.append(f'{pad}    : "r"(_r[0]), "r"(_r[1]), "r"(_r[2]), "r"(_r[3]), "r"(_r[4]), "r"(_r[5]), '
                       f'"f"({c[0]}), "f"({c[1]}), "f"({c[2]}), "f"({c[3]})); }}')
 
-  def prelude(self, program: LinearProgram) -> str: return PRELUDE
+  def prelude(self, program: LinearProgram) -> str:
+    # half comes from cuda_fp16.h, which NVRTC finds only in a toolkit's (or a pip wheel's) headers: included where used
+    half = any(u.dtype is dtypes.f16 for u in program.uops)
+    return ("#include <cuda_fp16.h>\n" if half else "") + PRELUDE
 
   def signature(self, program: LinearProgram) -> str:
     threads = 1
@@ -181,7 +184,10 @@ class CUDACompiler:
     prog = ctypes.c_void_p()
     _nvrtc_check(lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), f"{name}.cu".encode(), 0, None, None), "nvrtcCreateProgram")
     try:
-      include = next((str(p) for p in (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include",) if p.is_dir()), None)
+      include = _cuda_include()
+      if include is None and "#include <cuda_fp16.h>" in src:
+        raise CompileError("NVRTC needs cuda_fp16.h for a kernel with f16 values: set CUDA_HOME to a CUDA toolkit, or "
+                           "pip install nvidia-cuda-runtime")
       opts = [f"--gpu-architecture={arch}", "--fmad=false", "-std=c++17"] + ([f"--include-path={include}"] if include else [])
       arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
       status = lib.nvrtcCompileProgram(prog, len(opts), arr)
@@ -231,12 +237,32 @@ def _write_sealed(path: Path, body: bytes) -> None:
 _nvrtc_lib: object = None
 
 
+def _pip_cuda_dirs(sub: str) -> list[Path]:
+  """The `sub` folders (lib, include) of NVIDIA's pip wheels: nvidia-cuda-nvrtc and nvidia-cuda-runtime install into
+  site-packages/nvidia/cu13/ (CUDA 13) or nvidia/cuda_nvrtc/, nvidia/cuda_runtime/ (CUDA 12)."""
+  import importlib.util
+  try: spec = importlib.util.find_spec("nvidia")
+  except (ImportError, ValueError): return []
+  roots = list(spec.submodule_search_locations or []) if spec is not None else []
+  return sorted((p for r in roots for p in Path(r).glob(f"*/{sub}") if p.is_dir()), reverse=True)   # cu13 before cu12
+
+
+def _cuda_include() -> str | None:
+  """A folder holding cuda_fp16.h: $CUDA_HOME's or $CUDA_PATH's include, /usr/local/cuda/include, or a pip wheel's."""
+  homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+  for d in [Path(h) / "include" for h in homes if h] + _pip_cuda_dirs("include"):
+    if (d / "cuda_fp16.h").is_file(): return str(d)
+  return None
+
+
 def _nvrtc():
-  """libnvrtc, or None where it isn't installed."""
+  """libnvrtc (the system's, else a pip wheel's), or None where it isn't installed."""
   global _nvrtc_lib
   if _nvrtc_lib is None:
     _nvrtc_lib = False
-    for name in ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"):
+    names = ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"]
+    names += [str(f) for d in _pip_cuda_dirs("lib") for f in sorted(d.glob("libnvrtc.so*"), reverse=True)]
+    for name in names:
       try:
         _nvrtc_lib = ctypes.CDLL(name)
         break
