@@ -13,6 +13,7 @@ from test_kernelize import run_schedule, softmax
 @pytest.fixture(autouse=True)
 def empty_cache(monkeypatch):
   monkeypatch.setattr(K, "_schedules", type(K._schedules)())
+  monkeypatch.setattr(K, "_schedule_nodes", 0)
 
 
 def counter(start: int):
@@ -68,6 +69,9 @@ def test_a_buffer_of_another_size_or_dtype_is_another_schedule():
 def test_the_cache_is_bounded_and_malformed_outputs_still_get_kernelizes_error(monkeypatch):
   monkeypatch.setattr(K, "SCHEDULE_CACHE_SIZE", 3)
   for n in range(1, 8): kernelize_cached([(buf(0, n) * buf(1, n), buf(2, n))], counter(100))
-  assert len(K._schedules) == 3
+  assert len(K._schedules) == 3 and K._schedule_nodes == 12                 # 4 nodes per key: two BUFFERs, the MUL, the SINK
+  monkeypatch.setattr(K, "SCHEDULE_CACHE_NODES", 11)                       # and bounded in nodes
+  kernelize_cached([(buf(0, 9) * buf(1, 9), buf(2, 9))], counter(100))
+  assert len(K._schedules) == 2 and K._schedule_nodes == 8
   with pytest.raises(K.KernelizeError, match="can't hold"): kernelize_cached([(buf(0, 8) * buf(1, 8), buf(2, 4))], counter(100))
   with pytest.raises(K.KernelizeError): kernelize_cached([buf(0, 8)], counter(100))

@@ -356,9 +356,11 @@ __all__ = ["kernelize", "make_kernel", "Kernel", "KernelizeError", "canonicalize
 
 # ---- the schedule cache -------------------------------------------------------------------------------------------
 
-SCHEDULE_CACHE_SIZE = 256       # schedules remembered (least recently used first out)
-SCHEDULE_CACHE_MAX_NODES = 100_000   # a graph larger than this is kernelized afresh (its key would be as large)
-_schedules: OrderedDict[tuple, tuple] = OrderedDict()
+SCHEDULE_CACHE_SIZE = 256            # schedules remembered (least recently used first out)...
+SCHEDULE_CACHE_NODES = 1_000_000     # ...and graph nodes in all their keys (a key holds a small tuple per node)
+SCHEDULE_CACHE_MAX_NODES = 100_000   # a graph larger than this is kernelized afresh
+_schedules: OrderedDict[tuple, tuple] = OrderedDict()   # key -> (temporaries, kernels, nodes in the key)
+_schedule_nodes = 0
 
 
 def _structure(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp]] | None:
@@ -391,8 +393,9 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
   if found is None: return kernelize(outputs, new_buffer)
   key, bufs = found
   if (plan := _schedules.get(key)) is not None:
-    _schedules.move_to_end(key)
-    temp_sizes, steps = plan
+    try: _schedules.move_to_end(key)
+    except KeyError: pass   # evicted by another thread meanwhile: the plan in hand is still right
+    temp_sizes, steps, _ = plan
     temps = [new_buffer(n, d) for n, d in temp_sizes]
     pick = (bufs, outs, temps)
     return [Kernel(croot, pick[ok][oi], tuple(pick[k][i] for k, i in ins), croot, cout) for croot, cout, ins, (ok, oi) in steps]
@@ -405,7 +408,11 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
       if b not in where:
         where[b] = (2, len(temp_sizes))
         temp_sizes.append((b.shape[0], b.dtype))
-  _schedules[key] = (tuple(temp_sizes), tuple((k.canonical_root, k.canonical_out, tuple(where[b] for b in k.inputs), where[k.out])
-                                              for k in kernels))
-  if len(_schedules) > SCHEDULE_CACHE_SIZE: _schedules.popitem(last=False)
+  global _schedule_nodes
+  steps = tuple((k.canonical_root, k.canonical_out, tuple(where[b] for b in k.inputs), where[k.out]) for k in kernels)
+  if key not in _schedules:
+    _schedules[key] = (tuple(temp_sizes), steps, len(key[0]))
+    _schedule_nodes += len(key[0])
+  while _schedules and (len(_schedules) > SCHEDULE_CACHE_SIZE or _schedule_nodes > SCHEDULE_CACHE_NODES):
+    _schedule_nodes -= _schedules.popitem(last=False)[1][2]
   return kernels
