@@ -300,3 +300,17 @@ def test_the_example_programs_the_readme_uses_render_and_run(name, tmp_path, cap
     x = rng.standard_normal(12).astype(np.float32)
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), x.reshape(3, 4).sum(1), rtol=1e-6)
   assert "output" in printed
+
+
+def test_a_failed_save_leaves_the_old_file_whole_and_no_temporary(tmp_path, monkeypatch, capsys):
+  (tmp_path / "rowsum.uir").write_text(ROWSUM_UIR)
+  np.save(tmp_path / "x.npy", np.ones(12, np.float32))
+  out = tmp_path / "s.npy"
+  np.save(out, np.arange(5))
+  def full_disk(*a, **k): raise OSError(28, "No space left on device")
+  monkeypatch.setattr(np, "save", full_disk)
+  assert cli.main(["run", str(tmp_path / "rowsum.uir"), "--input", f"0={tmp_path / 'x.npy'}", "--save", str(out)]) != 0
+  assert "No space left on device" in capsys.readouterr().err
+  monkeypatch.undo()
+  assert np.load(out).tolist() == list(range(5))                          # written beside and renamed: the old file stands
+  assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

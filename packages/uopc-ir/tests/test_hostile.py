@@ -30,6 +30,8 @@ def one_line_error(fn, kind=OUR_ERRORS, match: str | None = None) -> str:
 
 BAD_UOPS = {
   "a list for a shape": (lambda: UOp(Ops.RESHAPE, (x,), [3]), "RESHAPE needs a tuple"),
+  "a fractional buffer size": (lambda: buf(0, 2.5), "a buffer's size is an int"),
+  "a string buffer size": (lambda: buf(0, "3"), "a buffer's size is an int"),
   "a dict as a CONST": (lambda: UOp(Ops.CONST, (), {}), "CONST holds"),
   "None for the sources": (lambda: UOp(Ops.ADD, None), "src must be a tuple of UOps"),
   "an int for the sources": (lambda: UOp(Ops.ADD, 5), "src must be a tuple of UOps"),

@@ -200,7 +200,7 @@ def step(p: Program, draw) -> None:
     elif kind == "gather" and a.ndim and shape[0]:
       n = shape[0]
       ids = np.array(draw(st.lists(st.integers(-n, n - 1), min_size=0, max_size=4)), np.int32)
-      p.new(t[Tensor(ids, device=p.device)], a[ids], f"{v.name}[Tensor({ids.tolist()})]")
+      p.new(t[Tensor(ids, device=p.device)], a[ids], f"{v.name}[Tensor(np.array({ids.tolist()}, np.int32), device={p.device!r})]")
     elif kind == "matmul" and a.ndim and a.dtype != np.bool_:
       k = shape[-1]
       m = draw(st.sampled_from([1, 2, 3]))
@@ -209,7 +209,7 @@ def step(p: Program, draw) -> None:
       b = np.array(draw(st.lists(st.sampled_from(F32[:8] if f else I32), min_size=n, max_size=n)), a.dtype).reshape(bshape)
       bt = Tensor(b, device=p.device)
       p.approximate |= f
-      p.new(t @ bt, np.matmul(a, b), f"{v.name} @ Tensor(np.array({b.tolist()!r}, np.{a.dtype.name}))")
+      p.new(t @ bt, np.matmul(a, b), f"{v.name} @ Tensor(np.array({b.tolist()!r}, np.{a.dtype.name}), device={p.device!r})")
 
 
 BINARY_CODE = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}", "maximum": "{}.maximum({})", "minimum": "{}.minimum({})",
@@ -220,7 +220,8 @@ BINARY_CODE = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} 
 def compare(p: Program) -> None:
   out = p.values[-1]
   got, ref = out.t.numpy(), np.asarray(out.a)
-  program = "\n".join(["import numpy as np", "from uopc.tensor import Tensor"] + p.lines + [f"print({out.name}.numpy())"])
+  header = ["import numpy as np", "from numpy import nan, inf", "from uopc.tensor import Tensor"]
+  program = "\n".join(header + p.lines + [f"print({out.name}.numpy())"])
   msg = f"\n--- reproducer ({'rounding' if p.approximate else 'exact'} comparison) ---\n{program}\n--- NumPy says\n{ref!r}\n--- uopc says\n{got!r}"
   assert got.shape == ref.shape, msg
   assert got.dtype.kind == ref.dtype.kind or (got.dtype.kind in "iu" and ref.dtype.kind in "iu"), msg

@@ -300,6 +300,8 @@ ST_ERRORS = {
   "a header that is a list": ([1, 2], b"", "not a JSON object"),
   "a header nested 100,000 deep": (None, b"", "nests too deeply"),
   "string metadata values": ({"__metadata__": {"a": 1}}, b"", "__metadata__ must map strings to strings"),
+  "an empty axis beside a huge one": (ENTRY(shape=(0, 10**30), offsets=(0, 0)), b"", "an i32 index can reach"),
+  "70 dimensions": (ENTRY(shape=(1,) * 70), b"\0" * 4, "(at most 32)"),
 }
 
 
@@ -323,8 +325,38 @@ def test_safetensors_files_that_are_not_files(tmp_path):
   write_st(tmp_path / "lies", {})
   (tmp_path / "lies").write_bytes(struct.pack("<Q", 10**12) + b"{}")
   one_line(lambda: safe_load(tmp_path / "lies"), SafetensorsError, "the header claims")
+  digits = b'{"a":{"dtype":"F32","shape":[' + b"9" * 5000 + b'],"data_offsets":[0,4]}}'   # past python's int-string limit
+  (tmp_path / "digits").write_bytes(struct.pack("<Q", len(digits)) + digits + b"\0" * 4)
+  one_line(lambda: safe_load(tmp_path / "digits"), SafetensorsError, "not valid JSON")
   one_line(lambda: safe_save({"a": Tensor([1.0])}, tmp_path / "no" / "dir" / "x.safetensors"), SafetensorsError, "can't write it")
   one_line(lambda: safe_save({1: Tensor([1.0])}, tmp_path / "x.safetensors"), TensorError, "a dict of name (a str)")
+  for bad in (3, None, "a\0b"):
+    one_line(lambda: safe_load(bad), SafetensorsError, "a file name is a str or a Path")
+    one_line(lambda: safe_save({"a": Tensor([1.0])}, bad), SafetensorsError, "a file name is a str or a Path")
+  one_line(lambda: safe_save({"a": [[1.0], [1.0, 2.0]]}, tmp_path / "x.safetensors"), TensorError, "a is ragged or not numbers")
+
+
+def test_safe_load_reads_only_the_data_its_entries_use(tmp_path):
+  # a 1 TiB sparse file was read whole (a MemoryError); the entries' data is all that is read now
+  p = tmp_path / "big.safetensors"
+  safe_save({"a": Tensor([1.0, 2.0])}, p)
+  with open(p, "r+b") as f: f.truncate(2**40)
+  assert safe_load(p)["a"].tolist() == [1.0, 2.0]
+
+
+def test_safe_save_through_a_symlink_writes_its_target(tmp_path):
+  target, link = tmp_path / "real.safetensors", tmp_path / "link.safetensors"
+  safe_save({"a": Tensor([1.0])}, target)
+  link.symlink_to(target)
+  safe_save({"a": Tensor([2.0])}, link)
+  assert link.is_symlink() and safe_load(target)["a"].tolist() == [2.0]
+
+
+def test_ragged_and_deeply_nested_data_is_a_tensor_error():
+  one_line(lambda: Tensor([[1], [1, 2]]), TensorError, "ragged or not numbers")
+  deep = 1.0
+  for _ in range(100_000): deep = [deep]
+  one_line(lambda: Tensor(deep), TensorError, "ragged or not numbers")
 
 
 def test_i64_and_f64_within_range_load_as_i32_and_f32(tmp_path):
@@ -407,6 +439,9 @@ METHODS = {
   "assign": lambda j: _t().assign(j), "backward": lambda j: Tensor([1.0], requires_grad=True).sum().backward(j),
   "and": lambda j: _t() & j, "var": lambda j: _t().var(correction=j), "linear": lambda j: _t().linear(j),
   "attention": lambda j: _t().scaled_dot_product_attention(j, _t()),
+  "interpolate size": lambda j: _t().reshape(1, 1, 2, 3).interpolate(size=j),
+  "interpolate scale": lambda j: _t().reshape(1, 1, 2, 3).interpolate(scale_factor=j, mode="bilinear"),
+  "manual_seed": lambda j: Tensor.manual_seed(j),
 }
 
 

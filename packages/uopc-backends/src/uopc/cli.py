@@ -16,7 +16,7 @@ returns an exit status. Errors print one line and exit
 with status 1; --debug shows the traceback instead.
 """
 from __future__ import annotations
-import argparse, importlib.metadata, os, re, shutil, subprocess, sys
+import argparse, importlib.metadata, os, re, shutil, subprocess, sys, tempfile
 from pathlib import Path
 import numpy as np
 from uopc.uop import UOp, Ops, UOpError, buf, prod
@@ -133,11 +133,26 @@ def _check_save(path: str | None, slots: list[int]) -> None:
 
 
 def _save(path: str, results: dict[int, np.ndarray]) -> None:
-  """--save: one output as FILE.npy; several (or a FILE.npz) as a .npz archive with an array `slotN` per output."""
+  """--save: one output as FILE.npy; several (or a FILE.npz) as a .npz archive with an array `slotN` per output. Written
+  beside the file and renamed over it, so a full disk or a kill never leaves a truncated file where the old one was."""
   try:
-    if path.endswith(".npz"): np.savez(path, **{f"slot{k}": a for k, a in results.items()})
-    else:
-      with open(path, "wb") as f: np.save(f, next(iter(results.values()), np.zeros(0, np.float32)))
+    target = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+      with os.fdopen(fd, "wb") as f:
+        mask = os.umask(0)
+        os.umask(mask)
+        try: os.fchmod(f.fileno(), 0o666 & ~mask)   # the mode open() would give (mkstemp's is 0600)
+        except OSError: pass
+        if path.endswith(".npz"): np.savez(f, **{f"slot{k}": a for k, a in results.items()})
+        else: np.save(f, next(iter(results.values()), np.zeros(0, np.float32)))
+        f.flush()
+        os.fsync(f.fileno())
+      os.replace(tmp, target)
+    except BaseException:
+      try: os.unlink(tmp)
+      except OSError: pass
+      raise
   except OSError as e: raise _file_error("--save ", path, e) from None
 
 

@@ -366,7 +366,9 @@ def stack(*xs) -> UOp:
 
 def buf(slot: int, n: int, dtype: DType = dtypes.f32) -> UOp:
   """A flat global BUFFER of n elements in argument slot `slot`."""
-  return UOp(Ops.BUFFER, (), ParamArg(slot, dtype, (int(n),)))
+  if isinstance(n, bool) or not isinstance(n, int) and not hasattr(n, "__index__"):
+    raise UOpError(f"buf: a buffer's size is an int, got {n!r}")   # int(2.5) made a 2-element buffer
+  return UOp(Ops.BUFFER, (), ParamArg(slot, dtype, (operator.index(n),)))
 
 
 # ---------------------------------------------------------------------------

@@ -265,12 +265,14 @@ def safe_save(state: dict[str, Tensor], path: str | Path, metadata: dict[str, st
   the whole new one, two processes saving to one path each write their own temporary, and a failure removes it."""
   if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
     raise TensorError(f"safe_save takes a dict of name (a str) -> Tensor, got {type(state).__name__}")
+  path = _file_path(path, "safe_save")
   header: dict[str, Any] = {}
   blobs, off = [], 0
   for name in sorted(state):
     t = state[name]
     if name == "__metadata__": raise TensorError("safe_save: __metadata__ is the format's own key; pass metadata= instead")
-    arr = np.asarray(t.numpy() if isinstance(t, Tensor) else t, order="C")   # np.ascontiguousarray would make a scalar 1-d
+    try: arr = np.asarray(t.numpy() if isinstance(t, Tensor) else t, order="C")   # np.ascontiguousarray would make a scalar 1-d
+    except (ValueError, TypeError, RecursionError): raise TensorError(f"safe_save: {name} is ragged or not numbers") from None
     if arr.dtype not in _ST_NAMES: raise TensorError(f"safe_save: {name} has dtype {arr.dtype}, which safetensors can't hold here")
     data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
     header[name] = {"dtype": _ST_NAMES[arr.dtype], "shape": list(arr.shape), "data_offsets": [off, off + len(data)]}
@@ -280,12 +282,13 @@ def safe_save(state: dict[str, Tensor], path: str | Path, metadata: dict[str, st
   if metadata: header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
   h = json.dumps(header, separators=(",", ":")).encode()
   h += b" " * (-len(h) % 8)   # the data starts 8-byte aligned
-  path = Path(path)
+  path = Path(os.path.realpath(path))   # through a symlink to its target, which the rename then replaces
   try: fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
   except OSError as e: raise SafetensorsError(f"{path}: can't write it ({e.strerror or e})") from None
   try:
     with os.fdopen(fd, "wb") as f:
-      os.fchmod(f.fileno(), 0o666 & ~_umask())   # the mode open() would give (mkstemp's is 0600)
+      try: os.fchmod(f.fileno(), 0o666 & ~_umask())   # the mode open() would give (mkstemp's is 0600)
+      except OSError: pass                             # a filesystem without modes (vfat, some mounts) keeps its own
       f.write(struct.pack("<Q", len(h)))
       f.write(h)
       for b in blobs: f.write(b)
@@ -298,6 +301,13 @@ def safe_save(state: dict[str, Tensor], path: str | Path, metadata: dict[str, st
     except OSError: pass
     if isinstance(e, OSError): raise SafetensorsError(f"{path}: can't write it ({e.strerror or e})") from None
     raise
+
+
+def _file_path(path, what: str) -> Path:
+  """A file name given as a str or a Path (a NUL in it was a raw ValueError, a number a raw TypeError)."""
+  if not isinstance(path, (str, os.PathLike)) or "\0" in os.fspath(path):
+    raise SafetensorsError(f"{what}: a file name is a str or a Path without NUL characters, got {path!r:.80}")
+  return Path(path)
 
 
 def _umask() -> int:
@@ -322,8 +332,10 @@ def _entry(path, name: str, info) -> tuple[np.dtype, tuple[int, ...], int, int]:
   if not isinstance(dtype, str) or dtype not in _ST_DTYPES:
     raise SafetensorsError(f"{path}: entry {name!r} has dtype {dtype!r}; uopc reads {', '.join(_ST_DTYPES)}")
   is_int = lambda v: type(v) is int
-  if not isinstance(shape, list) or not all(is_int(s) and s >= 0 for s in shape):
-    raise SafetensorsError(f"{path}: entry {name!r} has shape {shape!r}; a shape is a list of non-negative integers")
+  if not isinstance(shape, list) or not all(is_int(s) and s >= 0 for s in shape) or len(shape) > 32:
+    raise SafetensorsError(f"{path}: entry {name!r} has shape {shape!r:.80}; a shape is a list of non-negative integers (at most 32)")
+  if math.prod(shape) > 2**31 - 1 or any(s > 2**31 - 1 for s in shape):
+    raise SafetensorsError(f"{path}: entry {name!r} of shape {shape!r:.80} is past the 2147483647 elements an i32 index can reach")
   if not isinstance(offsets, list) or len(offsets) != 2 or not all(is_int(o) for o in offsets):
     raise SafetensorsError(f"{path}: entry {name!r} has data_offsets {offsets!r}; they are two integers [begin, end]")
   return np.dtype(_ST_DTYPES[dtype]), tuple(shape), offsets[0], offsets[1]
@@ -332,19 +344,32 @@ def _entry(path, name: str, info) -> tuple[np.dtype, tuple[int, ...], int, int]:
 def safe_load(path: str | Path, with_metadata: bool = False) -> dict[str, Tensor] | tuple[dict[str, Tensor], dict[str, str]]:
   """Read a .safetensors file into Tensors (and its metadata, with_metadata=True); a malformed file is a
   SafetensorsError that says what is wrong."""
+  path = _file_path(path, "safe_load")
   try:
     with open(path, "rb") as f:
-      if not stat.S_ISREG(os.fstat(f.fileno()).st_mode): raise SafetensorsError(f"{path}: not a regular file")
-      raw = f.read()
+      st = os.fstat(f.fileno())
+      if not stat.S_ISREG(st.st_mode): raise SafetensorsError(f"{path}: not a regular file")
+      if st.st_size < 8: raise SafetensorsError(f"{path}: too short to be a safetensors file ({st.st_size} bytes)")
+      (n,) = struct.unpack("<Q", f.read(8))
+      if n > st.st_size - 8: raise SafetensorsError(f"{path}: the header claims {n} bytes but the file has {st.st_size - 8} after the length")
+      head = f.read(n)
+      # the data is read only up to the last byte an entry uses (checked against the header before any of it is read)
+      try: header = json.loads(head)
+      except ValueError as e: raise SafetensorsError(f"{path}: the header is not valid JSON ({str(e)[:200]})") from None
+      if isinstance(header, dict):
+        end = 0
+        for name, info in header.items():
+          if name == "__metadata__": continue
+          _, shape, b, e = _entry(path, name, info)
+          if e > st.st_size - 8 - n:
+            raise SafetensorsError(f"{path}: entry {name!r} has data_offsets {[b, e]} that don't fit its shape {shape} and dtype, or the "
+                                   f"file ({st.st_size - 8 - n} bytes of data)")
+          end = max(end, e)
+        raw = f.read(end)
   except OSError as e: raise SafetensorsError(f"{path}: can't read it ({e.strerror or e})") from None
-  if len(raw) < 8: raise SafetensorsError(f"{path}: too short to be a safetensors file ({len(raw)} bytes)")
-  (n,) = struct.unpack("<Q", raw[:8])
-  if n > len(raw) - 8: raise SafetensorsError(f"{path}: the header claims {n} bytes but the file has {len(raw) - 8} after the length")
-  try: header = json.loads(raw[8:8 + n])
-  except (UnicodeDecodeError, json.JSONDecodeError) as e: raise SafetensorsError(f"{path}: the header is not valid JSON ({e})") from None
   except RecursionError: raise SafetensorsError(f"{path}: the header nests too deeply to be a safetensors header") from None
   if not isinstance(header, dict): raise SafetensorsError(f"{path}: the header is not a JSON object")
-  data = memoryview(raw)[8 + n:]
+  data = memoryview(raw)
   out: dict[str, Tensor] = {}
   for name, info in header.items():
     if name == "__metadata__": continue

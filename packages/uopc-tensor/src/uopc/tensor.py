@@ -22,7 +22,7 @@ dtype (a float scalar with an integer tensor gives f32). Errors name the shapes 
 TensorError is a ValueError and a RuntimeError, TensorIndexError an IndexError, TensorTypeError a TypeError.
 """
 from __future__ import annotations
-import itertools, math, operator, os, weakref
+import itertools, math, operator, os, reprlib, weakref
 from typing import Any, NamedTuple
 import numpy as np
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
@@ -288,10 +288,12 @@ class Tensor:
     if isinstance(data, UOp): self.uop = data if dtype is None or data.dtype is dtype else data.cast(dtype)
     elif isinstance(data, Tensor): self.uop = data.uop if dtype is None else data.uop.cast(dtype)
     else:
-      arr = data if isinstance(data, np.ndarray) else np.asarray(data)
+      try: arr = data if isinstance(data, np.ndarray) else np.asarray(data)
+      except (ValueError, TypeError, RecursionError):   # NumPy 2 refuses ragged lists itself; a list nested 10^5 deep recurses
+        raise TensorError(f"can't make a Tensor from {type(data).__name__} {reprlib.repr(data)}: ragged or not numbers") from None
       _check_size(arr.shape, "Tensor")
-      if arr.dtype.kind in "USV": raise TensorError(f"can't make a Tensor of {arr.dtype} data {str(data)[:60]!r}: not numbers")
-      if arr.dtype == object: raise TensorError(f"can't make a Tensor from {type(data).__name__} {str(data)[:60]!r}: ragged or not numbers")
+      if arr.dtype.kind in "USV": raise TensorError(f"can't make a Tensor of {arr.dtype} data {reprlib.repr(data)}: not numbers")
+      if arr.dtype == object: raise TensorError(f"can't make a Tensor from {type(data).__name__} {reprlib.repr(data)}: ragged or not numbers")
       if dtype is None:
         if arr.dtype not in _NP_TO_DTYPE: raise TensorError(f"NumPy dtype {arr.dtype} has no uopc dtype (bool, int32, float16, float32)")
         dtype = _NP_TO_DTYPE[arr.dtype]
@@ -449,7 +451,10 @@ class Tensor:
     shape = _new_shape((n, n if m is None else m), "eye")
     return Tensor(np.eye(*shape, dtype=np_dtype(_to_dtype(dtype) or dtypes.f32)), device=device)
   @staticmethod
-  def manual_seed(seed: int = 0) -> None: Tensor._rng = np.random.default_rng(seed)
+  def manual_seed(seed: int = 0) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+      raise TensorError(f"manual_seed: a seed is an int >= 0, got {seed!r}")
+    Tensor._rng = np.random.default_rng(seed)
   @staticmethod
   def rand(*shape, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
     _not_while_capturing("Tensor.rand")
@@ -1942,10 +1947,18 @@ class Tensor:
     if (size is None) == (scale_factor is None): raise TensorError("interpolate: give exactly one of size and scale_factor")
     if align_corners is not None and mode.startswith("nearest"): raise TensorError("interpolate: align_corners is for the linear modes")
     ins = self.shape[2:]
-    if size is not None: outs, scales = _spatial(size, nd, "interpolate size"), [None] * nd
+    if size is not None:
+      _check_window_args("interpolate", size=size)   # sizes of at least 1 (0 was a ZeroDivisionError)
+      outs, scales = _spatial(size, nd, "interpolate size"), [None] * nd
     else:
-      scales = [float(f) for f in (scale_factor if isinstance(scale_factor, (tuple, list)) else [scale_factor] * nd)]
+      scales = list(scale_factor) if isinstance(scale_factor, (tuple, list)) else [scale_factor] * nd
+      if len(scales) != nd or not all(isinstance(f, (int, float, np.integer, np.floating)) and not isinstance(f, bool) and math.isfinite(f)
+                                      and f > 0 for f in scales):
+        raise TensorError(f"interpolate: scale_factor must be a positive finite number or {nd} of them, got {scale_factor!r}")
+      scales = [float(f) for f in scales]
       outs = tuple(int(math.floor(n * f)) for n, f in zip(ins, scales))
+      if any(o < 1 for o in outs): raise TensorError(f"interpolate: scale_factor {scale_factor} makes an empty axis of {ins}")
+    _check_size(self.shape[:2] + tuple(outs), "interpolate")
     x = self
     for a, (n, o, sc) in enumerate(zip(ins, outs, scales)):
       ax = 2 + a

@@ -568,7 +568,9 @@ class CCompiler:
 
   @staticmethod
   def _load(path: Path, name: str, src: str) -> CProgram | None:
-    if not path.exists(): return None
+    try:
+      if not path.exists(): return None
+    except OSError: return None   # a cache directory we may not search (EACCES): no entry here; _build falls back
     try:
       data = path.read_bytes()
       so, tag, digest = data[:-_SEAL_LEN], data[-_SEAL_LEN:-32], data[-32:]
@@ -640,9 +642,10 @@ class CCompiler:
 
 
 def write_entry(path: Path, data: bytes) -> None:
-  """Write a cache entry atomically: a temporary file beside `path`, flushed, then renamed over it, so readers see the old
-  entry or the whole new one, never a part, and a failure (a full disk) leaves nothing behind. A directory removed
-  while we run is made again (once)."""
+  """Write a cache entry atomically: a temporary file beside `path`, then renamed over it, so readers see the old entry or
+  the whole new one, never a part, and a failure (a full disk) leaves nothing behind. A directory removed while we run
+  is made again (once). Not fsynced: after a power loss an entry may be torn, and its checksum seal then fails, so it
+  is rebuilt."""
   for attempt in (0, 1):
     try:
       path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,14 +21,14 @@ backend still renders and compiles, so every kernel can be checked with nvcc, an
 NoDeviceError, which says why no device was found.
 """
 from __future__ import annotations
-import ctypes, hashlib, os, shutil, subprocess, tempfile, threading
+import ctypes, hashlib, os, shutil, subprocess, tempfile, threading, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from uopc.uop import UOp, Ops, AxisType
 from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.backends import BackendError, LinearProgram
-from uopc.backends.c import CCompiler, CRenderer, CompileError, EXP2_POLY, _array, sanitize_name
+from uopc.backends.c import CCompiler, CRenderer, CompileError, EXP2_POLY, _array, sanitize_name, write_entry
 from uopc.runtime import cache_dir
 
 
@@ -142,6 +142,7 @@ class CUDACompiler:
   def __init__(self):
     self._versions: dict[str, str] = {}
     self._lock = threading.Lock()
+    self._unwritable: set[Path] = set()   # cache directories already warned about
 
   def tool(self) -> str:
     if shutil.which("nvcc"): return "nvcc"
@@ -164,7 +165,12 @@ class CUDACompiler:
     path = cache_dir() / f"{key}.cubin"
     if (cubin := _read_sealed(path)) is not None: return cubin
     cubin = self._nvcc(src, arch) if tool == "nvcc" else self._nvrtc(src, name, arch)
-    _write_sealed(path, cubin)
+    try: write_entry(path, cubin + _SEAL_TAG + hashlib.sha256(cubin).digest())
+    except OSError as e:   # not a directory, read-only, full: the cubin is still good, only not cached
+      if path.parent not in self._unwritable:
+        self._unwritable.add(path.parent)
+        warnings.warn(f"uopc: the CUDA compile cache {path.parent} can't be written ({e.strerror or e}; UOPC_CACHE_DIR chooses it): "
+                      "cubins are not cached in this process", RuntimeWarning, stacklevel=2)
     return cubin
 
   @staticmethod
@@ -219,19 +225,6 @@ def _read_sealed(path: Path) -> bytes | None:
   try: path.unlink()
   except OSError: pass
   return None
-
-
-def _write_sealed(path: Path, body: bytes) -> None:
-  """Write beside the final name and rename: a reader sees the old entry or the whole new one, never a part."""
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f: f.write(body + _SEAL_TAG + hashlib.sha256(body).digest())
-    os.replace(tmp, path)
-  except BaseException:
-    try: os.unlink(tmp)
-    except OSError: pass
-    raise
 
 
 _nvrtc_lib: object = None
