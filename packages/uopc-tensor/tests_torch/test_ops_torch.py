@@ -776,3 +776,45 @@ def test_errors_are_the_kinds_torch_raises():
   raises_like_torch(lambda t: t.cat(t), lambda t: torch.cat((t, t)), np.array(1.0, np.float32), kind=(RuntimeError, IndexError))
   with pytest.raises(TypeError): Tensor(randn(1, 1, 3, 4)).interpolate((2, 2), mode="bicubic")
   with pytest.raises(TypeError): Tensor(x).sum(1.5)
+
+
+# ---- edges a review found: ties, zeros, NaN and 0-d tensors, each against torch -----------------------------------------
+
+NAN_, INF_ = float("nan"), float("inf")
+
+
+def test_max_pool_sends_the_gradient_to_the_first_maximum_of_a_tie():
+  # a window of zeros after a ReLU is common: MAX alone would split the gradient four ways
+  check(lambda t: t.max_pool2d(2), lambda t: F.max_pool2d(t, 2), np.ones((1, 2, 4, 4), np.float32))
+  check(lambda t: t.relu().max_pool2d(2, 1), lambda t: F.max_pool2d(t.relu(), 2, 1), -np.abs(randn(1, 1, 4, 5, seed=90)))
+  check(lambda t: t.max_pool1d(3, 2, 1), lambda t: F.max_pool1d(t, 3, 2, 1), np.full((1, 1, 7), -INF_, np.float32))
+
+
+def test_hardswish_asin_acos_and_norm_at_their_kinks():
+  check(lambda t: t.hardswish(), F.hardswish, np.array([-3.0, 3.0, -INF_, INF_, 1.0, -4.0], np.float32))
+  check(lambda t: t.asin(), torch.asin, np.array([-1.0, 1.0, 0.5, 0.0], np.float32))
+  check(lambda t: t.acos(), torch.acos, np.array([-1.0, 1.0, -0.25], np.float32))
+  zero_rows = np.array([[0.0, 0.0, 0.0], [3.0, 0.0, 4.0]], np.float32)
+  check(lambda t: t.norm(dim=1), lambda t: torch.linalg.vector_norm(t, dim=1), zero_rows)
+  check(lambda t: t.norm(3, dim=1), lambda t: torch.linalg.vector_norm(t, 3, dim=1), zero_rows)
+  check(lambda t: t.normalize(dim=1), lambda t: F.normalize(t, dim=1), zero_rows)
+
+
+@pytest.mark.parametrize("name", ["pow 2.5", "pow 65", "rpow", "erf"])
+def test_a_nan_input_gives_a_nan_gradient_as_in_torch(name):
+  # the gradients attached with _with_gradient were 0 at NaN: a NaN in training vanished in the backward pass
+  f = {"pow 2.5": lambda t: t ** 2.5, "pow 65": lambda t: t ** 65.5, "rpow": lambda t: 2.0 ** t, "erf": lambda t: t.erf()}[name]
+  check(f, f, np.array([NAN_, 0.5, 1.25], np.float32))
+
+
+def test_cummax_and_cummin_indices_follow_a_nan():
+  x = np.array([[1.0, NAN_, 3.0, NAN_, 0.0], [2.0, 1.0, 2.0, 5.0, -1.0]], np.float32)
+  forward(lambda t: tuple(t.cummax(1)), lambda t: tuple(t.cummax(1)), x)
+  forward(lambda t: tuple(t.cummin(1)), lambda t: tuple(t.cummin(1)), x)
+
+
+def test_gather_and_scatter_take_a_0d_tensor_as_one_element():
+  five, zero = np.array(5.0, np.float32), np.array(0, np.int32)
+  check(lambda t, i: t.gather(0, i), lambda t, i: t.gather(0, i), five, zero)
+  forward(lambda t, i: t.scatter(0, i, 7.0), lambda t, i: t.scatter(0, i, 7.0), five, zero)
+  forward(lambda t, i, s: t.scatter_reduce(0, i, s, "sum"), lambda t, i, s: t.scatter_reduce(0, i, s, "sum"), five, zero, np.array(2.0, np.float32))

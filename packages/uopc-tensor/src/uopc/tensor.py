@@ -843,8 +843,10 @@ class Tensor:
     r = big.where(math.pi / 2 - r, r)
     return neg.where(-r, r)
   def asin(self) -> Tensor:
+    """atan(x / sqrt(1 - x^2)), with torch's slope 1 / sqrt(1 - x^2) attached (through atan it was inf * 0 = NaN at +-1)."""
     x = self if self.dtype.is_float else self.float()
-    return (x / ((1 - x) * (1 + x)).sqrt()).atan()
+    xd = x.detach()
+    return (xd / ((1 - xd) * (1 + xd)).sqrt()).atan()._with_gradient((x, ((1 - xd) * (1 + xd)).sqrt().recip()))
   def acos(self) -> Tensor: return math.pi / 2 - self.asin()
   def asinh(self) -> Tensor:
     x = self if self.dtype.is_float else self.float()
@@ -879,7 +881,9 @@ class Tensor:
   def hardsigmoid(self) -> Tensor: return ((self + 3) / 6).hardtanh(0.0, 1.0)
   def hardswish(self) -> Tensor:
     # torch's gradient: 0 below -3, x/3 + 1/2 in [-3, 3], 1 above
-    return (self < -3).where(self * 0, (self > 3).where(self, self * (self + 3) / 6))   # -inf * 0: NaN, as torch's x * relu6(x + 3) / 6
+    lo, hi = self <= -3, self >= 3   # torch's slope is 0 at -3 and 1 at 3
+    mid = (lo | hi).where(0.0, self)   # the middle piece reads 0 where unused: no inf * 0 in its backward at the infinities
+    return lo.where(self * 0, hi.where(self, mid * (mid + 3) / 6))   # -inf * 0: NaN, as torch's x * relu6(x + 3) / 6
   def elu(self, alpha: float = 1.0) -> Tensor:
     pos = self > 0
     return pos.where(self, alpha * pos.where(0.0, self).expm1())   # expm1 reads 0 where unused: no inf in its backward
@@ -977,10 +981,14 @@ class Tensor:
     that goes in as (x - x') * big * big (forward 0, gradient g * big * big = inf for any g above 2^-126), and a NaN slope
     as the difference of two such products (gradient inf - inf). At an infinite x, x - x' is NaN, so there the gradient
     is 0 (where torch's formula may give inf: b ** 3.3 at b = inf): no graph of x has a finite forward value and an
-    infinite slope there."""
+    infinite slope there. Where x is NaN and so is the value, the gradient is NaN, as torch's (a NaN must not vanish in
+    the backward pass): a term NaN there and +0.0 elsewhere, subtracted so a -0.0 value keeps its sign."""
     out = self.detach()
     big = 2.0 ** (127 if out.dtype is dtypes.f32 else 15)
+    value_nan = out.isnan()
     for x, slope in pairs:
+      xn = x.detach().isnan() & value_nan
+      out = out - (xn.where(x, 0.0) - xn.where(x.detach(), 0.0)) * xn.where(math.nan, 0.0)
       xd, slope = x.detach(), slope.detach()
       finite = xd.isfinite()
       z = (finite.where(x, 0.0) - finite.where(xd, 0.0))._broadcast_to(out.shape)   # 0, with slope 1 in x where x is finite
@@ -1088,8 +1096,11 @@ class Tensor:
     if p == float("-inf"): return a.min(dim, keepdim)
     if p == 0: return a.ne(0).float().sum(dim, keepdim)
     if p == 1: return a.sum(dim, keepdim)
-    if p == 2: return (a * a).sum(dim, keepdim).sqrt()
-    return (a ** p).sum(dim, keepdim) ** (1 / p)
+    s = (a * a if p == 2 else a ** p).sum(dim, keepdim)
+    # the root of a zero sum reads a safe 1: its slope there is inf, and inf * 0 was a NaN gradient (torch's is 0)
+    zero = s.eq(0)
+    root = zero.where(1.0, s)
+    return zero.where(0.0, root.sqrt() if p == 2 else root ** (1 / p))
   def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """self / max(||self||_p over dim, eps), as torch.nn.functional.normalize."""
     return self / self.norm(p, dim, keepdim=True).clip(min_=eps)
@@ -1457,8 +1468,7 @@ class Tensor:
     """torch.gather: out[i][j] = self[index[i][j]][j] for dim 0, and so on; index has self's rank."""
     d, index = self._dim(dim), _tensor_arg(index, "gather: index")
     if index.ndim != self.ndim: raise TensorError(f"gather: index of shape {index.shape} for a tensor of shape {self.shape}")
-    if any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d):
-      raise TensorError(f"gather: index of shape {index.shape} is larger than the tensor {self.shape} outside dim {d}")
+    if self.ndim == 0: return self.reshape(1).gather(0, index.reshape(1)).reshape(())   # torch takes a 0-d tensor as one element
     n = self.shape[d]
     if index.dtype is not dtypes.i32: raise TensorError(f"gather: index must be i32, got {index.dtype.name}")
     if any(a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != d):
@@ -1502,7 +1512,8 @@ class Tensor:
     values = self._scan(d, "max")
     if self.ndim == 0: return ValuesIndices(values, Tensor.zeros(dtype=dtypes.i32, device=self.device))
     pos = Tensor.arange(self.shape[d], device=self.device).reshape(tuple(-1 if k == d else 1 for k in range(self.ndim)))
-    return ValuesIndices(values, self.eq(values).where(pos, -1)._scan(d, "max"))
+    holds = self.eq(values) | self.isnan() if self.dtype.is_float else self.eq(values)   # a NaN is its own running max
+    return ValuesIndices(values, holds.where(pos, -1)._scan(d, "max"))
   def cummin(self, axis: int = 0, *, dim: int | None = None) -> ValuesIndices:
     values, indices = self._inverse().cummax(axis, dim=dim)
     return ValuesIndices(values._inverse(), indices)
@@ -1616,6 +1627,12 @@ class Tensor:
     idx, vals = index.transpose(d, -1), src.transpose(d, -1)                       # (..., I)
     hit = idx.unsqueeze(-2).eq(Tensor.arange(n, device=self.device).unsqueeze(-1))  # (..., n, I)
     return d, hit, vals.unsqueeze(-2)._broadcast_to(hit.shape)
+  def _as_1d(self, fn, dim, index, src) -> Tensor:
+    """A scatter into a 0-d tensor (torch takes it as one element): fn on (1,)-shaped self, index and src, back to 0-d."""
+    self._dim(dim)
+    index = _tensor_arg(index, "scatter: index")
+    if index.ndim != 0: raise TensorError(f"scatter: index of shape {index.shape} for a tensor of shape ()")
+    return fn(self.reshape(1), index.reshape(1), src.reshape(1) if isinstance(src, Tensor) and src.ndim == 0 else src).reshape(())
   def _scatter_back(self, d: int, region: Tensor, touched: Tensor) -> Tensor:
     """The updated region (dim last, other axes as index's) placed back into self where touched."""
     pads = tuple((0, s - r) for s, r in zip(self.transpose(d, -1).shape, region.shape))
@@ -1627,6 +1644,7 @@ class Tensor:
     if reduce not in (None, "add", "multiply"):
       raise TensorTypeError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
     if reduce is not None: return self.scatter_reduce(dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
+    if self.ndim == 0: return self._as_1d(lambda t, i, v: t.scatter(0, i, v), dim, index, src)
     d, hit, vals = self._scatter_parts(dim, index, src)
     I = hit.shape[-1]
     last = hit.where(Tensor.arange(1, I + 1, device=self.device), 0).max(-1, keepdim=True)   # 1 + the last i that writes t
@@ -1638,6 +1656,7 @@ class Tensor:
     own value unless include_self is False); positions nothing is scattered to keep self's value."""
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
       raise TensorTypeError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
+    if self.ndim == 0: return self._as_1d(lambda t, i, v: t.scatter_reduce(0, i, v, reduce, include_self), dim, index, src)
     d, hit, vals = self._scatter_parts(dim, index, src)
     base = self.transpose(d, -1).shrink(tuple((0, s) for s in hit.shape[:-1]))   # self over the region
     touched = hit.any(-1)
@@ -1891,14 +1910,19 @@ class Tensor:
     return self._max_pool(kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3)
   def _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode: bool, return_indices: bool, nd: int):
     win, (kernel, stride, dilation, pads, extra) = self._pool(kernel_size, stride, padding, dilation, ceil_mode, dtypes.min(self.dtype), nd)
-    out = win.max(-1)
-    if not return_indices: return out
-    nd = len(kernel)
-    sp = self.shape[-nd:]
+    grad = self.requires_grad and self.dtype.is_float
+    if not (return_indices or grad): return win.max(-1)
+    # each window's first maximum among the input's own elements (padding never wins a tie, as in torch); the gradient
+    # goes to it alone, as torch's: MAX would split it among ties (a window of zeros after a ReLU)
+    sp = self.shape[-len(kernel):]
     where_from = Tensor(np.arange(prod(sp), dtype=np.int32).reshape(sp), device=self.device)
     where_from = where_from.pad(tuple((b, a + e) for (b, a), e in zip(pads, extra)), value=-1)._pool_windows(kernel, stride, dilation)
-    first = win.argmax(-1).unsqueeze(-1).eq(Tensor.arange(win.shape[-1], device=self.device))
-    return ValuesIndices(out, first.where(where_from, 0).sum(-1))
+    w, K = win.detach(), win.shape[-1]
+    hit = (w.eq(w.max(-1, keepdim=True)) | (w.ne(w) if self.dtype.is_float else False)) & (where_from >= 0)
+    rev = Tensor(np.arange(K, 0, -1, dtype=np.int32), device=self.device)
+    first = (K - hit.where(rev, 0).max(-1, keepdim=True)).eq(Tensor.arange(K, device=self.device))
+    out = first.where(win, 0.0).sum(-1) if grad else win.max(-1)
+    return ValuesIndices(out, first.where(where_from, 0).sum(-1)) if return_indices else out
 
   def avg_pool2d(self, kernel_size=2, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True,
                  divisor_override: int | None = None, dilation=1) -> Tensor:
