@@ -818,3 +818,20 @@ def test_gather_and_scatter_take_a_0d_tensor_as_one_element():
   check(lambda t, i: t.gather(0, i), lambda t, i: t.gather(0, i), five, zero)
   forward(lambda t, i: t.scatter(0, i, 7.0), lambda t, i: t.scatter(0, i, 7.0), five, zero)
   forward(lambda t, i, s: t.scatter_reduce(0, i, s, "sum"), lambda t, i, s: t.scatter_reduce(0, i, s, "sum"), five, zero, np.array(2.0, np.float32))
+
+
+@pytest.mark.parametrize("e", [-65.0, -3.0, -2.0, -2.5, 3.0, 0.5])
+def test_pow_at_negative_zero_keeps_the_sign_as_c_does(e):
+  check(lambda t: t ** e, lambda t: t ** e, np.array([-0.0, 0.0, -2.0], np.float32))
+
+
+def test_fmod_by_an_infinity_is_the_dividend():
+  a, b = np.array([-4.0, 4.0, -4.0, 4.0, 5.5, -0.0], np.float32), np.array([INF_, INF_, -INF_, -INF_, 2.0, INF_], np.float32)
+  forward(lambda x, y: x.fmod(y), lambda x, y: x.fmod(y), a, b)
+
+
+def test_logcumsumexp_of_a_long_axis_is_blocked_not_quadratic():
+  # an (n, n) mask was 9 s at 32k elements and refused at 64k; the blocked scan is linear
+  x = randn(3, 5000, seed=91) * 20
+  forward(lambda t: t.logcumsumexp(1), lambda t: t.logcumsumexp(1), x, tol=1e-4)
+  check(lambda t: t.logcumsumexp(0), lambda t: t.logcumsumexp(0), np.array([-INF_, -INF_, 1.0, 2.0, -1.0], np.float32))
