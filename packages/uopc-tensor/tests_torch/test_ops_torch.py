@@ -835,3 +835,15 @@ def test_logcumsumexp_of_a_long_axis_is_blocked_not_quadratic():
   x = randn(3, 5000, seed=91) * 20
   forward(lambda t: t.logcumsumexp(1), lambda t: t.logcumsumexp(1), x, tol=1e-4)
   check(lambda t: t.logcumsumexp(0), lambda t: t.logcumsumexp(0), np.array([-INF_, -INF_, 1.0, 2.0, -1.0], np.float32))
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_shares_the_gradient_among_tied_extremes_as_torch(reduce, include_self):
+  # small integers make ties common; torch splits evenly (and counts self when it equals the result, included or not)
+  rng = np.random.default_rng(92)
+  for _ in range(6):
+    base, src = rng.integers(0, 3, 4).astype(np.float32), rng.integers(0, 3, 7).astype(np.float32)
+    idx = rng.integers(0, 4, 7).astype(np.int32)
+    check(lambda b, s, i: b.scatter_reduce(0, i, s, reduce, include_self=include_self),
+          lambda b, s, i: b.scatter_reduce(0, i, s, reduce, include_self=include_self), base, src, idx)

@@ -1661,6 +1661,17 @@ class Tensor:
       b = base if reduce == "amax" else base._inverse()
       r = hit.where(v, dtypes.min(v.dtype)).max(-1)
       r = r.maximum(b) if include_self else r
+      if r.requires_grad and r.dtype.is_float:
+        # torch shares the gradient evenly among the tied maxima (MAX splits pairwise: 1/2, 1/4, 1/4): the value is r
+        # exactly, plus terms that are 0 forward and carry 1/count of the gradient to each tie
+        rd = r.detach()
+        tie = hit & v.detach().eq(rd.unsqueeze(-1))
+        share = tie.where(v - v.detach(), 0.0).sum(-1)
+        # torch counts self among the ties where it equals the result even when it isn't included (it then gets no share)
+        self_tie = b.detach().eq(rd)
+        count = tie.int().sum(-1) + self_tie.int()
+        if include_self: share = share + self_tie.where(b - b.detach(), 0.0)
+        r = rd + share / count.maximum(1)
       region = r if reduce == "amax" else r._inverse()
     elif reduce == "prod":
       r = hit.where(vals, 1).prod(-1)
