@@ -11,6 +11,8 @@ from uopc.runtime import Buffer, compile_kernel, np_dtype
 def run_shaped(root: UOp, inputs: list[np.ndarray], backend: str = "C", opts: Opts | None = None) -> np.ndarray:
   """Lower a shaped graph whose BUFFERs are slots 0..len(inputs)-1 as one kernel (with `opts`, or the ones uopc.opt
   chooses), run it on `backend` through uopc.runtime, and return the result in root's shape."""
+  if not isinstance(root, UOp): raise BackendError(f"run_shaped takes a shaped UOp, got {type(root).__name__}")
+  if not isinstance(inputs, (list, tuple)): raise BackendError(f"run_shaped takes a list of input arrays, got {type(inputs).__name__}")
   slots = sorted({u.arg.slot for u in root.toposort() if u.op is Ops.BUFFER})
   if any(s >= len(inputs) for s in slots):
     raise BackendError(f"run_shaped: the graph reads BUFFER slots {slots}, but {len(inputs)} inputs were given")

@@ -55,7 +55,7 @@ class LayerNorm:
       raise TensorError(f"LayerNorm: normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}")
     self.shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     _sizes("LayerNorm", **{f"normalized_shape[{i}]": n for i, n in enumerate(self.shape)})
-    self.eps = eps
+    self.eps = _hyper("eps", eps)
     self.weight = Tensor.ones(*self.shape, requires_grad=True) if elementwise_affine else None
     self.bias = Tensor.zeros(*self.shape, requires_grad=True) if elementwise_affine else None
   def __call__(self, x: Tensor) -> Tensor:

@@ -251,6 +251,7 @@ def _check_window_args(what: str, **args) -> None:
 def _promote(*ds: DType) -> DType: return max(ds, key=_PROMOTION.index)
 
 
+_POW2_I32 = np.array([1 << k for k in range(31)] + [I32_MIN], np.int32)   # bit k's weight in an i32 (bit 31: -2**31)
 SORT_BY_COUNTING_MAX = 1024   # longer sorts go through a bitonic network (Tensor._sort_network)
 SCAN_BLOCK = 32   # cumulative ops scan blocks of this many elements as (b, b) squares, then the blocks' totals (Tensor._scan)
 
@@ -599,13 +600,13 @@ class Tensor:
     if a.dtype is dtypes.bool:
       return self._new({"&": a * b, "|": UOp(Ops.ADD, (a, b)), "^": a.ne(b)}[op], *parents)
     ta, tb = self._new(a), self._new(b)
-    weights = Tensor(np.array([1 << k for k in range(31)] + [I32_MIN], np.int32), device=self.device)
+    weights = Tensor(_POW2_I32, device=self.device)
     ba, bb = ta._bits(), tb._bits()
     bits = {"&": ba * bb, "|": ba.maximum(bb), "^": ba.ne(bb).int()}[op]
     return self._new((bits * weights).sum(-1).uop, *parents)
   def _bits(self) -> Tensor:
     """The 32 bits of an i32 tensor as a new last axis of 0/1 i32s, bit 0 first."""
-    low = Tensor(np.array([1 << k for k in range(31)], np.int32), device=self.device)
+    low = Tensor(_POW2_I32[:31], device=self.device)
     return ((self.unsqueeze(-1) // low) % 2).cat((self < 0).int().unsqueeze(-1), dim=-1)
   def __and__(self, x): return self._bitwise(x, "&")
   def __or__(self, x): return self._bitwise(x, "|")
@@ -625,7 +626,7 @@ class Tensor:
     return self, x
   def _pow2(self) -> Tensor:
     """2**self for an i32 tensor of shift amounts in 0..31 (2**31 wraps to -2**31): a table lookup."""
-    table = Tensor(np.array([1 << k for k in range(31)] + [I32_MIN], np.int32), device=self.device)
+    table = Tensor(_POW2_I32, device=self.device)
     return (self.unsqueeze(-1).eq(Tensor.arange(32, device=self.device))).where(table, 0).sum(-1)
   def __lshift__(self, x) -> Tensor:
     """self * 2**x, wrapping like the i32 it is."""
