@@ -201,3 +201,14 @@ def test_processes_racing_to_compile_one_new_kernel_all_succeed_and_leave_one_en
     assert p.returncode == 0 and out.strip() == "ok", (p.returncode, err)
   entries = sorted(e.name for e in cache.iterdir())
   assert len(entries) == 1 and entries[0].endswith(".so") and not entries[0].startswith("."), entries   # no temporary files
+
+
+def test_temporaries_left_by_killed_writers_are_swept_when_an_hour_old(tmp_path):
+  cache = tmp_path / "cache"
+  cache.mkdir()
+  old, young = cache / ".abc.1234.tmp", cache / ".def.5678.tmp"
+  for f in (old, young): f.write_bytes(b"half a kernel")
+  os.utime(old, (time.time() - 2 * C.STALE_TEMP_SECONDS,) * 2)
+  C.write_entry(cache / "k.so", b"entry")
+  assert not old.exists() and young.exists()            # a young one may be another process's write in progress
+  assert (cache / "k.so").read_bytes() == b"entry"

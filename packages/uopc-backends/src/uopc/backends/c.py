@@ -24,7 +24,7 @@ entry. Each entry ends with a SHA-256 of the shared object, checked before dlope
 .so makes dlopen crash the process with SIGBUS, not fail) is rebuilt, like one that fails to load.
 """
 from __future__ import annotations
-import atexit, ctypes, functools, hashlib, math, os, re, shutil, subprocess, tempfile, threading, warnings
+import atexit, ctypes, functools, hashlib, math, os, re, shutil, subprocess, tempfile, threading, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -641,11 +641,29 @@ class CCompiler:
     return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 
 
+STALE_TEMP_SECONDS = 3600
+_swept: set[Path] = set()
+
+
+def sweep_stale_temps(cache: Path) -> None:
+  """Remove the temporaries (.NAME.XXXX.tmp) that processes killed mid-write left in a cache directory, once per process
+  and directory. Only those older than an hour: a younger one may be another process's write in progress."""
+  if cache in _swept: return
+  _swept.add(cache)
+  try:
+    for f in cache.glob(".*.tmp"):
+      try:
+        if time.time() - f.stat().st_mtime > STALE_TEMP_SECONDS: f.unlink()
+      except OSError: pass
+  except OSError: pass
+
+
 def write_entry(path: Path, data: bytes) -> None:
   """Write a cache entry atomically: a temporary file beside `path`, then renamed over it, so readers see the old entry or
   the whole new one, never a part, and a failure (a full disk) leaves nothing behind. A directory removed while we run
   is made again (once). Not fsynced: after a power loss an entry may be torn, and its checksum seal then fails, so it
   is rebuilt."""
+  sweep_stale_temps(path.parent)
   for attempt in (0, 1):
     try:
       path.parent.mkdir(parents=True, exist_ok=True)
