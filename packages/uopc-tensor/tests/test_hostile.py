@@ -442,6 +442,8 @@ METHODS = {
   "interpolate size": lambda j: _t().reshape(1, 1, 2, 3).interpolate(size=j),
   "interpolate scale": lambda j: _t().reshape(1, 1, 2, 3).interpolate(scale_factor=j, mode="bilinear"),
   "manual_seed": lambda j: Tensor.manual_seed(j),
+  "full of an i32": lambda j: Tensor.full((2,), j, "i32"),   # NaN, 10**20: a raw ValueError and a UOpError before
+  "pad value of an i32": lambda j: Tensor([1, 2]).pad(((1, 1),), value=j),
 }
 
 

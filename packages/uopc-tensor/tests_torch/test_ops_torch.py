@@ -849,3 +849,9 @@ def test_scatter_reduce_shares_the_gradient_among_tied_extremes_as_torch(reduce,
     idx = rng.integers(0, 4, 7).astype(np.int32)
     check(lambda b, s, i: b.scatter_reduce(0, i, s, reduce, include_self=include_self),
           lambda b, s, i: b.scatter_reduce(0, i, s, reduce, include_self=include_self), base, src, idx)
+
+
+def test_constant_pad_keeps_the_dtype_as_torch():
+  # the pad value takes the tensor's dtype (2.5 pads an i32 with 2, a bool with True); it was promoted to f32
+  for x in (np.array([1, 2, -3], np.int32), np.array([True, False]), randn(2, 3, seed=93)):
+    forward(lambda t: t.pad((1, 2), value=2.5), lambda t: F.pad(t, (1, 2), value=2.5), x)

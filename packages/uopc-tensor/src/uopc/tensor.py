@@ -411,7 +411,12 @@ class Tensor:
   @staticmethod
   def full(shape, value, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
     shape = _new_shape(shape, "full")
+    if isinstance(value, np.generic): value = value.item()
+    if not isinstance(value, (int, float, bool)): raise TensorError(f"full: the value must be a number, got {value!r:.60}")
     dtype = _to_dtype(dtype) or dtypes.from_py(value)
+    if dtype is dtypes.i32 and not (isinstance(value, float) and math.isfinite(value) or isinstance(value, int)):
+      raise TensorError(f"full: {value} has no i32 value")
+    if dtype is dtypes.i32 and not I32_MIN <= int(value) <= I32_MAX: raise TensorError(f"full: {value} doesn't fit in i32")
     c = UOp.const(value, dtype)
     t = Tensor(c.reshape((1,) * len(shape)).expand(shape) if shape else c, device=device)
     return t.requires_grad_() if requires_grad else t
@@ -1195,6 +1200,8 @@ class Tensor:
     edge), "circular" (wrap around). Negative amounts crop after reflect and replicate pad but before circular wraps, as
     in torch."""
     pairs = self._pad_pairs(padding)
+    if isinstance(value, np.generic): value = value.item()
+    if not isinstance(value, (int, float, bool)): raise TensorError(f"pad: the value must be a number, got {value!r:.60}")
     if mode not in ("constant", "reflect", "replicate", "circular"):
       raise TensorTypeError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
     if mode != "constant":
@@ -1218,7 +1225,7 @@ class Tensor:
     out = t._new(_pad_uop(t.uop, widths))
     if value != 0:
       inside = t._new(_pad_uop(t.ones_like(dtype=dtypes.bool).uop, widths))
-      out = inside.where(out, value)
+      out = inside.where(out, Tensor.full((), value, t.dtype, device=self.device))   # the tensor's dtype, as torch's (2.5 pads an i32 with 2)
     return out
 
   def _pad_axis(self, ax: int, before: int, after: int, mode: str) -> Tensor:
