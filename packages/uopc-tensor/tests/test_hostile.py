@@ -455,3 +455,8 @@ def test_junk_arguments_give_a_result_or_a_tensor_error(method):
       for t in (r if isinstance(r, list) else [r]):
         if isinstance(t, Tensor): t.realize()
     except (TensorError, BackendError) as e: assert str(e) and "\n" not in str(e), (method, j)   # an unknown device: BackendError
+
+
+def test_an_optimizer_given_a_parameter_twice_warns_as_torch_does():
+  w = Tensor.zeros(2, requires_grad=True)
+  with pytest.warns(UserWarning, match="given more than once"): nn.SGD([w, w])

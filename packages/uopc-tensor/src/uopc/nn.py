@@ -12,7 +12,7 @@ dtype/shape/data_offsets per tensor, then the raw little-endian data), with NumP
 interchange with the `safetensors` library.
 """
 from __future__ import annotations
-import json, math, os, stat, struct, tempfile
+import json, math, os, stat, struct, tempfile, warnings
 from pathlib import Path
 from typing import Any
 import numpy as np
@@ -104,6 +104,8 @@ class Optimizer:
     for p in self.params:
       if not isinstance(p, Tensor): raise TensorError(f"optimizer parameters must be Tensors, got {type(p).__name__}")
       if not p.requires_grad: p.requires_grad_(True)
+    if len({id(p) for p in self.params}) != len(self.params):   # each copy would be stepped: twice the update (torch warns too)
+      warnings.warn("optimizer: a parameter is given more than once, so each step updates it once per copy", UserWarning, stacklevel=3)
     self._lr = self._scalar(lr)
 
   @property
