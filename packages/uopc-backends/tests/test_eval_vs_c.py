@@ -97,3 +97,15 @@ def test_non_exact_functions_agree_to_an_ulp():
     np.testing.assert_allclose(run_shaped(UOp(op, (x,)), []), np.array(to_python(UOp(op, (x,))), np.float32), rtol=2e-7, atol=1e-7)
   pos = literal([0.5, 1.0, 2.5, 10.0], (4,), dtypes.f32)
   np.testing.assert_allclose(run_shaped(UOp(Ops.LOG2, (pos,)), []), np.array(to_python(UOp(Ops.LOG2, (pos,))), np.float32), rtol=2e-7)
+
+
+def test_regressions_the_fuzzer_found_stay_fixed():
+  from uopc.uir import parse
+  # GCC 12 at -O2 got ((a < b) & c) | (c != 1) wrong with c a _Bool temporary: all False, where the answer is F, T, F
+  bools = parse("%0 = stack 0, 0, 7\n%1 = stack -1, 1, 1\n%2 = cmplt %0, %1\n%3 = cmpne %0, %1\n%4 = mul %2, %3\n"
+                "%5 = reshape true, (1,)\n%6 = expand %5, (3,)\n%7 = cmpne %3, %6\n%8 = add %4, %7\n")
+  # an int past f16 rounded in the evaluator raised struct.error (C says inf, and inf cast to i32 is INT_MIN)
+  f16 = UOp(Ops.CAST, (UOp(Ops.CAST, (UOp.const(65536),), dtypes.f16),), dtypes.i32)
+  for prog in (bools, f16):
+    for opts in (Opts(), None):
+      assert run_shaped(prog, [], opts=opts).tolist() == np.array(to_python(prog)).tolist(), to_uir(prog)

@@ -604,3 +604,11 @@ def test_mulacc_follows_ieee_at_the_edges(abc, want):
 
 def test_mulacc_is_f32_only():
   with pytest.raises(UOpError, match="MULACC is f32 only"): UOp(Ops.MULACC, (UOp.const(1), UOp.const(2), UOp.const(3)))
+
+
+def test_an_integer_past_f16_or_f32_rounds_to_infinity_as_numpy():
+  # found by the eval-vs-C fuzzer: CAST(CONST 65536, f16) raised struct.error (an int, unlike a float, isn't rounded)
+  from uopc.evaluate import round_f16, round_f32
+  assert round_f16(65536) == np.float16(65536) == math.inf and round_f16(-70000) == -math.inf
+  assert round_f16(65504) == 65504.0 and round_f32(2**128) == math.inf and round_f32(-(10**400)) == -math.inf
+  assert run(UOp(Ops.CAST, (UOp(Ops.CAST, (UOp.const(65536),), dtypes.f16),), dtypes.f32)).arg == math.inf

@@ -308,7 +308,11 @@ class _Body:
     return vec, vmem, horizontal
 
   def vtype(self, d: DType) -> str: return f"{'f32' if d is dtypes.f32 else 'i32'}x{self.width}"
-  def ctype(self, u: UOp) -> str: return self.vtype(u.dtype) if u in self.vec else self.rn.type_name(u.dtype)
+  def ctype(self, u: UOp) -> str:
+    if u in self.vec: return self.vtype(u.dtype)
+    # a scalar bool value is held in an int (0 or 1; memory stays _Bool): GCC 12 at -O2 miscompiled
+    # ((a < b) & c) | (c != 1) with c a _Bool temporary (found by the evaluator-vs-C fuzzer; an int temporary is right)
+    return "int" if u.dtype is dtypes.bool else self.rn.type_name(u.dtype)
   def vector(self, s: UOp) -> str:
     """s's value as a vector: itself, or a scalar broadcast to every lane (a bool as a mask)."""
     if s in self.vec: return self.r[s]
