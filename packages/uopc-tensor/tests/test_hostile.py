@@ -12,16 +12,12 @@ from uopc.jit import jit
 from uopc.backends import BackendError
 from uopc.tensor import Tensor, TensorError
 from uopc.nn import SafetensorsError, safe_save, safe_load
+from hostile import raises_one_line
 
 NAN = float("nan")
 
 
-def one_line(fn, kind=TensorError, match: str | None = None) -> str:
-  with pytest.raises(kind) as e: fn()
-  msg = str(e.value)
-  assert msg and "\n" not in msg and len(msg) < 600, msg
-  if match is not None: assert match in msg, msg
-  return msg
+def one_line(fn, kind=TensorError, match: str | None = None) -> str: return raises_one_line(fn, kind, match, limit=600)
 
 
 # ---- integer indices out of range are errors (PyTorch's rule), checked on the realized values -----------------------------

@@ -49,34 +49,24 @@ def _np(d: DType):
 
 # ---- WMMA, m16n8k16: which lane holds which element (PTX ISA 9.7.14.5.8) -------------------------------------------
 # For lane l: g = l >> 2 (its group of four), t = l & 3 (its place in the group).
+def _lanes(n: int, where) -> np.ndarray:
+  """(32, n, 2): the (row, column) `where(g, t, i)` gives for element i of lane l."""
+  return np.array([[where(l >> 2, l & 3, i) for i in range(n)] for l in range(32)], np.int64)
+
+
 def _a_elements() -> np.ndarray:
-  """(32, 8, 2): the (row, column) of A (16x16) that lane l holds as its element i."""
-  out = np.zeros((32, 8, 2), np.int64)
-  for l in range(32):
-    g, t = l >> 2, l & 3
-    for i in range(8):
-      out[l, i] = (g if i in (0, 1, 4, 5) else g + 8, t * 2 + (i & 1) + (0 if i < 4 else 8))
-  return out
+  """The (row, column) of A (16x16) that lane l holds as its element i (8 per lane)."""
+  return _lanes(8, lambda g, t, i: (g if i in (0, 1, 4, 5) else g + 8, t * 2 + (i & 1) + (0 if i < 4 else 8)))
 
 
 def _b_elements() -> np.ndarray:
-  """(32, 4, 2): the (row, column) of B (16x8) that lane l holds as its element i."""
-  out = np.zeros((32, 4, 2), np.int64)
-  for l in range(32):
-    g, t = l >> 2, l & 3
-    for i in range(4):
-      out[l, i] = (t * 2 + (i & 1) + (0 if i < 2 else 8), g)
-  return out
+  """The (row, column) of B (16x8) that lane l holds as its element i (4 per lane)."""
+  return _lanes(4, lambda g, t, i: (t * 2 + (i & 1) + (0 if i < 2 else 8), g))
 
 
 def _c_elements() -> np.ndarray:
-  """(32, 4, 2): the (row, column) of C and D (16x8) that lane l holds as its element i."""
-  out = np.zeros((32, 4, 2), np.int64)
-  for l in range(32):
-    g, t = l >> 2, l & 3
-    for i in range(4):
-      out[l, i] = (g if i < 2 else g + 8, t * 2 + (i & 1))
-  return out
+  """The (row, column) of C and D (16x8) that lane l holds as its element i (4 per lane)."""
+  return _lanes(4, lambda g, t, i: (g if i < 2 else g + 8, t * 2 + (i & 1)))
 
 
 _A_AT, _B_AT, _C_AT = _a_elements(), _b_elements(), _c_elements()
