@@ -11,54 +11,140 @@
     for x, y in batches: print(step(x, y).item())
 
 The first call runs the function normally (it compiles its kernels). The second call captures it: every launch it makes
-is recorded, with its Program and its Buffers. Every later call copies the new input tensors into the captured input
-buffers and replays the launches, and nothing else: the function's body does not run, no graph is built, nothing is
-kernelized or looked up in a cache.
+is recorded, with its Program and its Buffers. Every later call replays the launches and nothing else: the function's
+body does not run, no graph is built, nothing is kernelized or looked up in a cache.
 
-State the function updates with `assign` (parameters, an optimizer's moments and counters: uopc.nn's optimizers keep
-all of their state that way) is double-buffered: a captured launch reads the state's buffer from before the call and
-writes a new one, so each replay swaps the two and publishes the new one to the tensor. Every call realizes what the
-function returns and every tensor it assigned, so no state is left lazy for the next call to compute (state assigned
-outside the function must be realized before the capture too: it is refused otherwise). The tensors a replay returns
-live in the captured buffers: the next call overwrites them, so read them (or copy them) before calling again. A jit
-function called by one being captured runs its body plainly, and its launches become part of the outer capture.
+The contract: a replay computes what calling the function now would compute, or raises JitError saying why. So a replay
+binds every buffer the capture read to where that value lives *now*, and hands every result out where the function would:
+  * a tensor argument is read from the tensor passed in this call (no copy);
+  * a tensor the call did not create (a parameter, an optimizer's state, a gradient being accumulated) is read from that
+    tensor's current buffer: an assign outside the function, another jitted function's update and an eager step between
+    replays are all seen. A call first realizes any state assign() left lazy, so state is always read as a value;
+  * what the function makes visible outside (its return value, the tensors it assigns, `.grad` of the tensors backward
+    reached, and any tensor it stores elsewhere) holds the replay's results: the same objects re-pointed (state, stored
+    tensors), new ones where the function would make new ones (the return value, `.grad`). The values stay: a replay
+    writes only into buffers no live tensor or graph names, so a loss kept from an earlier call keeps its value;
+  * random numbers (Tensor.rand, randn, uniform, dropout) are drawn again from Tensor's generator at each replay, by the
+    same calls in the same order, so a replay's numbers are the ones a plain call would draw;
+  * index checks (an embedding's tokens, cross_entropy's targets) run again after the same launches.
+Nothing is handed out until every launch and check succeeded: a refused call (an index out of range) changes no state.
 
-What would make a replay differ from running the function is refused with a JitError at the call that would do it:
-inputs whose shape or dtype differ from the captured ones (both are named), other arguments that differ, reading a
-value (`.item()`, `.numpy()`) or drawing random numbers inside the captured call (the replay would repeat the
-capture's), and an output that aliases an input.
+What a capture took for granted becomes its guards. Tensor arguments that shared one buffer when captured and don't now,
+and `.grad` that was None when captured and isn't now (gradient accumulation: backward inside, zero_grad outside) or the
+reverse, make a new capture for the new case (up to MAX_CAPTURES per function); the state a tensor argument or a
+parameter shares with another is part of it too. Refused with JitError: tensor arguments of another count, shape or
+dtype (both are named), other arguments that differ by value from the captured ones (a list or a NumPy array changed in
+place counts), and reading a value (`.item()`, `.numpy()`) inside the captured call (the replay would repeat the capture's).
+
+A capture belongs to its thread: launches, assigns and reads of other threads are their own. A jitted function holds a
+lock while it runs, so calls from several threads take turns. A jitted function called while another one runs (in the
+same thread) runs its body plainly, and its launches join the outer call's.
 """
 from __future__ import annotations
-import functools
-from typing import Any, Callable
-from uopc.uop import UOp, Ops
-from uopc.runtime import Buffer, debug_level
-import uopc.tensor as _tensor
-from uopc.tensor import Tensor, JitError, _storage
+import functools, gc, threading, types, weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+import numpy as np
+from uopc.dtype import DType
+from uopc.runtime import Buffer, debug_level, np_dtype
+from uopc.tensor import Tensor, JitError, Capture, capturing, name_buffer, named, realize_lazy_state, _realized
+
+MAX_CAPTURES = 8   # captures one function keeps (one per aliasing and gradient case); more means the calls differ too much
 
 
-def _buffer_uop(t: Tensor) -> UOp | None:
-  """The BUFFER holding realized tensor t's value (None for an empty tensor, which has none)."""
-  if t.numel() == 0: return None
-  u = t.uop.src[0] if t.uop.op is Ops.RESHAPE else t.uop
-  return u if u.op is Ops.BUFFER else None
+# ---- the arguments of a call ------------------------------------------------------------------------------------------
+
+def _flatten_args(args: tuple, kwargs: dict) -> tuple[list[Tensor], tuple, list]:
+  """The Tensors in args and kwargs (at any depth of lists, tuples and dicts), in order, and everything else as a value
+  to compare with a later call's: numbers and strings as themselves, NumPy arrays by their bytes (an array changed in
+  place is another value), other objects by identity (they are returned too, so the plan keeps them alive)."""
+  tensors: list[Tensor] = []
+  spec: list = []
+  objects: list = []
+  stack: list = [kwargs[k] for k in sorted(kwargs, reverse=True)] + list(reversed(args))
+  spec.append(("call", len(args), tuple(sorted(kwargs))))
+  on_path: set[int] = set()
+  while stack:
+    x = stack.pop()
+    if isinstance(x, Tensor): tensors.append(x); spec.append("T"); continue
+    if isinstance(x, (list, tuple, dict)):
+      if id(x) in on_path: raise JitError(f"a jitted function's argument holds itself ({type(x).__name__}): it can't be compared between calls")
+      on_path.add(id(x))
+      if isinstance(x, dict):
+        spec.append((dict, tuple(_value(k) for k in x)))
+        stack.extend(reversed(list(x.values())))
+      else:
+        spec.append((type(x), len(x)))
+        stack.extend(reversed(x))
+      continue
+    spec.append(_value(x))
+    if not isinstance(x, (int, float, complex, str, bytes, type(None), np.ndarray, np.generic)): objects.append(x)
+  return tensors, tuple(spec), objects
 
 
-def _tensors(args: tuple, kwargs: dict) -> tuple[list[Tensor], list]:
-  """The Tensor arguments (top level, or inside a list or tuple) and the other arguments, in order."""
-  tensors, others = [], []
-  for a in list(args) + [kwargs[k] for k in sorted(kwargs)]:
-    items = a if isinstance(a, (list, tuple)) and any(isinstance(x, Tensor) for x in a) else [a]
-    for x in items: (tensors if isinstance(x, Tensor) else others).append(x)
-  return tensors, [(k, kwargs[k]) for k in sorted(kwargs) if not isinstance(kwargs[k], Tensor)] + \
-    [a for a in args if not isinstance(a, (Tensor, list, tuple)) or not any(isinstance(x, Tensor) for x in a)]
+def _value(x) -> Any:
+  """x as a value that compares equal exactly when a replay may treat x as the same argument."""
+  if isinstance(x, float): return (float, x.hex() if x == x else "nan")   # -0.0 and 0.0 differ; NaN equals NaN
+  if isinstance(x, (bool, int, str, bytes, complex, type(None))): return (type(x), x)
+  if isinstance(x, (np.ndarray, np.generic)):
+    a = np.asarray(x)
+    return (type(x), a.dtype.str, a.shape, a.tobytes() if a.dtype != object else id(x))
+  return (object, id(x))
 
 
-def _flatten(out: Any) -> list[Tensor]:
-  if isinstance(out, Tensor): return [out]
-  if isinstance(out, (list, tuple)): return [t for x in out for t in _flatten(x)]
-  if isinstance(out, dict): return [t for x in out.values() for t in _flatten(x)]
-  return []
+def _out_tensors(out: Any) -> list[Tensor]:
+  """The Tensors in a function's return value (at any depth of lists, tuples and dicts)."""
+  found, stack = [], [out]
+  while stack:
+    x = stack.pop()
+    if isinstance(x, Tensor): found.append(x)
+    elif isinstance(x, (list, tuple)): stack.extend(x)
+    elif isinstance(x, dict): stack.extend(x.values())
+  return found
+
+
+def _realize_all(ts: list[Tensor]) -> None:
+  """Realize the tensors, in one schedule per device (so they share work), each into a buffer of its own."""
+  by_device: dict[str, list[Tensor]] = {}
+  for t in ts:
+    if not _realized(t.uop): by_device.setdefault(t.device, []).append(t)
+  for group in by_device.values(): group[0].realize(*group[1:])
+
+
+def _live_tensors() -> list[Tensor]:
+  """Every Tensor alive in the process. A capture asks twice (when it starts and when it ends) to know who holds the
+  buffers it reads and who can see the buffers it writes; a registry kept by every Tensor op would cost every op."""
+  return [o for o in gc.get_objects() if isinstance(o, Tensor) and hasattr(o, "uop")]   # (one being made has no uop yet)
+
+
+# ---- where a value lives --------------------------------------------------------------------------------------------
+# A place is ("arg", k): the call's k-th tensor argument; ("obj", ref): a tensor object (weakly); either with ".grad" to
+# mean that tensor's gradient. A replay reads and writes places, never the capture's tensors.
+
+def _resolve(place: tuple, tensors: list[Tensor]) -> Tensor | None:
+  kind, key, attr = place
+  t = tensors[key] if kind == "arg" else key()
+  if t is not None and attr == "grad": t = t.grad
+  return t
+
+
+@dataclass
+class _Plan:
+  """One capture: its launches over numbered slots, and how each slot is bound and handed out at a replay."""
+  arg_specs: list[tuple[tuple[int, ...], DType]]
+  others: tuple
+  objects: list                                  # the non-value arguments compared by identity, kept alive
+  launches: list[tuple[Any, list[int]]]
+  nslots: int
+  reads: dict[int, list[tuple]]                  # slot -> the places its value was read from (first: the one to trust)
+  fixed: dict[int, Buffer]                       # slot -> the Buffer the call made from host data (a causal mask)
+  fresh: dict[int, tuple[Any, int, DType]]       # slot -> (backend, size, dtype): written by a launch or a random draw
+  draws: list[tuple[int | None, Callable, DType]]
+  checks: list[tuple[int, int, Any]]
+  publish: list[tuple[tuple, int | None, tuple[int, ...]]]   # (place, slot or None for a .grad set to None, shape)
+  grad_guards: list[tuple[tuple, bool]]          # (leaf place, whether its .grad was None when captured)
+  out: Any                                       # the return value with an _Out for every tensor
+  pools: dict[int, list[Buffer]] = field(default_factory=dict)
 
 
 class JitFunction:
@@ -68,144 +154,249 @@ class JitFunction:
     if not callable(fn): raise JitError(f"jit takes a function, got {type(fn).__name__}")
     self.fn = fn
     self.calls = 0
+    self._plans: list[_Plan] = []
+    self._lock = threading.RLock()
     functools.update_wrapper(self, fn)
 
   def reset(self) -> None:
-    """Forget the capture: the next call runs the function again, and the one after captures it anew."""
-    self.calls = 0
-    self.__dict__.pop("_plan", None)
+    """Forget the captures: the next call runs the function again, and the one after captures it anew."""
+    with self._lock:
+      self.calls = 0
+      self._plans = []
 
   def __call__(self, *args, **kwargs):
-    if _tensor._capture is not None and _tensor._capture.strict:
-      return self._run(args, kwargs, strict=False)[0]    # called by a function being captured: its launches join that one
-    if self.calls == 0:
-      out, _ = self._run(args, kwargs, strict=False)
-      self.calls = 1
-      return out
-    if self.calls == 1:
-      out = self._capture(args, kwargs)
-      self.calls = 2
-      return out
-    return self._replay(args, kwargs)
+    if capturing() is not None: return self.fn(*args, **kwargs)   # inside another jitted call: its launches join that one
+    with self._lock:
+      realize_lazy_state()
+      tensors, others, objects = _flatten_args(args, kwargs)
+      _realize_all(tensors)
+      if self.calls == 0:
+        self.calls = 1
+        return self._run(args, kwargs, tensors, Capture(strict=False))
+      if self._plans: self._check_arguments(self._plans[0], tensors, others)
+      for plan in self._plans:
+        if (table := self._bind(plan, tensors)) is not None: return self._replay(plan, tensors, table)
+      if len(self._plans) >= MAX_CAPTURES:
+        raise JitError(f"{self.fn.__name__}: captured {MAX_CAPTURES} times already, and this call differs from every capture "
+                       "(which tensor arguments share a buffer, or which .grad are None): make the calls alike, or reset()")
+      self.calls += 1
+      return self._capture(args, kwargs, tensors, others, objects)
 
-  def _run(self, args: tuple, kwargs: dict, strict: bool) -> tuple[Any, _tensor._Capture]:
-    """Run the function, recording its launches and assigns, and realize what it returns and every tensor it assigned:
-    state left lazy would otherwise be computed inside the next call's kernels (and a capture would bake it in)."""
-    outer = _tensor._capture
-    inputs, _ = _tensors(args, kwargs)
-    if inputs: inputs[0].realize(*inputs[1:])
-    cap = outer if outer is not None else _tensor._Capture(strict)   # a first call inside a capture is part of it
-    start = len(cap.assigned)
-    _tensor._capture = cap
-    try:
+  def _run(self, args: tuple, kwargs: dict, tensors: list[Tensor], cap: Capture, before: list[Tensor] | None = None):
+    """Run the function under `cap`, then realize what it returns, every tensor it assigned and every .grad it set, in one
+    schedule: state left lazy would be computed inside the next call's kernels (and a capture would bake it in)."""
+    grads = {id(t): t.grad for t in _leaves()}
+    with cap:
       out = self.fn(*args, **kwargs)
-      todo = _flatten(out) + [t for t, _ in cap.assigned[start:]]
-      if todo: todo[0].realize(*todo[1:])
-    finally: _tensor._capture = outer
-    return out, cap
+      todo = _out_tensors(out) + [t for t, _ in cap.assigned]
+      todo += [t.grad for t in _leaves() if t.grad is not None and t.grad is not grads.get(id(t))]
+      if before is not None:   # a capture also realizes the tensors the call made and left somewhere visible
+        gc.collect()
+        seen = {id(t) for t in before}
+        todo += [t for t in _live_tensors() if id(t) not in seen and not _realized(t.uop)]
+      _realize_all(todo)
+    return out
 
   # ---- capture
-  def _capture(self, args: tuple, kwargs: dict):
-    inputs, others = _tensors(args, kwargs)
-    out, cap = self._run(args, kwargs, strict=True)
-    outs = _flatten(out)
-    table: list[Buffer] = []
-    index: dict[int, int] = {}
+  def _capture(self, args: tuple, kwargs: dict, tensors: list[Tensor], others: tuple, objects: list):
+    before = _live_tensors()                   # held (strongly) until the capture is built: no id is reused meanwhile
+    leaves = _leaves()
+    grad_before = {id(t): t.grad for t in leaves}
+    arg_index = {id(t): k for k, t in enumerate(tensors)}
+    def place(t: Tensor, attr: str | None = None) -> tuple:
+      return ("arg", arg_index[id(t)], attr) if id(t) in arg_index else ("obj", weakref.ref(t), attr)
+    holders: dict[int, list[tuple]] = {}       # id(Buffer) -> the places that held it when the call began
+    for k, t in enumerate(tensors):
+      if (b := t._buffer()) is not None: holders.setdefault(id(b), []).append(("arg", k, None))
+    grad_objects = {id(t.grad) for t in leaves if t.grad is not None}
+    for t in leaves:
+      if t.grad is not None and (b := t.grad._buffer()) is not None: holders.setdefault(id(b), []).append(place(t, "grad"))
+    for t in before:
+      if id(t) not in arg_index and id(t) not in grad_objects and (b := t._buffer()) is not None:
+        holders.setdefault(id(b), []).append(place(t))
+
+    cap = Capture(strict=True)
+    out = self._run(args, kwargs, tensors, cap, before)
+
+    slots: dict[int, int] = {}
+    buffers: list[Buffer] = []
     def slot(b: Buffer) -> int:
-      if id(b) not in index:
-        index[id(b)] = len(table)
-        table.append(b)
-      return index[id(b)]
-    launches = []
-    read_first: set[int] = set()      # buffers some launch reads before any launch writes them: the call's inputs
-    written: set[int] = set()
+      if id(b) not in slots:
+        slots[id(b)] = len(buffers)
+        buffers.append(b)
+      return slots[id(b)]
+    launches, written = [], set()
     for prog, bufs in cap.launches:
-      slots = [slot(b) for b in bufs]
-      for p, s in zip(prog.params, slots):
-        if not p.written and s not in written: read_first.add(s)
-      for p, s in zip(prog.params, slots):
-        if p.written: written.add(s)
-      launches.append((prog, slots))
-    # the inputs: their captured buffers, refilled on every replay
-    input_specs = []
-    for t in inputs:
-      b = _buffer_uop(t)
-      input_specs.append((t.shape, t.dtype, slot(_storage[b]) if b is not None else None))
-    input_slots = {s for _, _, s in input_specs if s is not None}
-    # state: a tensor assigned during the call reads its old buffer and ends in a new one; a replay swaps the two
-    rotations, seen = [], set()
-    for t, old in cap.assigned:
-      if id(t) in seen: continue
-      seen.add(id(t))
-      new_u, old_u = _buffer_uop(t), old.src[0] if old.op is Ops.RESHAPE else old
-      if new_u is None: continue
-      if old_u.op is not Ops.BUFFER:
-        raise JitError(f"{self.fn.__name__}: a tensor it assigns ({t.dtype.name}{t.shape}) held an unrealized value when the "
-                       "capture began, so every replay would recompute that value instead of updating the state: "
-                       "realize it (t.realize()) before calling the function")
-      if old_u not in _storage: continue
-      new_s, old_s = slot(_storage[new_u]), slot(_storage[old_u])
-      if new_s != old_s and new_s in written: rotations.append((new_u, old_s, new_s) if old_s in read_first else (new_u, None, new_s))
-    # outputs: they may not be an input (a replay would hand back the buffer it is about to refill)
-    out_specs = []
-    for t in outs:
-      b = _buffer_uop(t)
-      if b is None: out_specs.append(None); continue
-      s = slot(_storage[b])
-      if s in input_slots: raise JitError(f"{self.fn.__name__}: an output aliases an input (shape {t.shape}): return a new tensor")
-      out_specs.append((b, s))
-    # every other buffer a launch reads first is state the call doesn't own (another jit's parameters, rotated by that
-    # jit): a replay reads it through the tensor store, where its owner publishes the current one
-    owned = input_slots | {s for _, old_s, new_s in rotations for s in (old_s, new_s)}
-    external = {index[id(b)]: u for u, b in list(_storage.items()) if id(b) in index and index[id(b)] in read_first - owned}
-    # index checks (an embedding's tokens, cross_entropy's targets) run again on every replay, after the same launches
+      ss = [slot(b) for b in bufs]
+      written.update(s for p, s in zip(prog.params, ss) if p.written)
+      launches.append((prog, ss))
+    draws = [(slot(b), draw, b.dtype) for b, draw in cap.draws]
+    written.update(s for s, _, _ in draws)
     checks = [(at, slot(c.buffer), c) for at, c in cap.index_checks]
-    self._plan = (launches, table, input_specs, others, rotations, out, out_specs, external, checks)
+
+    # what the call makes visible: the tensors it assigned, the .grad it set, and any other tensor holding what it wrote
+    publish, grad_guards, shown = [], [], {}   # shown: id(tensor) -> the place a replay hands its value to
+    for t, _ in cap.assigned:
+      if id(t) in shown or t.numel() == 0: continue
+      shown[id(t)] = place(t)
+      publish.append((shown[id(t)], slot(t._buffer()), t.shape))
+    for t in _leaves():
+      if id(t) not in grad_before or t.grad is grad_before[id(t)]: continue
+      grad_guards.append((place(t), grad_before[id(t)] is None))
+      if t.grad is None: publish.append((place(t, "grad"), None, t.shape))
+      elif t.grad.numel():
+        shown[id(t.grad)] = place(t, "grad")
+        publish.append((shown[id(t.grad)], slot(t.grad._buffer()), t.shape))
+    outs = _out_tensors(out)
+    out_ids = {id(t) for t in outs}
+    live = _live_tensors()
+    containers = _containers(out) | {id(outs), id(live), id(before)}   # and this function's own lists
+    for t in live:
+      if id(t) in shown or (b := t._buffer()) is None or slots.get(id(b)) not in written: continue
+      if id(t) in out_ids and not _held_elsewhere(t, containers): continue   # returned only: a replay returns a new tensor
+      shown[id(t)] = place(t)
+      publish.append((shown[id(t)], slots[id(b)], t.shape))
+    def out_spec(t: Tensor):
+      if id(t) in arg_index: return _Out("arg", arg_index[id(t)])
+      if id(t) in shown: return _Out("place", shown[id(t)])
+      if t.numel() == 0: return _Out("empty", (t.shape, t.dtype, t.device))
+      return _Out("slot", (slot(t._buffer()), t.shape, t.device))
+    template = _rebuild(out, out_spec)
+
+    # how each slot is bound at a replay: read from where its value lives now, fixed, or a fresh buffer
+    reads, fixed, fresh = {}, {}, {}
+    for s, b in enumerate(buffers):
+      if s in written: fresh[s] = (b.backend, b.size, b.dtype)
+      elif places := holders.get(id(b)): reads[s] = _trusted(places, {_key(p) for p, _, _ in publish})
+      else: fixed[s] = b   # made from host data during the call (a causal mask): the same on every call
+    self._plans.append(_Plan([(t.shape, t.dtype) for t in tensors], others, objects, launches, len(buffers), reads, fixed,
+                             fresh, draws, checks, publish, grad_guards, template))
     return out
 
   # ---- replay
-  def _replay(self, args: tuple, kwargs: dict):
-    launches, table, input_specs, others, rotations, out, out_specs, external, checks = self._plan
-    inputs, got_others = _tensors(args, kwargs)
+  def _check_arguments(self, plan: _Plan, tensors: list[Tensor], others: tuple) -> None:
     name = self.fn.__name__
-    if len(inputs) != len(input_specs):
-      raise JitError(f"{name}: captured with {len(input_specs)} tensor arguments, called with {len(inputs)}")
-    for k, (t, (shape, dtype, _)) in enumerate(zip(inputs, input_specs)):
+    if len(tensors) != len(plan.arg_specs):
+      raise JitError(f"{name}: captured with {len(plan.arg_specs)} tensor arguments, called with {len(tensors)}")
+    for k, (t, (shape, dtype)) in enumerate(zip(tensors, plan.arg_specs)):
       if t.shape != shape or t.dtype is not dtype:
         raise JitError(f"{name}: tensor argument {k} is {t.dtype.name}{t.shape}, but the function was captured with {dtype.name}{shape}")
-    if got_others != others:
-      raise JitError(f"{name}: the other arguments {got_others!r} differ from the captured {others!r} (a replay can't see them)")
-    for t, (_, _, s) in zip(inputs, input_specs):
-      if s is None: continue
-      b = _buffer_uop(t.realize())
-      if b is None or _storage[b] is not table[s]: table[s].copyin(t.numpy())
-    for s, u in external.items():
-      if (b := _storage.get(u)) is not None: table[s] = b
-    for _, old_s, new_s in rotations:
-      if old_s is not None: table[old_s], table[new_s] = table[new_s], table[old_s]
+    if others != plan.others:
+      raise JitError(f"{name}: the other arguments differ from the captured ones (a replay can't see them): compare "
+                     "values, lists and arrays (changed in place too) and objects (by identity) with the capturing call's")
+
+  def _bind(self, plan: _Plan, tensors: list[Tensor]) -> list[Buffer] | None:
+    """The Buffer of every slot for a replay of `plan` with these arguments, or None when the plan's guards don't hold
+    (then another capture is needed). State left lazy is realized here."""
+    for leaf, was_none in plan.grad_guards:
+      if (t := _resolve(leaf, tensors)) is not None and (t.grad is None) != was_none: return None
+    table: list = [None] * plan.nslots
+    found: dict[int, list[Tensor]] = {}
+    lazy = []
+    for s, places in plan.reads.items():
+      ts = found[s] = [t for p in places if (t := _resolve(p, tensors)) is not None]
+      if not ts: return None                    # every tensor that held the value is gone (or a .grad read is None now)
+      lazy += [t for t in ts if not _realized(t.uop)]
+    if lazy: _realize_all(lazy)
+    for s, ts in found.items():
+      b = ts[0]._buffer()
+      if any(t._buffer() is not b for t in ts[1:]): return None   # places that shared one buffer when captured no longer do
+      table[s] = b
+    for s, b in plan.fixed.items(): table[s] = b
+    return table
+
+  def _replay(self, plan: _Plan, tensors: list[Tensor], table: list):
+    for s, (backend, size, dtype) in plan.fresh.items():   # a result goes where no live tensor or graph can see it
+      pool = plan.pools.setdefault(s, [])
+      table[s] = next((b for b in pool if not named(b)), None)
+      if table[s] is None:
+        table[s] = Buffer(backend, size, dtype)
+        pool.append(table[s])
+    for s, draw, dtype in plan.draws: table[s].copyin(np.asarray(draw(Tensor._rng)).astype(np_dtype(dtype)))
     done = 0
-    try:
-      for at, s, check in checks:   # each check where the capture made it, on the buffer its slot holds now
-        self._launch(launches[done:at], table)
-        done = at
-        check._replace(buffer=table[s]).run()
-    except BaseException:           # a refused call changes no state: the next one must read the state this one read
-      for _, old_s, new_s in reversed(rotations):
-        if old_s is not None: table[old_s], table[new_s] = table[new_s], table[old_s]
-      raise
-    self._launch(launches[done:], table)
-    for new_u, _, new_s in rotations: _storage[new_u] = table[new_s]
-    for spec in out_specs:
-      if spec is not None: _storage[spec[0]] = table[spec[1]]
-    return out                      # the capture's own return value: its tensors now view the replay's buffers
+    for at, s, check in plan.checks:   # each check where the capture made it, on the buffer its slot holds now
+      _launch(plan.launches[done:at], table)
+      done = at
+      check._replace(buffer=table[s]).run()
+    _launch(plan.launches[done:], table)
+    names: dict[int, Any] = {}
+    def view(s: int, shape: tuple[int, ...]):
+      if s not in names: names[s] = name_buffer(table[s], (table[s].size,))
+      return names[s].reshape(shape) if shape != names[s].shape else names[s]
+    for p, s, shape in plan.publish:
+      if p[2] == "grad":
+        if (leaf := _resolve((p[0], p[1], None), tensors)) is not None: leaf.grad = None if s is None else _tensor(view(s, shape), leaf.device)
+      elif (t := _resolve(p, tensors)) is not None: t.uop = view(s, shape)
+    def output(o: _Out) -> Any:
+      if o.kind == "arg": return tensors[o.value]
+      if o.kind == "place": return _resolve(o.value, tensors)
+      if o.kind == "empty": return Tensor(np.zeros(o.value[0], np_dtype(o.value[1])), device=o.value[2])
+      s, shape, device = o.value
+      return _tensor(view(s, shape), device)
+    return _rebuild(plan.out, output, _Out)
 
 
-  @staticmethod
-  def _launch(launches: list, table: list[Buffer]) -> None:
-    if debug_level():
-      for prog, slots in launches: prog([table[s] for s in slots])
-    else:
-      for prog, slots in launches: prog.backend.launch(prog.handle, [table[s].handle for s in slots], prog.global_size, prog.local_size)
+def _leaves() -> list[Tensor]:
+  return [t for r in list(Tensor._grad_leaves.values()) if (t := r()) is not None]
+
+
+def _tensor(uop, device: str) -> Tensor:
+  t = Tensor.__new__(Tensor)
+  t.uop, t.grad, t.device, t.requires_grad = uop, None, device, False
+  return t
+
+
+class _Out(NamedTuple):
+  """Where a replay finds a captured output: ("arg", k), ("place", place), ("slot", (slot, shape, device)), ("empty", ...)."""
+  kind: str
+  value: Any
+
+
+def _key(place: tuple) -> tuple:
+  return (place[0], place[1] if place[0] == "arg" else id(place[1]()), place[2])
+
+
+def _trusted(places: list[tuple], published: set[tuple]) -> list[tuple]:
+  """The places a read slot is bound from. Where the plan also writes one of them (state it updates), the value lives
+  there next time: trust it and the arguments, not other tensors that happened to share the buffer (a copy made with
+  Tensor(w) stays behind when w moves on). Otherwise every holder must still agree at a replay."""
+  mine = [p for p in places if _key(p) in published]
+  return mine + [p for p in places if p[0] == "arg" and p not in mine] if mine else places
+
+
+def _containers(out: Any) -> set[int]:
+  """The ids of the lists, tuples and dicts in a return value."""
+  ids, stack = set(), [out]
+  while stack:
+    x = stack.pop()
+    if isinstance(x, (list, tuple, dict)):
+      ids.add(id(x))
+      stack.extend(x.values() if isinstance(x, dict) else x)
+  return ids
+
+
+def _held_elsewhere(t: Tensor, containers: set[int]) -> bool:
+  """Whether something besides the return value (and running frames) holds t: the function stored it (an attribute, a
+  list of its own), so a replay must update that object rather than return a new one."""
+  return any(id(r) not in containers and not isinstance(r, types.FrameType) for r in gc.get_referrers(t))
+
+
+def _rebuild(out: Any, leaf: Callable, kind: type = Tensor) -> Any:
+  """out with every `kind` in it replaced by leaf(x), lists, tuples (named ones too) and dicts rebuilt around them."""
+  if isinstance(out, kind): return leaf(out)
+  if isinstance(out, list): return [_rebuild(x, leaf, kind) for x in out]
+  if isinstance(out, tuple):
+    items = [_rebuild(x, leaf, kind) for x in out]
+    return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
+  if isinstance(out, dict): return {k: _rebuild(v, leaf, kind) for k, v in out.items()}
+  return out
+
+
+def _launch(launches: list, table: list[Buffer]) -> None:
+  if debug_level():
+    for prog, slots in launches: prog([table[s] for s in slots])
+  else:
+    for prog, slots in launches: prog.backend.launch(prog.handle, [table[s].handle for s in slots], prog.global_size, prog.local_size)
 
 
 def jit(fn: Callable) -> JitFunction:
@@ -213,4 +404,4 @@ def jit(fn: Callable) -> JitFunction:
   return JitFunction(fn)
 
 
-__all__ = ["jit", "JitFunction", "JitError"]
+__all__ = ["jit", "JitFunction", "JitError", "MAX_CAPTURES"]

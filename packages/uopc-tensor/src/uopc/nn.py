@@ -127,7 +127,7 @@ class Optimizer:
     if not todo: return []
     state = self._step_state()
     for i, p in todo:
-      value, own = self._update(i, p, p.grad.detach())
+      value, own = self._update(i, p, p.grad._stop_gradient())
       p.assign(value.cast(p.dtype))
       state += own
     return [p for _, p in todo] + state
@@ -155,13 +155,13 @@ class SGD(Optimizer):
     self.buf = self._zeros() if momentum else []          # torch's first step sets v = g, which is 0 * momentum + g
 
   def _update(self, i, p, g):
-    if self.weight_decay: g = g + self.weight_decay * p.detach()
+    if self.weight_decay: g = g + self.weight_decay * p._stop_gradient()
     state = []
     if self.momentum:
       v = self.buf[i].assign(self.buf[i] * self.momentum + g)
       state.append(v)
       g = g + self.momentum * v if self.nesterov else v
-    return p.detach() - self._lr * g, state
+    return p._stop_gradient() - self._lr * g, state
 
 
 class Adam(Optimizer):
@@ -187,7 +187,7 @@ class Adam(Optimizer):
     return [self._s1, self._s2]
 
   def _update(self, i, p, g):
-    w = p.detach()
+    w = p._stop_gradient()
     if self.weight_decay and not self.decoupled: g = g + self.weight_decay * w
     if self.weight_decay and self.decoupled: w = w * (1 - self._lr * self.weight_decay)
     m = self.m[i].assign(self.m[i] * self.b1 + g * (1 - self.b1))

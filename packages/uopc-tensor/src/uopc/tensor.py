@@ -22,8 +22,8 @@ dtype (a float scalar with an integer tensor gives f32). Errors name the shapes 
 TensorError is a ValueError and a RuntimeError, TensorIndexError an IndexError, TensorTypeError a TypeError.
 """
 from __future__ import annotations
-import itertools, math, operator, os, reprlib, weakref
-from typing import Any, NamedTuple
+import itertools, math, operator, os, reprlib, threading, weakref
+from typing import Any, Callable, NamedTuple
 import numpy as np
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.uop import UOp, Ops, ParamArg, prod
@@ -58,25 +58,43 @@ class JitError(TensorError):
   """A function uopc.jit can't capture or replay faithfully (see uopc.jit)."""
 
 
-class _Capture:
-  """What uopc.jit records while it runs a call: every launch the call makes, and every tensor whose value it replaced
-  (assign), with the value the tensor held before. `strict` while it captures (the call a replay will repeat), when
-  reading values and drawing random numbers are refused; not on the first call, which runs normally."""
+class Capture:
+  """What uopc.jit records while a call of a jitted function runs in this thread: every launch the call makes (Program and
+  Buffers), every tensor whose value it replaced (assign, with the value the tensor held before), every batch of random
+  numbers it drew (the Buffer they went into and how to draw them again) and every index check. `strict` while it
+  captures (the call a replay will repeat): reading a value there is refused. The capture hook is this class alone:
+  `with Capture(strict) as cap:` makes it the current one in this thread; `capturing()` returns it."""
   def __init__(self, strict: bool):
     self.strict = strict
-    self.launches: list = []
+    self.launches: list[tuple[Any, list[Buffer]]] = []
     self.assigned: list[tuple[Tensor, UOp]] = []
     self.index_checks: list[tuple[int, IndexCheck]] = []   # (launches made before it, the check): a replay repeats it there
+    self.draws: list[tuple[Buffer, Callable[[np.random.Generator], np.ndarray]]] = []
+    self._outer: Capture | None = None
+
+  def __enter__(self) -> Capture:
+    self._outer, _local.capture = _local.capture, self
+    return self
+
+  def __exit__(self, *exc) -> None: _local.capture = self._outer
 
 
-_capture: _Capture | None = None   # the jit call in progress (uopc.jit sets and clears it); None almost always
+class _Local(threading.local):
+  capture: Capture | None = None   # a capture belongs to its thread: another thread's launches and assigns are its own
+
+
+_local = _Local()
+
+
+def capturing() -> Capture | None:
+  """The uopc.jit capture running in this thread, or None (almost always)."""
+  return _local.capture
 
 
 def _not_while_capturing(what: str) -> None:
-  if _capture is not None and _capture.strict:
-    raise JitError(f"{what} inside a function uopc.jit is capturing: a replay runs only the captured kernels, so "
-                   f"{'the value read here' if 'item' in what or 'numpy' in what else 'the numbers drawn here'} would be "
-                   "the capture's on every call. Return the tensor (or pass random numbers in as an argument) instead")
+  if (cap := _local.capture) is not None and cap.strict:
+    raise JitError(f"{what} inside a function uopc.jit is capturing: a replay runs only the captured kernels, so the value "
+                   "read here would be the capture's on every call. Return the tensor and read it after the call instead")
 
 
 class IndexCheck(NamedTuple):
@@ -104,17 +122,25 @@ def _check_indices(index: Tensor, low: int, high: int, message: str, ignore: int
   index.realize()
   u = index.uop
   check = IndexCheck(_storage[u.src[0] if u.op is Ops.RESHAPE else u], index.numel(), low, high, message, ignore)
-  if _capture is not None: _capture.index_checks.append((len(_capture.launches), check))
+  if (cap := _local.capture) is not None: cap.index_checks.append((len(cap.launches), check))
   check.run()
 
 
 # ---- storage: the data behind realized BUFFERs -------------------------------------------------------------------
 # the only state here is keyed by UOps: a BUFFER's memory (a uopc.runtime.Buffer on the tensor's backend) dies with the
 # last graph that mentions the BUFFER. Data stays on the backend between kernels and crosses to NumPy only in numpy().
+# A Buffer is never written after the kernel (or copy) that fills it: assign and load_state_dict give a tensor a new
+# buffer, so a value read once stays that value wherever it is shared. The one exception is uopc.jit, which writes its
+# replays' results into buffers of its own, and only into one no live BUFFER uop names (see `_names`).
 
 _storage: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# the BUFFER uops naming a Buffer uopc.jit may write again (a replay's results, and what detach() makes of them): a replay
+# reuses such a Buffer only once none of them is alive
+_names: weakref.WeakKeyDictionary[Buffer, weakref.WeakSet] = weakref.WeakKeyDictionary()
 # a realized tensor that depends on gradient leaves keeps the graph it came from, so backward() can still see through it
 _history: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# tensors assign() left holding an unrealized value, by id: uopc.jit realizes them before a call reads them as state
+_lazy_state: dict[int, weakref.ref] = {}
 _buffer_ids = itertools.count(1 << 20)   # BUFFER slots of tensors; kernels renumber their own buffers from 0
 
 
@@ -122,13 +148,43 @@ def _new_buffer(n: int, dtype: DType) -> UOp:
   return UOp(Ops.BUFFER, (), ParamArg(next(_buffer_ids), dtype, (max(1, n),)))
 
 
+def name_buffer(buffer: Buffer, shape: tuple[int, ...]) -> UOp:
+  """A new BUFFER uop for an existing Buffer, viewed in `shape`: how uopc.jit hands out a replay's results, and how
+  detach() names a value without the graph behind it. The Buffer counts as in use while the uop lives."""
+  b = UOp(Ops.BUFFER, (), ParamArg(next(_buffer_ids), buffer.dtype, (buffer.size,)))
+  _storage[b] = buffer
+  _names.setdefault(buffer, weakref.WeakSet()).add(b)
+  return b.reshape(shape) if shape != b.shape else b
+
+
+def named(buffer: Buffer) -> bool:
+  """Whether a live BUFFER uop made by name_buffer still names `buffer` (someone may read it)."""
+  return bool(_names.get(buffer))
+
+
 def _default_device() -> str: return os.environ.get("UOPC_DEVICE", "").strip().upper() or "C"
+
+
+def _buffer_uop(u: UOp) -> UOp | None:
+  """The BUFFER behind a realized value: u itself or the BUFFER under its RESHAPE view; None for anything else."""
+  b = u.src[0] if u.op is Ops.RESHAPE else u
+  return b if b.op is Ops.BUFFER and b in _storage else None
 
 
 def _realized(u: UOp) -> bool:
   if prod(u.shape) == 0: return True   # an empty tensor has no data to compute (numpy() makes it from the shape)
-  b = u.src[0] if u.op is Ops.RESHAPE else u
-  return b.op is Ops.BUFFER and b in _storage and (u.op is not Ops.RESHAPE or prod(u.shape) == b.shape[0])
+  b = _buffer_uop(u)
+  return b is not None and prod(u.shape) == b.shape[0]
+
+
+def realize_lazy_state() -> None:
+  """Realize every tensor that assign() left holding an unrealized value (a state update made outside a jitted function,
+  never read since): uopc.jit calls this first, so that a call reads state as values, never as graphs to recompute."""
+  todo: dict[str, list[Tensor]] = {}
+  for r in list(_lazy_state.values()):
+    if (t := r()) is not None and not _realized(t.uop): todo.setdefault(t.device, []).append(t)
+  _lazy_state.clear()
+  for ts in todo.values(): ts[0].realize(*ts[1:])
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------------
@@ -344,27 +400,29 @@ class Tensor:
     return kernelize([(t.uop, _new_buffer(t.numel(), t.dtype)) for t in ts], _new_buffer) if ts else []
 
   def realize(self, *others: Tensor) -> Tensor:
-    """Compute this tensor (and `others`, in the same schedule so they share work); returns self."""
-    todo: dict[UOp, list[Tensor]] = {}
-    for t in (self, *others):
-      if not _realized(t.uop): todo.setdefault(t.uop, []).append(t)
+    """Compute this tensor (and `others`, in the same schedule so they share work); returns self. Each tensor gets a
+    buffer of its own, even where two hold one graph (Tensor.zeros(3) twice): two tensors are one buffer only when they
+    are one tensor, so writing one (load_state_dict) or differentiating by one never reaches the other."""
+    todo = list({id(t): t for t in (self, *others) if not _realized(t.uop)}.values())
     if not todo: return self
-    outs = [(u, _new_buffer(prod(u.shape), u.dtype)) for u in todo]
+    outs = [(t.uop, _new_buffer(t.numel(), t.dtype)) for t in todo]
     launches = run_schedule(kernelize_cached(outs, _new_buffer), get_backend(self.device), _storage)
-    if _capture is not None: _capture.launches += launches
-    for (u, b) in outs:
-      view = b.reshape(u.shape) if u.shape != b.shape else b
+    if (cap := _local.capture) is not None: cap.launches += launches
+    for t, (u, b) in zip(todo, outs):
       # a value computed from gradient leaves (not a leaf itself: an optimizer's update is a fresh start) keeps its graph
-      if any(t.requires_grad and id(t) not in Tensor._grad_leaves for t in todo[u]): _history[b] = u.reshape(b.shape) if u.shape != b.shape else u
-      for t in todo[u]: t.uop = view
+      if t.requires_grad and id(t) not in Tensor._grad_leaves: _history[b] = u.reshape(b.shape) if u.shape != b.shape else u
+      t.uop = b.reshape(u.shape) if u.shape != b.shape else b
     return self
 
   def numpy(self) -> np.ndarray:
     _not_while_capturing(".numpy() / .item() / .tolist()")
     if self.numel() == 0: return np.zeros(self.shape, np_dtype(self.dtype))
-    self.realize()
-    b = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
-    return _storage[b].numpy()[:self.numel()].reshape(self.shape)
+    return self.realize()._buffer().numpy()[:self.numel()].reshape(self.shape)
+
+  def _buffer(self) -> Buffer | None:
+    """The Buffer behind this tensor's value when it is realized (None when it isn't, or is empty)."""
+    b = _buffer_uop(self.uop) if self.numel() else None
+    return _storage[b] if b is not None else None
 
   def item(self):
     if self.numel() != 1: raise TensorError(f"item() needs a tensor with one element, this one has shape {self.shape}")
@@ -384,27 +442,37 @@ class Tensor:
     return t
 
   def detach(self) -> Tensor:
-    """The same value with no gradient flowing back (a same-dtype CAST is the stop-gradient marker)."""
+    """The same value, cut from the graph: it requires no gradient and backward() never reaches through it. As torch's,
+    it is the value now: a tensor not computed yet is realized first, and the result names the same memory without the
+    graph realize() keeps for backward (a list of detached losses holds numbers, not every step's model)."""
+    if self.numel() == 0: return Tensor(np.zeros(self.shape, np_dtype(self.dtype)), device=self.device)
+    t = Tensor.__new__(Tensor)
+    t.uop, t.grad, t.device, t.requires_grad = name_buffer(self.realize()._buffer(), self.shape), None, self.device, False
+    return t
+
+  def _stop_gradient(self) -> Tensor:
+    """The same value, lazily, with no gradient flowing back through it (a same-dtype CAST is the marker): what the
+    composites here use inside a graph, where detach() would compute the value on its own."""
     return self._new(UOp(Ops.CAST, (self.uop,), self.dtype)) if self.dtype.is_float else self._new(self.uop)
 
   def _write(self, value) -> Tensor:
-    """Overwrite a realized tensor's buffer in place with `value` (array-like of its shape), as torch's copy_ does:
-    every view of the buffer sees it, and so does a uopc.jit capture that reads or rotates the buffer (an assign would
-    move the tensor to a new buffer the capture never saw). A tensor that isn't realized yet is assigned instead."""
+    """Give this tensor the value `value` (array-like of its shape), as torch's copy_ does, in a buffer of its own: the old
+    one may be shared (realize's siblings, a detached view), and a uopc.jit replay reads the tensor's current buffer."""
     arr = np.asarray(value)
     if arr.shape != self.shape: raise TensorError(f"write: a value of shape {arr.shape} into a tensor of shape {self.shape}")
-    if self.numel() and _realized(self.uop):
-      _storage[self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop].copyin(arr)
-      return self
-    return self.assign(Tensor(arr, dtype=self.dtype, device=self.device)).realize()
+    return self.assign(Tensor(arr, dtype=self.dtype, device=self.device))
 
   def assign(self, other: Tensor | Any) -> Tensor:
-    """Make this tensor hold `other`'s value (same shape and dtype); its gradient is reset."""
+    """Make this tensor hold `other`'s value (same shape, dtype and device), lazily: the tensor object stays the one
+    everyone holds (an optimizer's parameter), its value is replaced."""
     other = other if isinstance(other, Tensor) else Tensor(other, dtype=self.dtype, device=self.device)
     if other.shape != self.shape or other.dtype is not self.dtype:
       raise TensorError(f"assign: {other.dtype.name}{other.shape} into {self.dtype.name}{self.shape}")
-    if _capture is not None: _capture.assigned.append((self, self.uop))
+    if other.device != self.device:
+      raise TensorError(f"assign: a tensor on {other.device} into one on {self.device}: move it first (Tensor(x, device=...))")
+    if (cap := _local.capture) is not None: cap.assigned.append((self, self.uop))
     self.uop = other.uop
+    if not _realized(self.uop): _lazy_state[id(self)] = weakref.ref(self, lambda _, k=id(self): _lazy_state.pop(k, None))
     return self
 
   # ---- creation
@@ -462,20 +530,25 @@ class Tensor:
       raise TensorError(f"manual_seed: a seed is an int >= 0, got {seed!r}")
     Tensor._rng = np.random.default_rng(seed)
   @staticmethod
+  def _drawn(draw: Callable[[np.random.Generator], np.ndarray], dtype: DType, device: str | None, requires_grad: bool = False) -> Tensor:
+    """A tensor of random numbers that `draw` makes on the host from Tensor._rng (the generator manual_seed resets). Under
+    a uopc.jit capture the draw is recorded, and every replay draws again with it from the same generator: a replayed call
+    gets the numbers a plain call would have drawn at that point, bit for bit."""
+    t = Tensor(np.asarray(draw(Tensor._rng)).astype(np_dtype(dtype)), dtype=dtype, device=device)
+    if (cap := _local.capture) is not None and t.numel(): cap.draws.append((t._buffer(), draw))
+    return t.requires_grad_() if requires_grad else t
+  @staticmethod
   def rand(*shape, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
-    _not_while_capturing("Tensor.rand")
-    d = _to_dtype(dtype) or dtypes.f32
-    return Tensor(Tensor._rng.random(_new_shape(shape, "rand"), dtype=np.float32).astype(np_dtype(d)), requires_grad=requires_grad, device=device)
+    shape = _new_shape(shape, "rand")
+    return Tensor._drawn(lambda g: g.random(shape, dtype=np.float32), _to_dtype(dtype) or dtypes.f32, device, requires_grad)
   @staticmethod
   def randn(*shape, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
-    _not_while_capturing("Tensor.randn")
-    d = _to_dtype(dtype) or dtypes.f32
-    values = Tensor._rng.standard_normal(_new_shape(shape, "randn"), dtype=np.float32)
-    return Tensor(values.astype(np_dtype(d)), requires_grad=requires_grad, device=device)
+    shape = _new_shape(shape, "randn")
+    return Tensor._drawn(lambda g: g.standard_normal(shape, dtype=np.float32), _to_dtype(dtype) or dtypes.f32, device, requires_grad)
   @staticmethod
-  def uniform(*shape, low: float = 0.0, high: float = 1.0, **kw) -> Tensor:
-    _not_while_capturing("Tensor.uniform")
-    return Tensor((Tensor._rng.random(_new_shape(shape, "uniform")) * (high - low) + low).astype(np.float32), **kw)
+  def uniform(*shape, low: float = 0.0, high: float = 1.0, dtype=None, requires_grad: bool = False, device: str | None = None) -> Tensor:
+    shape, low, high = _new_shape(shape, "uniform"), _number_arg(low, "uniform: low"), _number_arg(high, "uniform: high")
+    return Tensor._drawn(lambda g: (g.random(shape) * (high - low) + low).astype(np.float32), _to_dtype(dtype) or dtypes.f32, device, requires_grad)
   def zeros_like(self, **kw) -> Tensor: return Tensor.zeros(*self.shape, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
   def ones_like(self, **kw) -> Tensor: return Tensor.ones(*self.shape, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
   def full_like(self, value, **kw) -> Tensor: return Tensor.full(self.shape, value, dtype=kw.pop("dtype", self.dtype), device=self.device, **kw)
@@ -575,7 +648,7 @@ class Tensor:
     # floor of -0.0...); found by the fuzzer
     q = (a.abs().eq(math.inf) & b.ne(0)).where(float("nan"), a._finite_by_infinite(b, same_sign=False).where(-1.0, q))
     # piecewise constant: no gradient (so a % b has torch's gradients 1 and -(a // b))
-    return q.cast(self.dtype if self.dtype.is_float else dtypes.f32).detach()
+    return q.cast(self.dtype if self.dtype.is_float else dtypes.f32)._stop_gradient()
   def __pow__(self, x): return self.pow(x)
   def __rpow__(self, x): return self.pow(x, reverse=True)
   def __matmul__(self, x): return self.matmul(x)
@@ -718,7 +791,7 @@ class Tensor:
     if not self.dtype.is_float: return self
     # floats of magnitude 2**23 and more (and inf, nan) are integers already, and don't survive the round trip through i32
     # (piecewise constant: no gradient, as in torch)
-    return (self.abs() < 2**23).where(self.cast(dtypes.i32).cast(self.dtype), self).detach()
+    return (self.abs() < 2**23).where(self.cast(dtypes.i32).cast(self.dtype), self)._stop_gradient()
   def floor(self) -> Tensor:
     if not self.dtype.is_float: return self
     t = self.trunc()
@@ -818,13 +891,13 @@ class Tensor:
   def logaddexp(self, other) -> Tensor:
     """log(e^self + e^other), shifted by the larger so nothing overflows."""
     other = other if isinstance(other, Tensor) else Tensor.full((), float(other), device=self.device)
-    m = self.maximum(other).detach()
+    m = self.maximum(other)._stop_gradient()
     m = m.isinf().where(0.0, m)   # both -inf (or an inf): no shift, the log of the sum is the answer
     return ((self - m).exp() + (other - m).exp()).log() + m
   def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
     """log(sum(exp(self))) over axis, shifted by the (detached) max so nothing overflows; over nothing it is log 0 = -inf."""
-    if prod(self.shape[a] for a in self._axes(axis)) == 0: m = self.sum(axis, keepdim=True).detach()   # no max to take: no shift
-    else: m = self.max(axis, keepdim=True).detach()
+    if prod(self.shape[a] for a in self._axes(axis)) == 0: m = self.sum(axis, keepdim=True)._stop_gradient()   # no max to take: no shift
+    else: m = self.max(axis, keepdim=True)._stop_gradient()
     m = m.isinf().where(0.0, m)
     out = (self - m).exp().sum(axis, keepdim=True).log() + m
     return out if keepdim else out.reshape(tuple(n for k, n in enumerate(self.shape) if k not in self._axes(axis)))
@@ -853,7 +926,7 @@ class Tensor:
   def asin(self) -> Tensor:
     """atan(x / sqrt(1 - x^2)), with torch's slope 1 / sqrt(1 - x^2) attached (through atan it was inf * 0 = NaN at +-1)."""
     x = self if self.dtype.is_float else self.float()
-    xd = x.detach()
+    xd = x._stop_gradient()
     return (xd / ((1 - xd) * (1 + xd)).sqrt()).atan()._with_gradient((x, ((1 - xd) * (1 + xd)).sqrt().recip()))
   def acos(self) -> Tensor: return math.pi / 2 - self.asin()
   def asinh(self) -> Tensor:
@@ -870,7 +943,7 @@ class Tensor:
     """A series below 0.5 and Abramowitz & Stegun 7.1.26 above (error < 1.5e-7), with the exact gradient
     2/sqrt(pi) e^(-x^2) attached (the approximation's own derivative is less accurate than its value)."""
     x = self if self.dtype.is_float else self.float()
-    xd = x.detach()
+    xd = x._stop_gradient()
     a = (xd < 0).where(-xd, xd)
     small = a < 0.5
     s = small.where(a, 0.0)
@@ -969,11 +1042,11 @@ class Tensor:
   def _pow_value(b: Tensor, e) -> Tensor:
     """b ** e by C's pow rules (a negative base needs an integral exponent, except -inf; anything ** 0 and 1 ** anything are
     1), as exp2(e * log2|b|), with no gradient of its own: pow attaches PyTorch's. e is a float tensor or a python number."""
-    b = b.detach()
+    b = b._stop_gradient()
     neg = (b < 0) | (b.recip() < 0)   # -0.0 too, as C's pow: (-0.0) ** -3 is -inf
-    mag = (neg.where(-b, b).log2() * (e.detach() if isinstance(e, Tensor) else e)).exp2()
+    mag = (neg.where(-b, b).log2() * (e._stop_gradient() if isinstance(e, Tensor) else e)).exp2()
     if isinstance(e, Tensor):
-      e = e.detach()
+      e = e._stop_gradient()
       integral, odd = e.eq(e.floor()), ((e * 0.5).floor() * 2).ne(e)
       negative = integral.where(odd.where(-mag, mag), (b.eq(float("-inf")) | b.eq(0)).where(mag, float("nan")))
       return (e.eq(0) | b.eq(1)).where(1.0, neg.where(negative, mag))
@@ -992,13 +1065,13 @@ class Tensor:
     is 0 (where torch's formula may give inf: b ** 3.3 at b = inf): no graph of x has a finite forward value and an
     infinite slope there. Where x is NaN and so is the value, the gradient is NaN, as torch's (a NaN must not vanish in
     the backward pass): a term NaN there and +0.0 elsewhere, subtracted so a -0.0 value keeps its sign."""
-    out = self.detach()
+    out = self._stop_gradient()
     big = 2.0 ** (127 if out.dtype is dtypes.f32 else 15)
     value_nan = out.isnan()
     for x, slope in pairs:
-      xn = x.detach().isnan() & value_nan
-      out = out - (xn.where(x, 0.0) - xn.where(x.detach(), 0.0)) * xn.where(math.nan, 0.0)
-      xd, slope = x.detach(), slope.detach()
+      xn = x._stop_gradient().isnan() & value_nan
+      out = out - (xn.where(x, 0.0) - xn.where(x._stop_gradient(), 0.0)) * xn.where(math.nan, 0.0)
+      xd, slope = x._stop_gradient(), slope._stop_gradient()
       finite = xd.isfinite()
       z = (finite.where(x, 0.0) - finite.where(xd, 0.0))._broadcast_to(out.shape)   # 0, with slope 1 in x where x is finite
       inf, nan = slope.isinf(), slope.isnan()
@@ -1672,13 +1745,13 @@ class Tensor:
       if r.requires_grad and r.dtype.is_float:
         # torch shares the gradient evenly among the tied maxima (MAX splits pairwise: 1/2, 1/4, 1/4): the value is r
         # exactly, plus terms that are 0 forward and carry 1/count of the gradient to each tie
-        rd = r.detach()
-        tie = hit & v.detach().eq(rd.unsqueeze(-1))
-        share = tie.where(v - v.detach(), 0.0).sum(-1)
+        rd = r._stop_gradient()
+        tie = hit & v._stop_gradient().eq(rd.unsqueeze(-1))
+        share = tie.where(v - v._stop_gradient(), 0.0).sum(-1)
         # torch counts self among the ties where it equals the result even when it isn't included (it then gets no share)
-        self_tie = b.detach().eq(rd)
+        self_tie = b._stop_gradient().eq(rd)
         count = tie.int().sum(-1) + self_tie.int()
-        if include_self: share = share + self_tie.where(b - b.detach(), 0.0)
+        if include_self: share = share + self_tie.where(b - b._stop_gradient(), 0.0)
         r = rd + share / count.maximum(1)
       region = r if reduce == "amax" else r._inverse()
     elif reduce == "prod":
@@ -1932,7 +2005,7 @@ class Tensor:
     sp = self.shape[-len(kernel):]
     where_from = Tensor(np.arange(prod(sp), dtype=np.int32).reshape(sp), device=self.device)
     where_from = where_from.pad(tuple((b, a + e) for (b, a), e in zip(pads, extra)), value=-1)._pool_windows(kernel, stride, dilation)
-    w, K = win.detach(), win.shape[-1]
+    w, K = win._stop_gradient(), win.shape[-1]
     hit = (w.eq(w.max(-1, keepdim=True)) | (w.ne(w) if self.dtype.is_float else False)) & (where_from >= 0)
     rev = Tensor(np.arange(K, 0, -1, dtype=np.int32), device=self.device)
     first = (K - hit.where(rev, 0).max(-1, keepdim=True)).eq(Tensor.arange(K, device=self.device))
@@ -2067,12 +2140,12 @@ class Tensor:
 
   def softmax(self, axis: int = -1) -> Tensor:
     if self.numel() == 0: return self.float()   # nothing to normalize (and no max of an empty axis to take)
-    m = self.max(axis, keepdim=True).detach()
+    m = self.max(axis, keepdim=True)._stop_gradient()
     e = (self - m).exp()
     return e / e.sum(axis, keepdim=True)
   def log_softmax(self, axis: int = -1) -> Tensor:
     if self.numel() == 0: return self.float()
-    m = self.max(axis, keepdim=True).detach()
+    m = self.max(axis, keepdim=True)._stop_gradient()
     s = self - m
     return s - s.exp().sum(axis, keepdim=True).log()
 
@@ -2105,7 +2178,7 @@ class Tensor:
     """-(t log p + (1 - t) log(1 - p)) of probabilities p = self, each log clamped at -100, with torch's gradients:
     (p - t) / max(p (1 - p), 1e-12) for p (finite at p = 0 and 1, where the clamp would give 0) and log(1 - p) - log p for t."""
     target = target if isinstance(target, Tensor) else Tensor.full((), float(target), device=self.device)
-    p, t = self.detach(), target.detach()
+    p, t = self._stop_gradient(), target._stop_gradient()
     loss = -(t * p.log().clip(min_=-100) + (1 - t) * (-p).log1p().clip(min_=-100))
     loss = loss._with_gradient((self, (p - t) / (p * (1 - p)).clip(min_=1e-12)), (target, (-p).log1p() - p.log()))
     return (loss * weight if weight is not None else loss)._reduced(reduction, "binary_cross_entropy")
@@ -2198,8 +2271,7 @@ class Tensor:
     if not 0 <= _number_arg(p, "dropout: p") <= 1: raise TensorError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0: return self
     if p == 1: return self * 0
-    _not_while_capturing("dropout (training, p > 0)")
-    keep = Tensor(Tensor._rng.random(self.shape) >= p, device=self.device)
+    keep = Tensor._drawn(lambda g, shape=self.shape: g.random(shape) >= p, dtypes.bool, self.device)
     return keep.where(self * (1 / (1 - p)), 0)
 
   def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
@@ -2230,6 +2302,9 @@ class Tensor:
     """Accumulate d self / d t into t.grad for every tensor t that requires a gradient and that self depends on."""
     if gradient is None and (self.numel() != 1 or not self.dtype.is_float):
       raise TensorError(f"backward() on a {self.dtype.name}{self.shape} tensor needs a gradient (only a float scalar defaults to 1)")
+    if not self.requires_grad:   # torch refuses it too: there is no graph to go back through, so every gradient would be 0
+      raise TensorError("backward(): nothing in this graph requires a gradient: this tensor was computed from tensors that "
+                        "don't, detached, or returned by a uopc.jit replay (which keeps no graph: call backward() inside the function)")
     leaves = [t for r in list(Tensor._grad_leaves.values()) if (t := r()) is not None and t.requires_grad]
     root = self._seen_through(leaves)
     nodes = set(root.toposort())
