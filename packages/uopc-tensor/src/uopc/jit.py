@@ -41,14 +41,16 @@ lock while it runs, so calls from several threads take turns. A jitted function 
 same thread) runs its body plainly, and its launches join the outer call's.
 """
 from __future__ import annotations
-import functools, gc, threading, types, weakref
+import functools, gc, sys, threading, types, weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 import numpy as np
-from uopc.dtype import DType
+from uopc.dtype import DType, dtypes
 from uopc.runtime import Buffer, debug_level, np_dtype
-from uopc.tensor import Tensor, JitError, Capture, capturing, name_buffer, named, realize_lazy_state, _realized
+from uopc.uop import Ops
+from uopc.tensor import Tensor, JitError, Capture, capturing, name_buffer, named, realize_lazy_state, _realized, _storage, _names
 
+_RESHAPE, _BUFFER = Ops.RESHAPE, Ops.BUFFER
 MAX_CAPTURES = 8   # captures one function keeps (one per aliasing and gradient case); more means the calls differ too much
 
 
@@ -128,6 +130,29 @@ def _resolve(place: tuple, tensors: list[Tensor]) -> Tensor | None:
   return t
 
 
+class _Held:
+  """A buffer a plan hands out again and again (a state's new value, an output, a .grad), with the BUFFER uop and the
+  views that hand it out, made once. The plan may write it again only while nothing else refers to them: a tensor that
+  holds it, a graph built on it, a detached alias of it all do, and CPython's reference counts say so exactly."""
+  __slots__ = ("buffer", "uop", "views")
+
+  def __init__(self, buffer: Buffer):
+    self.buffer, self.views = buffer, {}
+    self.uop = name_buffer(buffer, (buffer.size,), alias=False)
+
+  def view(self, shape: tuple[int, ...]):
+    if shape == self.uop.shape: return self.uop
+    if (v := self.views.get(shape)) is None: v = self.views[shape] = self.uop.reshape(shape)
+    return v
+
+  def free(self) -> bool:
+    # the uop is referred to by this entry and by each view's sources; a view by the views dict (and this loop)
+    if sys.getrefcount(self.uop) > _UOP_REFS + len(self.views): return False
+    for v in self.views.values():
+      if sys.getrefcount(v) > _VIEW_REFS: return False
+    return not (_names and named(self.buffer))
+
+
 @dataclass
 class _Plan:
   """One capture: its launches over numbered slots, and how each slot is bound and handed out at a replay."""
@@ -135,16 +160,16 @@ class _Plan:
   others: tuple
   objects: list                                  # the non-value arguments compared by identity, kept alive
   launches: list[tuple[Any, list[int]]]
-  nslots: int
-  reads: dict[int, list[tuple]]                  # slot -> the places its value was read from (first: the one to trust)
-  fixed: dict[int, Buffer]                       # slot -> the Buffer the call made from host data (a causal mask)
-  fresh: dict[int, tuple[Any, int, DType]]       # slot -> (backend, size, dtype): written by a launch or a random draw
-  draws: list[tuple[int | None, Callable, DType]]
+  table: list                                    # the Buffer of every slot that has one whatever the call (None: bound per call)
+  reads: list[tuple[int, int, list[tuple]]]      # (slot, size, the places its value was read from: the first is trusted)
+  temps: dict[int, tuple[Any, int, DType]]       # slot -> (backend, size, dtype): written and read back within the call
+  shown: dict[int, tuple[Any, int, DType]]       # the same for what a replay hands out (state, outputs, .grad)
+  draws: list[tuple[int, Callable, DType]]
   checks: list[tuple[int, int, Any]]
   publish: list[tuple[tuple, int | None, tuple[int, ...]]]   # (place, slot or None for a .grad set to None, shape)
   grad_guards: list[tuple[tuple, bool]]          # (leaf place, whether its .grad was None when captured)
   out: Any                                       # the return value with an _Out for every tensor
-  pools: dict[int, list[Buffer]] = field(default_factory=dict)
+  pools: dict[int, list[_Held]] = field(default_factory=dict)
 
 
 class JitFunction:
@@ -263,14 +288,15 @@ class JitFunction:
       return _Out("slot", (slot(t._buffer()), t.shape, t.device))
     template = _rebuild(out, out_spec)
 
-    # how each slot is bound at a replay: read from where its value lives now, fixed, or a fresh buffer
-    reads, fixed, fresh = {}, {}, {}
+    # how each slot is bound at a replay: read from where its value lives now, fixed, or a buffer of the plan's own
+    handed = {s for _, s, _ in publish if s is not None} | {o.value[0] for o in _outs(template) if o.kind == "slot"}
+    table, reads, temps, shown = [None] * len(buffers), [], {}, {}
     for s, b in enumerate(buffers):
-      if s in written: fresh[s] = (b.backend, b.size, b.dtype)
-      elif places := holders.get(id(b)): reads[s] = _trusted(places, {_key(p) for p, _, _ in publish})
-      else: fixed[s] = b   # made from host data during the call (a causal mask): the same on every call
-    self._plans.append(_Plan([(t.shape, t.dtype) for t in tensors], others, objects, launches, len(buffers), reads, fixed,
-                             fresh, draws, checks, publish, grad_guards, template))
+      if s in written: (shown if s in handed else temps)[s] = (b.backend, b.size, b.dtype)
+      elif places := holders.get(id(b)): reads.append((s, b.size, _trusted(places, {_key(p) for p, _, _ in publish})))
+      else: table[s] = b   # made from host data during the call (a causal mask): the same on every call
+    self._plans.append(_Plan([(t.shape, t.dtype) for t in tensors], others, objects, launches, table, reads, temps, shown,
+                             draws, checks, publish, grad_guards, template))
     return out
 
   # ---- replay
@@ -286,32 +312,37 @@ class JitFunction:
                      "values, lists and arrays (changed in place too) and objects (by identity) with the capturing call's")
 
   def _bind(self, plan: _Plan, tensors: list[Tensor]) -> list[Buffer] | None:
-    """The Buffer of every slot for a replay of `plan` with these arguments, or None when the plan's guards don't hold
-    (then another capture is needed). State left lazy is realized here."""
+    """The Buffer of every slot the call reads, for a replay of `plan` with these arguments, or None when the plan's
+    guards don't hold (then another capture is needed). State left lazy is realized here."""
     for leaf, was_none in plan.grad_guards:
       if (t := _resolve(leaf, tensors)) is not None and (t.grad is None) != was_none: return None
-    table: list = [None] * plan.nslots
-    found: dict[int, list[Tensor]] = {}
-    lazy = []
-    for s, places in plan.reads.items():
-      ts = found[s] = [t for p in places if (t := _resolve(p, tensors)) is not None]
-      if not ts: return None                    # every tensor that held the value is gone (or a .grad read is None now)
-      lazy += [t for t in ts if not _realized(t.uop)]
-    if lazy: _realize_all(lazy)
-    for s, ts in found.items():
-      b = ts[0]._buffer()
-      if any(t._buffer() is not b for t in ts[1:]): return None   # places that shared one buffer when captured no longer do
-      table[s] = b
-    for s, b in plan.fixed.items(): table[s] = b
+    table = plan.table[:]
+    for s, size, places in plan.reads:
+      found = None
+      for p in places:
+        if (t := _resolve(p, tensors)) is None: continue
+        u = t.uop
+        base = u.src[0] if u.op is _RESHAPE else u
+        if base.op is not _BUFFER or (b := _storage.get(base)) is None or b.size != size:
+          b = t.realize()._buffer()                                              # state nobody computed yet
+        if found is None: found = b
+        elif b is not found: return None      # places that shared one buffer when captured no longer do
+      if found is None: return None           # every tensor that held the value is gone (or a .grad read is None now)
+      table[s] = found
     return table
 
   def _replay(self, plan: _Plan, tensors: list[Tensor], table: list):
-    for s, (backend, size, dtype) in plan.fresh.items():   # a result goes where no live tensor or graph can see it
+    if plan.temps and table[next(iter(plan.temps))] is None:   # the first replay makes the plan's own temporaries
+      for s, (backend, size, dtype) in plan.temps.items(): plan.table[s] = table[s] = Buffer(backend, size, dtype)
+    held: dict[int, _Held] = {}
+    for s, (backend, size, dtype) in plan.shown.items():       # a result goes where no live tensor or graph can see it
       pool = plan.pools.setdefault(s, [])
-      table[s] = next((b for b in pool if not named(b)), None)
-      if table[s] is None:
-        table[s] = Buffer(backend, size, dtype)
-        pool.append(table[s])
+      for i, h in enumerate(pool):
+        if h.free():
+          pool.append(pool.pop(i))             # round robin: the one just handed out is tried last next time
+          break
+      else: pool.append(h := _Held(Buffer(backend, size, dtype)))
+      held[s], table[s] = h, h.buffer
     for s, draw, dtype in plan.draws: table[s].copyin(np.asarray(draw(Tensor._rng)).astype(np_dtype(dtype)))
     done = 0
     for at, s, check in plan.checks:   # each check where the capture made it, on the buffer its slot holds now
@@ -319,10 +350,9 @@ class JitFunction:
       done = at
       check._replace(buffer=table[s]).run()
     _launch(plan.launches[done:], table)
-    names: dict[int, Any] = {}
     def view(s: int, shape: tuple[int, ...]):
-      if s not in names: names[s] = name_buffer(table[s], (table[s].size,))
-      return names[s].reshape(shape) if shape != names[s].shape else names[s]
+      if s in held: return held[s].view(shape)
+      return name_buffer(table[s], shape)      # handing out a value the call read (w.assign(x)): a name of its own
     for p, s, shape in plan.publish:
       if p[2] == "grad":
         if (leaf := _resolve((p[0], p[1], None), tensors)) is not None: leaf.grad = None if s is None else _tensor(view(s, shape), leaf.device)
@@ -350,6 +380,16 @@ class _Out(NamedTuple):
   """Where a replay finds a captured output: ("arg", k), ("place", place), ("slot", (slot, shape, device)), ("empty", ...)."""
   kind: str
   value: Any
+
+
+def _outs(template: Any) -> list[_Out]:
+  found, stack = [], [template]
+  while stack:
+    x = stack.pop()
+    if isinstance(x, _Out): found.append(x)
+    elif isinstance(x, (list, tuple)): stack.extend(x)
+    elif isinstance(x, dict): stack.extend(x.values())
+  return found
 
 
 def _key(place: tuple) -> tuple:
@@ -405,3 +445,19 @@ def jit(fn: Callable) -> JitFunction:
 
 
 __all__ = ["jit", "JitFunction", "JitError", "MAX_CAPTURES"]
+
+
+def _calibrate() -> tuple[int, int]:
+  """The reference counts of a free _Held's uop and views, measured on one (they differ between Python versions)."""
+  class Dummy:   # a stand-in Buffer: _Held needs its size and dtype only
+    size, dtype = 4, dtypes.f32
+  h = _Held(Dummy())
+  h.view((2, 2))
+  del h.views[(2, 2)]
+  uop_refs = sys.getrefcount(h.uop)
+  h.view((2, 2))
+  for v in h.views.values(): view_refs = sys.getrefcount(v)
+  return uop_refs, view_refs
+
+
+_UOP_REFS, _VIEW_REFS = _calibrate()

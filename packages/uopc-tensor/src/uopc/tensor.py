@@ -134,8 +134,8 @@ def _check_indices(index: Tensor, low: int, high: int, message: str, ignore: int
 # replays' results into buffers of its own, and only into one no live BUFFER uop names (see `_names`).
 
 _storage: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-# the BUFFER uops naming a Buffer uopc.jit may write again (a replay's results, and what detach() makes of them): a replay
-# reuses such a Buffer only once none of them is alive
+# the aliases name_buffer made of a Buffer (detach() of a value keeps its memory under a new name): uopc.jit reuses a
+# buffer of its own only once none of them is alive
 _names: weakref.WeakKeyDictionary[Buffer, weakref.WeakSet] = weakref.WeakKeyDictionary()
 # a realized tensor that depends on gradient leaves keeps the graph it came from, so backward() can still see through it
 _history: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
@@ -148,12 +148,13 @@ def _new_buffer(n: int, dtype: DType) -> UOp:
   return UOp(Ops.BUFFER, (), ParamArg(next(_buffer_ids), dtype, (max(1, n),)))
 
 
-def name_buffer(buffer: Buffer, shape: tuple[int, ...]) -> UOp:
-  """A new BUFFER uop for an existing Buffer, viewed in `shape`: how uopc.jit hands out a replay's results, and how
-  detach() names a value without the graph behind it. The Buffer counts as in use while the uop lives."""
+def name_buffer(buffer: Buffer, shape: tuple[int, ...], alias: bool = True) -> UOp:
+  """A new BUFFER uop for an existing Buffer, viewed in `shape`: how detach() names a value without the graph behind
+  it, and how uopc.jit hands out a replay's results. An alias (the default) keeps the Buffer in use while it lives (see
+  `named`); uopc.jit's own names (alias=False) it tracks itself."""
   b = UOp(Ops.BUFFER, (), ParamArg(next(_buffer_ids), buffer.dtype, (buffer.size,)))
   _storage[b] = buffer
-  _names.setdefault(buffer, weakref.WeakSet()).add(b)
+  if alias: _names.setdefault(buffer, weakref.WeakSet()).add(b)
   return b.reshape(shape) if shape != b.shape else b
 
 
