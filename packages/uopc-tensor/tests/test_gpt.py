@@ -7,7 +7,7 @@ import pytest
 from uopc.cli import main
 from uopc.tensor import Tensor, TensorError
 from uopc import nn
-from uopc.gpt import GPT, GPTConfig, AdditionTask, TextTask, generate, parameter_count, learning_rate, load
+from uopc.gpt import GPT, GPTConfig, AdditionTask, TextTask, generate, parameter_count, learning_rate, load, data_rng, training_step, TRAIN_STREAM
 
 TINY = ["--width", "16", "--heads", "2", "--layers", "1", "--batch", "4"]
 
@@ -234,3 +234,61 @@ def test_checkpoints_of_another_shape_and_prompts_outside_the_vocabulary_are_ref
 def test_a_diverging_run_stops_with_an_error(capsys, tmp_path):
   status, _, err = run(capsys, "train", "--steps", "20", *TINY, "--lr", "1e9", "--out", str(tmp_path))
   assert status == 1 and "the run diverged" in err
+
+
+# ---- the data streams -------------------------------------------------------------------------------------------------
+
+def _pairs(task: AdditionTask, x: np.ndarray) -> list[tuple[int, int]]:
+  texts = ["".join(task.vocab[t] for t in row).split("=")[0] for row in x]
+  return [tuple(map(int, t.split("+"))) for t in texts]
+
+
+@pytest.mark.parametrize("digits", [3, 4, 5, 6])
+def test_training_batches_are_whole_and_disjoint_from_the_held_out_problems(digits):
+  task = AdditionTask(digits, seed=0)
+  held = set(map(tuple, task.heldout.tolist()))
+  assert len(held) == len(task.heldout) == 2000
+  # the run's training stream, and the held-out draw's own stream (the old training stream at step 0): whole batches of
+  # training problems from both
+  for rng in (data_rng(0, TRAIN_STREAM, 0), np.random.default_rng(0)):
+    x, y = task.batch(rng, 64)
+    assert ((y != -100).sum(1) >= 2).all()            # every row predicts an answer and its newline
+    pairs = _pairs(task, x)
+    assert len(pairs) == 64 and not held & set(pairs)
+  assert set(_pairs(task, task.batch(np.random.default_rng(1), 64, "val")[0])) <= held
+
+
+@pytest.mark.parametrize("digits", [3, 4, 5, 6])
+def test_a_few_training_steps_give_finite_losses_for_every_digit_count(digits):
+  # every batch is padded as the task pads its short examples, to the 6-digit length: one shape, so one compile for all
+  width = AdditionTask(6).length - 1
+  task = AdditionTask(digits, seed=0)
+  Tensor.manual_seed(0)
+  model = GPT(GPTConfig(vocab=len(task.vocab), context=width, layers=1, width=16, heads=2))
+  step = training_step(model, nn.AdamW(model.parameters(), lr=1e-3))
+  rng = data_rng(0, TRAIN_STREAM, 0)
+  losses = []
+  for _ in range(3):
+    x, y = task.batch(rng, 4)
+    pad = ((0, 0), (0, width - x.shape[1]))
+    x, y = np.pad(x, pad, constant_values=task.vocab.index("\n")), np.pad(y, pad, constant_values=-100)
+    losses.append(float(step(Tensor(x), Tensor(y)).item()))
+  assert all(math.isfinite(v) and v > 0 for v in losses), losses
+
+
+def test_the_command_trains_three_digit_additions(capsys, tmp_path):
+  status, out, err = run(capsys, "train", "--digits", "3", "--steps", "2", *TINY, "--out", str(tmp_path))
+  assert status == 0, err
+  assert "held-out additions of numbers below 1000" in out.strip().splitlines()[-1]
+  history = load(tmp_path / "model.safetensors")[3]["history"]
+  assert all(math.isfinite(h[1]) for h in json.loads(history))
+
+
+def test_a_batch_with_nothing_to_predict_is_its_own_error_not_a_nan(capsys, tmp_path, monkeypatch):
+  real = AdditionTask.batch
+  def nothing_to_predict(self, rng, size, split="train"):
+    x, y = real(self, rng, size, split)
+    return x, (np.full_like(y, -100) if split == "train" else y)
+  monkeypatch.setattr(AdditionTask, "batch", nothing_to_predict)
+  status, _, err = run(capsys, "train", "--steps", "2", *TINY, "--out", str(tmp_path))
+  assert status == 1 and "the training batch of step 1 has no token to predict" in err and "nan" not in err

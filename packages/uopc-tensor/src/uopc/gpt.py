@@ -155,6 +155,18 @@ def training_step(model: GPT, opt: nn.Optimizer):
   return step
 
 
+# A run's random streams, one per purpose, all from its seed. numpy pads short entropy with zeros, so default_rng([seed, 0])
+# *is* default_rng(seed): training batches drawn from default_rng([seed, step]) repeated, at step 0, AdditionTask's
+# held-out draw; for 3 digits and more every problem was skipped, and the empty batch's loss (0/0) read as a diverged
+# run. A SeedSequence spawn key keeps each stream apart from the held-out one and from the others.
+TRAIN_STREAM, VAL_STREAM = 1, 2
+
+
+def data_rng(seed: int, stream: int, *more: int) -> np.random.Generator:
+  """The generator of one stream of a run (TRAIN_STREAM and the step a run starts at, or VAL_STREAM) for `seed`."""
+  return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(stream, *more)))
+
+
 def parameter_count(cfg: GPTConfig) -> int:
   """The number of parameters of GPT(cfg), from the config alone."""
   c, v = cfg.width, cfg.vocab
@@ -169,7 +181,8 @@ class AdditionTask:
   answer and the newline after it are predicted (the operands are random); examples shorter than the longest are
   padded after their newline, and the padding is not predicted either. A tenth of all problems (or 2000 of them, when
   there are many) is held out and never trained on; accuracy is the share of held-out problems whose answer greedy
-  decoding gets exactly right."""
+  decoding gets exactly right. The held-out split is drawn from default_rng(seed), so a checkpoint's task seed names it;
+  training batches must come from another stream (data_rng), or they would repeat the held-out draw."""
   vocab = "0123456789+=\n"
   EVAL_BATCH = 250              # prompts decoded together when measuring accuracy (one jit capture serves them all)
 
@@ -188,8 +201,8 @@ class AdditionTask:
       lengths = np.char.str_len(self._train.astype(str))
       w = (1 / numbers_of_length[lengths - 1]).prod(1)
       self._weights = w / w.sum()
-    else:
-      self.heldout, self._train = rng.integers(0, n, (2000, 2)), None
+    else:     # 2000 distinct problems of a million or more; training draws uniformly and skips them (see batch)
+      self.heldout, self._train = np.stack(np.divmod(rng.choice(n * n, 2000, replace=False), n), 1), None
       self._held = set(map(tuple, self.heldout.tolist()))
     self.length = 3 * digits + 4          # the longest example: a+b=c with c one digit longer, and the newline
 
@@ -201,9 +214,10 @@ class AdditionTask:
     """(inputs, targets), each (size, length - 1): training problems, or held-out ones for split "val"."""
     if split == "val": pairs = self.heldout[rng.integers(0, len(self.heldout), size)]
     elif self._train is not None: pairs = self._train[rng.choice(len(self._train), size, p=self._weights)]
-    else:
-      pairs = rng.integers(0, 10 ** self.digits, (size * 2, 2))
-      pairs = np.array([p for p in pairs.tolist() if tuple(p) not in self._held][:size])
+    else:     # uniform draws less the held-out ones, until there are `size`: a batch is always whole
+      kept: list = []
+      while len(kept) < size: kept += [p for p in rng.integers(0, 10 ** self.digits, (size, 2)).tolist() if tuple(p) not in self._held]
+      pairs = np.array(kept[:size])
     x = np.full((size, self.length - 1), self.vocab.index("\n"), np.int32)
     y = np.full((size, self.length - 1), -100, np.int32)
     for i, (a, b) in enumerate(pairs.tolist()):
@@ -358,7 +372,7 @@ def cmd_train(args) -> int:
     start = 0
   peak = args.lr if args.lr is not None else float(meta.get("lr", 3e-3)) if args.resume else 3e-3
   opt = nn.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
-  rng = np.random.default_rng([args.seed, start])       # a resumed run draws new batches, not the first run's again
+  rng = data_rng(args.seed, TRAIN_STREAM, start)        # a resumed run draws new batches, not the first run's again
   if args.resume:
     names = list(nn.get_state_dict(model))
     nn.load_state_dict(opt, {**{f"m.{i}": state[f"optim.m.{n}"] for i, n in enumerate(names)},
@@ -370,7 +384,7 @@ def cmd_train(args) -> int:
   train_step = training_step(model, opt)
 
   # evaluation: the loss on a fixed held-out batch (both tasks), and for addition the exact-answer accuracy
-  vx, vy = task.batch(np.random.default_rng(args.seed + 1), args.batch, "val")
+  vx, vy = task.batch(data_rng(args.seed, VAL_STREAM), args.batch, "val")
   val_step = jit(lambda x, y: model.loss(x, y, training=False))
   addition = isinstance(task, AdditionTask)
   def evaluate(final: bool = False) -> tuple[float, float | None]:
@@ -386,6 +400,10 @@ def cmd_train(args) -> int:
   for step in range(start, total):
     opt.lr = learning_rate(peak, step, total)
     x, y = task.batch(rng, args.batch)
+    if (y == -100).all():     # its loss is 0/0: a NaN that says nothing about the run, and a step that would spoil the weights
+      if bar is not None: bar.close()
+      raise TensorError(f"the training batch of step {step + 1} has no token to predict ({type(task).__name__} drew {len(y)} examples "
+                        "with every target ignored): nothing to train on")
     loss_value = float(train_step(Tensor(x), Tensor(y)).item())
     if not math.isfinite(loss_value):
       if bar is not None: bar.close()
@@ -495,4 +513,4 @@ def register(subparsers) -> None:
   g.set_defaults(func=lambda args: g.print_help() or 2)
 
 
-__all__ = ["GPTConfig", "GPT", "Block", "parameter_count", "AdditionTask", "TextTask", "generate", "save", "load", "register"]
+__all__ = ["GPTConfig", "GPT", "Block", "parameter_count", "data_rng", "AdditionTask", "TextTask", "generate", "save", "load", "register"]
