@@ -74,7 +74,23 @@ def test_greedy_generation_follows_the_argmax_of_the_full_forward_pass():
     nxt = model(Tensor(seq)).numpy()[:, -1].argmax(-1)
     seq = np.concatenate([seq, nxt[:, None].astype(np.int32)], 1)
   np.testing.assert_array_equal(out, seq[:, 3:])
-  with pytest.raises(TensorError, match="exceed the context of 8"): generate(model, prompt, 7)
+
+
+@pytest.mark.parametrize("prompt_length", [3, 11])
+def test_generation_past_the_context_conditions_on_the_last_context_tokens(prompt_length):
+  # the oracle is nanoGPT's loop: a plain forward pass of the last `context` (8) tokens, no cache; greedy, and top-k 1.
+  # Embeddings N(0, 1), not GPT-2's N(0, 0.02): with those a tiny random model repeats one token whatever it is given.
+  model = tiny_model()
+  for e in (model.wte, model.wpe): e.weight.assign(e.weight * 50).realize()
+  prompt = np.random.default_rng(2).integers(0, 13, (2, prompt_length)).astype(np.int32)
+  out = generate(model, prompt, 14, temperature=0.0)
+  seq = prompt
+  for _ in range(14):
+    nxt = model(Tensor(seq[:, -8:])).numpy()[:, -1].argmax(-1)
+    seq = np.concatenate([seq, nxt[:, None].astype(np.int32)], 1)
+  assert out.shape == (2, 14) and len(np.unique(out[:, -6:])) > 2        # past the context, and not one token repeated
+  np.testing.assert_array_equal(out, seq[:, prompt_length:])
+  np.testing.assert_array_equal(generate(model, prompt, 14, temperature=1.0, top_k=1), out)
 
 
 def test_the_decode_caches_are_not_parameters():
@@ -193,6 +209,10 @@ def test_train_on_a_text_file_then_sample_it(capsys, tmp_path):
   assert status == 0 and "validation loss" in stdout.strip().splitlines()[-1]
   status, stdout, _ = run(capsys, "sample", str(out), "--prompt", "the ", "--tokens", "5")
   assert status == 0 and stdout.startswith("the ") and len(stdout.rstrip("\n")) <= 9
+  # past the context of 16, from a short prompt and from one longer than the context: every token asked for
+  for prompt in ("the ", "the cat sat on the mat. "):
+    status, stdout, _ = run(capsys, "sample", str(out), "--prompt", prompt, "--tokens", "40")
+    assert status == 0 and stdout.startswith(prompt) and len(stdout.rstrip("\n")) == len(prompt) + 40
 
 
 @pytest.mark.parametrize("argv, message", [

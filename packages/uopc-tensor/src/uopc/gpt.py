@@ -12,7 +12,10 @@ once by uopc.jit and replayed.
 
 Generation is incremental: `GPT.decode` feeds one token per sequence and keeps each layer's keys and values in a cache
 of the full context (fixed shapes: the new position is a one-hot row and attention masks the positions not written
-yet), so a token costs one position's work and the step is a jit replay.
+yet), so a token costs one position's work and the step is a jit replay. Past the context it goes on with a sliding
+window, as nanoGPT does: each new token is conditioned on the last `context` tokens, each at its place in the window.
+The window's position embeddings move with every token, so no cached key or value stays valid: `GPT.window_logits` is
+a full forward pass of the window (a jit replay too), the cache rebuilt in effect.
 
 State dict names are stable (`wte.weight`, `blocks.0.attn.weight`, `lnf.bias`, `head.weight`, ...): the attribute
 paths nn.get_state_dict walks. A checkpoint is one .safetensors file that the safetensors library reads: the model's
@@ -84,10 +87,11 @@ class Block:
 
 
 class _Decoders:
-  """Batch size -> (the jitted decode step, its key/value caches). Scratch, not parameters: a class with __slots__ and
-  no __dict__, so nn.get_state_dict (which walks attributes, lists and dicts) never sees the caches."""
-  __slots__ = ("by_batch",)
-  def __init__(self): self.by_batch: dict[int, tuple] = {}
+  """Batch size -> (the jitted decode step, its key/value caches), and batch size -> the jitted forward pass of a full
+  window. Scratch, not parameters: a class with __slots__ and no __dict__, so nn.get_state_dict (which walks attributes,
+  lists and dicts) never sees the caches."""
+  __slots__ = ("by_batch", "windows")
+  def __init__(self): self.by_batch, self.windows = {}, {}
 
 
 class GPT:
@@ -104,15 +108,19 @@ class GPT:
     x = self.lnf(x)
     return x.linear(self.wte.weight) if self.head is None else self.head(x)
 
-  def __call__(self, tokens: Tensor, training: bool = False) -> Tensor:
-    """Logits (B, T, vocab) for integer tokens (B, T), T <= context."""
+  def _hidden(self, tokens: Tensor, training: bool) -> Tensor:
+    """The residual stream (B, T, width) after the last block."""
     if tokens.ndim != 2: raise TensorError(f"GPT takes tokens of shape (batch, time), got {tokens.shape}")
     T = tokens.shape[1]
     if T > self.cfg.context: raise TensorError(f"GPT: {T} tokens exceed the context of {self.cfg.context}")
     pos = Tensor(np.arange(T, dtype=np.int32), device=tokens.device)
     x = (self.wte(tokens) + self.wpe(pos)).dropout(self.cfg.dropout, training)
     for block in self.blocks: x = block(x, training)
-    return self._logits(x)
+    return x
+
+  def __call__(self, tokens: Tensor, training: bool = False) -> Tensor:
+    """Logits (B, T, vocab) for integer tokens (B, T), T <= context."""
+    return self._logits(self._hidden(tokens, training))
 
   def parameters(self) -> list[Tensor]: return list(nn.get_state_dict(self).values())
 
@@ -140,6 +148,16 @@ class GPT:
     onehot[position] = 1
     logits = step(Tensor(np.asarray(tokens, np.int32).reshape(B, 1)), Tensor(onehot), Tensor(np.arange(T) <= position))
     return logits.numpy()
+
+  def window_logits(self, tokens: np.ndarray) -> np.ndarray:
+    """Logits (B, vocab) for the next token after a full window `tokens` (B, context): what generation past the context
+    conditions on. A full forward pass (the head on the last position only), jitted by batch size: sliding the window
+    moves every token's position embedding, so the decode caches can't be shifted, only rebuilt, and this is that."""
+    B, T = np.shape(tokens)
+    if T != self.cfg.context: raise TensorError(f"GPT.window_logits takes a window of the context's {self.cfg.context} tokens, got {T}")
+    windows = self._decoders.windows
+    if B not in windows: windows[B] = jit(lambda t: self._logits(self._hidden(t, False)[:, -1]))
+    return windows[B](Tensor(np.asarray(tokens, np.int32))).numpy()
 
 
 def training_step(model: GPT, opt: nn.Optimizer):
@@ -274,25 +292,32 @@ class TextTask:
 
 def generate(model: GPT, prompts: np.ndarray, tokens: int, temperature: float = 1.0, top_k: int | None = None,
              rng: np.random.Generator | None = None) -> np.ndarray:
-  """`tokens` new tokens after each prompt (all prompts the same length), one position at a time through the decode
-  cache. temperature 0 is greedy; top_k keeps the k likeliest tokens before sampling."""
-  B, L = prompts.shape
-  if L + tokens > model.cfg.context + 1: raise TensorError(f"a prompt of {L} and {tokens} new tokens exceed the context of {model.cfg.context}")
+  """`tokens` new tokens after each prompt (B, L) (all prompts the same length). While the sequence fits the context,
+  one position at a time through the decode cache; past it, each token is conditioned on the last `context` tokens (a
+  sliding window, GPT.window_logits), as is a prompt longer than the context. temperature 0 is greedy; top_k keeps the
+  k likeliest tokens before sampling."""
+  if np.ndim(prompts) != 2 or 0 in np.shape(prompts):
+    raise TensorError(f"generate takes prompts of shape (batch, length >= 1), got {np.shape(prompts)}")
+  if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 0:
+    raise TensorError(f"generate: tokens must be an int >= 0, got {tokens!r}")
+  (B, L), T = prompts.shape, model.cfg.context
   rng = rng or np.random.default_rng(0)
-  logits = None
-  for pos in range(L): logits = model.decode(prompts[:, pos], pos)
-  out = np.zeros((B, tokens), np.int32)
-  for i in range(tokens):
-    if temperature <= 0: nxt = logits.argmax(-1)
+  seq = np.zeros((B, L + tokens), np.int32)
+  seq[:, :L] = prompts
+  if L <= T:
+    for pos in range(L): logits = model.decode(seq[:, pos], pos)
+  else: logits = model.window_logits(seq[:, L - T:L])
+  for n in range(L, L + tokens):           # n: the position of the token being chosen
+    if temperature <= 0: seq[:, n] = logits.argmax(-1)
     else:
       z = logits.astype(np.float64) / temperature
       if top_k: z = np.where(z >= np.sort(z, -1)[:, -min(top_k, z.shape[-1]), None], z, -np.inf)
       p = np.exp(z - z.max(-1, keepdims=True))
       p /= p.sum(-1, keepdims=True)
-      nxt = np.array([rng.choice(len(q), p=q) for q in p])
-    out[:, i] = nxt
-    if i + 1 < tokens: logits = model.decode(nxt, L + i)
-  return out
+      seq[:, n] = [rng.choice(len(q), p=q) for q in p]
+    if n + 1 == L + tokens: break
+    logits = model.decode(seq[:, n], n) if n < T else model.window_logits(seq[:, n + 1 - T:n + 1])
+  return seq[:, L:]
 
 
 # ---- checkpoints -------------------------------------------------------------------------------------------------------
@@ -470,11 +495,8 @@ def cmd_sample(args) -> int:
   if missing := sorted(set(prompt) - set(vocab)):
     raise TensorError(f"--prompt has characters the model never saw: {''.join(missing)!r} (its vocabulary: {vocab!r})")
   if not prompt: raise TensorError("--prompt is empty: give the model something to continue")
-  room = model.cfg.context + 1 - len(prompt)
-  if room < 1: raise TensorError(f"--prompt has {len(prompt)} characters, more than the context of {model.cfg.context}")
-  tokens = min(args.tokens, room)
   ids = np.array([[vocab.index(c) for c in prompt]], np.int32)
-  out = generate(model, ids, tokens, temperature=args.temperature, top_k=args.top_k, rng=np.random.default_rng(args.seed))[0]
+  out = generate(model, ids, args.tokens, temperature=args.temperature, top_k=args.top_k, rng=np.random.default_rng(args.seed))[0]
   text = "".join(vocab[i] for i in out)
   if spec["task"] == "addition" and "\n" in text: text = text[:text.index("\n")]   # an answer ends with its line
   print(prompt + text)
@@ -504,7 +526,7 @@ def register(subparsers) -> None:
   s = sub.add_parser("sample", help="continue a prompt with a trained GPT")
   s.add_argument("dir", metavar="DIR", help="the directory `uopc gpt train --out` wrote")
   s.add_argument("--prompt", default="\n", help='the text to continue (for addition: "12+34=")')
-  s.add_argument("--tokens", type=_positive("--tokens"), default=32, help="tokens to generate at most (default 32)")
+  s.add_argument("--tokens", type=_positive("--tokens"), default=32, help="tokens to generate (default 32; past the context, a sliding window)")
   s.add_argument("--temperature", type=_number("--temperature", 0, True), default=0.0, help="0 is greedy (the default); higher is more random")
   s.add_argument("--top-k", type=_positive("--top-k"), help="sample among the k likeliest tokens only")
   s.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
