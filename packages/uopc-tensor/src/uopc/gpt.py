@@ -23,7 +23,7 @@ tensors, the optimizer's (`optim.*`), and in its metadata the config, the task a
 """
 from __future__ import annotations
 import argparse, json, math, os, sys, time
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, fields as dataclass_fields
 from pathlib import Path
 import numpy as np
 from uopc.tensor import Tensor, TensorError
@@ -48,7 +48,9 @@ class GPTConfig:
       v = getattr(self, name)
       if type(v) is not int or v < 1: raise TensorError(f"GPTConfig.{name} must be a positive integer, got {v!r}")
     if self.width % self.heads: raise TensorError(f"GPTConfig: width {self.width} is not divisible by heads {self.heads}")
-    if not 0 <= self.dropout < 1: raise TensorError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")
+    if type(self.dropout) not in (int, float) or not 0 <= self.dropout < 1:
+      raise TensorError(f"GPTConfig.dropout must be a number in [0, 1), got {self.dropout!r}")
+    if type(self.tied_head) is not bool: raise TensorError(f"GPTConfig.tied_head must be True or False, got {self.tied_head!r}")
 
 
 class Block:
@@ -185,11 +187,24 @@ def data_rng(seed: int, stream: int, *more: int) -> np.random.Generator:
   return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(stream, *more)))
 
 
+def parameter_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
+  """The state dict names of GPT(cfg) and their shapes, in its order, from the config alone: load checks a checkpoint's
+  tensors against them before it builds a model (a damaged width of 10**9 must not allocate first)."""
+  c, v = cfg.width, cfg.vocab
+  shapes = {"wte.weight": (v, c), "wpe.weight": (cfg.context, c)}
+  for i in range(cfg.layers):
+    linears = {"attn": (3 * c, c), "proj": (c, c), "fc": (4 * c, c), "out": (c, 4 * c)}      # nn.Linear's (out, in)
+    for name in ("ln1", "ln2", "attn", "proj", "fc", "out"):
+      out_in = linears.get(name, (c,))
+      shapes[f"blocks.{i}.{name}.weight"], shapes[f"blocks.{i}.{name}.bias"] = out_in, out_in[:1]
+  shapes["lnf.weight"], shapes["lnf.bias"] = (c,), (c,)
+  if not cfg.tied_head: shapes["head.weight"] = (v, c)
+  return shapes
+
+
 def parameter_count(cfg: GPTConfig) -> int:
   """The number of parameters of GPT(cfg), from the config alone."""
-  c, v = cfg.width, cfg.vocab
-  block = 2 * 2 * c + (c * 3 * c + 3 * c) + (c * c + c) + (c * 4 * c + 4 * c) + (4 * c * c + c)
-  return v * c + cfg.context * c + cfg.layers * block + 2 * c + (0 if cfg.tied_head else v * c)
+  return sum(math.prod(shape) for shape in parameter_shapes(cfg).values())
 
 
 # ---- tasks: what the model learns ------------------------------------------------------------------------------------
@@ -322,7 +337,31 @@ def generate(model: GPT, prompts: np.ndarray, tokens: int, temperature: float = 
 
 # ---- checkpoints -------------------------------------------------------------------------------------------------------
 
+class CheckpointError(TensorError):
+  """A checkpoint `uopc gpt` can't use; the message names the file and what is wrong with it."""
+
+
+META_FIELDS = ("config", "task", "step", "lr", "history")       # besides "format", what save writes and load requires
+TASK_FIELDS = {"addition": ("task", "digits", "seed", "vocab"), "text": ("task", "data", "seed", "vocab")}   # the tasks' spec()
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+  """What load read and checked: the model with its weights, the task spec, the steps trained, the peak learning rate,
+  the history ([step, loss, validation loss or None, accuracy or None] a step), and the optimizer's state under AdamW's
+  state-dict names (None for a file without one)."""
+  path: Path
+  model: GPT
+  task: dict
+  step: int
+  lr: float
+  history: list
+  optimizer: dict | None
+
+
 def save(path: Path, model: GPT, opt: nn.AdamW, task, step: int, history: list, lr: float) -> None:
+  """One .safetensors file: the model's tensors, AdamW's (optim.m.NAME, optim.v.NAME, optim.s1, optim.s2, optim.lr),
+  and in the metadata the format, the config, the task's spec, the step, the peak learning rate and the history."""
   state = dict(nn.get_state_dict(model))
   names = list(state)
   for name, p, m, v in zip(names, opt.params, opt.m, opt.v): state[f"optim.m.{name}"], state[f"optim.v.{name}"] = m, v
@@ -332,16 +371,121 @@ def save(path: Path, model: GPT, opt: nn.AdamW, task, step: int, history: list, 
   nn.safe_save(state, path, metadata=meta)
 
 
-def load(path: Path) -> tuple[GPT, dict, dict, dict]:
-  """(model, the checkpoint's tensors, its task spec, its metadata) from a checkpoint file (see save)."""
-  if not path.is_file(): raise TensorError(f"{path}: no checkpoint (expected a model.safetensors written by `uopc gpt train`)")
-  state, meta = nn.safe_load(path, with_metadata=True)
-  if meta.get("format") != FORMAT: raise TensorError(f"{path}: not a uopc GPT checkpoint (its metadata has no format {FORMAT!r})")
-  try: cfg, spec = GPTConfig(**json.loads(meta["config"])), json.loads(meta["task"])
-  except (KeyError, TypeError, ValueError) as e: raise TensorError(f"{path}: the checkpoint's config is damaged ({e})") from None
+def load(path: Path) -> Checkpoint:
+  """The checkpoint file at `path` (see save), checked whole before any of it is used. Each fault is a one-line
+  CheckpointError that names the file and the fault (a file that isn't safetensors at all, nn.safe_load's
+  SafetensorsError):
+
+    metadata  format, config, task, step, lr and history, each there, JSON and of its type (other keys are ignored: a
+              tool may annotate the file); the config has exactly GPTConfig's fields, the task exactly its kind's
+              (TASK_FIELDS) and a vocabulary of config.vocab distinct characters (an addition's is AdditionTask's);
+    tensors   exactly the model's (parameter_shapes), f32, of their shapes, finite; and the optimizer's either all
+              there and in range (optim.m.NAME, optim.v.NAME >= 0, optim.s1 and optim.s2 in [0, 1), optim.lr) or none.
+
+  A file without optimizer state is a checkpoint of the weights alone, not a damaged one (part of the state is
+  damage): it samples, and `uopc gpt train --resume` trains on from it with a fresh AdamW and a warning, as a user who
+  kept only the weights expects."""
+  if not path.is_file(): raise CheckpointError(f"{path}: no checkpoint (expected a model.safetensors written by `uopc gpt train`)")
+  tensors, meta = nn.safe_load(path, with_metadata=True)
+  def damaged(what: str) -> CheckpointError: return CheckpointError(f"{path}: {what}")
+  if meta.get("format") != FORMAT: raise damaged(f"not a uopc GPT checkpoint (its metadata has no format {FORMAT!r})")
+  fields = {}
+  for key in META_FIELDS:
+    if key not in meta: raise damaged(f"its metadata has no {key!r}")
+    try: fields[key] = json.loads(meta[key])
+    except (ValueError, RecursionError): raise damaged(f"its metadata's {key!r} is not JSON: {meta[key]!r:.60}") from None
+  cfg = _checked_config(fields["config"], damaged)
+  spec = _checked_task(fields["task"], cfg, damaged)
+  step, lr, history = fields["step"], fields["lr"], fields["history"]
+  if type(step) is not int or step < 0: raise damaged(f"its step {step!r:.40} is not a whole number >= 0")
+  if type(lr) not in (int, float) or not 0 < lr < math.inf: raise damaged(f"its learning rate {lr!r:.40} is not a number above 0")
+  _check_history(history, damaged)
+  shapes = _checked_model_tensors(tensors, cfg, damaged)
+  optimizer = _checked_optimizer_state(tensors, shapes, damaged)
   model = GPT(cfg)
-  nn.load_state_dict(model, {k: v for k, v in state.items() if not k.startswith("optim.")})
-  return model, state, spec, meta
+  nn.load_state_dict(model, {name: tensors[name] for name in shapes})
+  return Checkpoint(path, model, spec, step, float(lr), history, optimizer)
+
+
+def _json_kind(v) -> str:
+  kind = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(type(v), "a number")
+  return f"{kind} {json.dumps(v)[:40]}" if kind != "an object" else kind
+
+
+def _checked_config(config, damaged) -> GPTConfig:
+  if not isinstance(config, dict): raise damaged(f"its config is {_json_kind(config)}, not an object")
+  known = [f.name for f in dataclass_fields(GPTConfig)]
+  if missing := [k for k in known if k not in config]: raise damaged(f"its config has no {', '.join(missing)}")
+  if extra := sorted(set(config) - set(known)): raise damaged(f"its config has fields GPTConfig doesn't know: {extra[:5]}")
+  try: return GPTConfig(**config)
+  except TensorError as e: raise damaged(f"its config is damaged: {e}") from None
+
+
+def _checked_task(spec, cfg: GPTConfig, damaged) -> dict:
+  if not isinstance(spec, dict): raise damaged(f"its task is {_json_kind(spec)}, not an object")
+  kind = spec.get("task")
+  if kind not in TASK_FIELDS: raise damaged(f"its task is {json.dumps(kind)[:40]}, neither \"addition\" nor \"text\"")
+  if missing := [k for k in TASK_FIELDS[kind] if k not in spec]: raise damaged(f"its {kind} task has no {', '.join(missing)}")
+  if extra := sorted(set(spec) - set(TASK_FIELDS[kind])): raise damaged(f"its {kind} task has fields uopc doesn't know: {extra[:5]}")
+  seed, vocab = spec["seed"], spec["vocab"]
+  if type(seed) is not int or seed < 0: raise damaged(f"its task's seed {json.dumps(seed)[:40]} is not a whole number >= 0")
+  if not isinstance(vocab, str): raise damaged(f"its task's vocabulary is {_json_kind(vocab)}, not a string")
+  if len(vocab) != cfg.vocab: raise damaged(f"its task's vocabulary has {len(vocab)} characters, but the model has {cfg.vocab} tokens")
+  if len(set(vocab)) != len(vocab): raise damaged(f"its task's vocabulary repeats characters: {vocab!r:.60}")
+  if kind == "addition":
+    if vocab != AdditionTask.vocab: raise damaged(f"its addition task's vocabulary is {vocab!r:.40}, not {AdditionTask.vocab!r}")
+    if type(spec["digits"]) is not int or not 1 <= spec["digits"] <= 6:
+      raise damaged(f"its addition task's digits {json.dumps(spec['digits'])[:40]} is not a whole number from 1 to 6")
+  elif not isinstance(spec["data"], str) or not spec["data"]:
+    raise damaged(f"its text task's data {json.dumps(spec['data'])[:40]} is not a file name")
+  return spec
+
+
+def _check_history(history, damaged) -> None:
+  if not isinstance(history, list): raise damaged(f"its history is {_json_kind(history)}, not a list")
+  def number(v) -> bool: return type(v) in (int, float) and math.isfinite(v)
+  for i, h in enumerate(history):
+    if not (isinstance(h, list) and len(h) == 4 and type(h[0]) is int and number(h[1]) and all(v is None or number(v) for v in h[2:])):
+      raise damaged(f"its history's entry {i} is {json.dumps(h)[:60]}, not [step, loss, validation loss or null, accuracy or null]")
+
+
+def _check_tensor(name: str, t: Tensor, shape: tuple, damaged) -> np.ndarray:
+  if t.shape != shape: raise damaged(f"tensor {name} has shape {t.shape}, but its config needs {shape}")
+  if t.dtype.name != "f32": raise damaged(f"tensor {name} is {t.dtype.name}, not f32")
+  values = t.numpy()
+  if not np.isfinite(values).all(): raise damaged(f"tensor {name} holds NaN or infinity")
+  return values
+
+
+def _checked_model_tensors(tensors: dict, cfg: GPTConfig, damaged) -> dict:
+  """parameter_shapes(cfg), once the file's model tensors are exactly those."""
+  held = [k for k in tensors if not k.startswith("optim.")]
+  if 12 * cfg.layers > len(held):       # before parameter_shapes: a layers of 10**9 would build that many names first
+    raise damaged(f"its config has {cfg.layers} layers, but its {len(held)} model tensors can't hold them (a layer has 12)")
+  shapes = parameter_shapes(cfg)
+  if missing := [k for k in shapes if k not in tensors]: raise damaged(f"the model's tensors {missing[:4]} are missing")
+  if extra := [k for k in held if k not in shapes]: raise damaged(f"tensors {extra[:4]} are neither the model's nor the optimizer's")
+  for name, shape in shapes.items(): _check_tensor(name, tensors[name], shape, damaged)
+  return shapes
+
+
+def _checked_optimizer_state(tensors: dict, shapes: dict, damaged) -> dict | None:
+  """AdamW's state dict from the optim.* tensors (m.i and v.i for the i-th parameter), or None when there are none."""
+  held = [k for k in tensors if k.startswith("optim.")]
+  if not held: return None
+  want = {**{f"optim.m.{n}": s for n, s in shapes.items()}, **{f"optim.v.{n}": s for n, s in shapes.items()},
+          "optim.s1": (), "optim.s2": (), "optim.lr": ()}
+  if missing := [k for k in want if k not in tensors]:
+    raise damaged(f"its optimizer state is partial: {len(missing)} of its {len(want)} tensors are missing, {missing[:3]} first "
+                  "(a checkpoint has all of them, or none to resume with a fresh optimizer)")
+  if extra := [k for k in held if k not in want]: raise damaged(f"tensors {extra[:4]} are not the optimizer's")
+  values = {k: _check_tensor(k, tensors[k], shape, damaged) for k, shape in want.items()}
+  for k in ("optim.s1", "optim.s2"):
+    if not 0 <= values[k] < 1: raise damaged(f"{k} is {float(values[k])}, outside [0, 1) where 1 - beta**step lies")
+  if negative := [n for n in shapes if (values[f"optim.v.{n}"] < 0).any()]:
+    raise damaged(f"optim.v.{negative[0]} has negative entries, and it is a running mean of squares")
+  return {**{f"m.{i}": tensors[f"optim.m.{n}"] for i, n in enumerate(shapes)}, **{f"v.{i}": tensors[f"optim.v.{n}"] for i, n in enumerate(shapes)},
+          "_s1": tensors["optim.s1"], "_s2": tensors["optim.s2"]}
 
 
 # ---- the `uopc gpt` command ----------------------------------------------------------------------------------------
@@ -380,13 +524,18 @@ def cmd_train(args) -> int:
   shape = {k: getattr(args, k) for k in ("layers", "width", "heads", "context")}
   if args.resume:
     src = Path(args.resume) / "model.safetensors"
-    model, state, spec, meta = load(src)
+    ckpt = load(src)
+    model, spec = ckpt.model, ckpt.task
     for k, v in shape.items():
       if v is not None and v != getattr(model.cfg, k):
         raise TensorError(f"--resume {args.resume}: the checkpoint has {k} {getattr(model.cfg, k)}, but --{k} {v} was given")
     if spec["task"] == "addition": task = AdditionTask(spec["digits"], spec["seed"])
-    else: task = TextTask(spec["data"], model.cfg.context, spec["seed"], spec["vocab"])
-    start, history = int(meta["step"]), json.loads(meta.get("history", "[]"))
+    else:
+      try: task = TextTask(spec["data"], model.cfg.context, spec["seed"], spec["vocab"])
+      except TensorError as e: raise CheckpointError(f"{src}: its training text can't be read again ({e})") from None
+    if model.cfg.context < task.length - 1:
+      raise CheckpointError(f"{src}: its context {model.cfg.context} is shorter than an example of its task ({task.length - 1} tokens)")
+    start, history = ckpt.step, ckpt.history
   else:
     if args.data: task = TextTask(args.data, shape["context"] or 64, args.seed)
     else: task = AdditionTask(args.digits, args.seed)
@@ -395,14 +544,12 @@ def cmd_train(args) -> int:
     model = GPT(GPTConfig(vocab=len(task.vocab), context=context, layers=shape["layers"] or 2, width=shape["width"] or 128,
                           heads=shape["heads"] or 4))
     start = 0
-  peak = args.lr if args.lr is not None else float(meta.get("lr", 3e-3)) if args.resume else 3e-3
+  peak = args.lr if args.lr is not None else ckpt.lr if args.resume else 3e-3
   opt = nn.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
   rng = data_rng(args.seed, TRAIN_STREAM, start)        # a resumed run draws new batches, not the first run's again
-  if args.resume:
-    names = list(nn.get_state_dict(model))
-    nn.load_state_dict(opt, {**{f"m.{i}": state[f"optim.m.{n}"] for i, n in enumerate(names)},
-                             **{f"v.{i}": state[f"optim.v.{n}"] for i, n in enumerate(names)},
-                             "_s1": state["optim.s1"], "_s2": state["optim.s2"]}, strict=False)
+  if args.resume and ckpt.optimizer is None:
+    print(f"uopc: warning: {src} has no optimizer state: AdamW starts afresh (zero moments, bias correction from step 1)", file=sys.stderr)
+  elif args.resume: nn.load_state_dict(opt, ckpt.optimizer, strict=False)
   out = Path(args.out or args.resume or "gpt-run")
   out.mkdir(parents=True, exist_ok=True)
 
@@ -489,7 +636,8 @@ def _plot(history: list, path: Path, accuracy: bool) -> Path | None:
 
 def cmd_sample(args) -> int:
   if args.device: os.environ["UOPC_DEVICE"] = args.device
-  model, _, spec, _ = load(Path(args.dir) / "model.safetensors")
+  ckpt = load(Path(args.dir) / "model.safetensors")
+  model, spec = ckpt.model, ckpt.task
   vocab = spec["vocab"]
   prompt = args.prompt
   if missing := sorted(set(prompt) - set(vocab)):
@@ -521,7 +669,7 @@ def register(subparsers) -> None:
   t.add_argument("--seed", type=int, default=0, help="seed of the data and the initial weights (default 0)")
   t.add_argument("--device", help="backend (default: $UOPC_DEVICE, or C)")
   t.add_argument("--out", metavar="DIR", help="where model.safetensors and loss.png go (default: gpt-run, or the --resume DIR)")
-  t.add_argument("--resume", metavar="DIR", help="continue training the checkpoint in DIR (optimizer state included)")
+  t.add_argument("--resume", metavar="DIR", help="continue training the checkpoint in DIR (a fresh AdamW, with a warning, if it has none)")
   t.set_defaults(func=cmd_train)
   s = sub.add_parser("sample", help="continue a prompt with a trained GPT")
   s.add_argument("dir", metavar="DIR", help="the directory `uopc gpt train --out` wrote")
@@ -535,4 +683,5 @@ def register(subparsers) -> None:
   g.set_defaults(func=lambda args: g.print_help() or 2)
 
 
-__all__ = ["GPTConfig", "GPT", "Block", "parameter_count", "data_rng", "AdditionTask", "TextTask", "generate", "save", "load", "register"]
+__all__ = ["GPTConfig", "GPT", "Block", "parameter_shapes", "parameter_count", "data_rng", "AdditionTask", "TextTask", "generate",
+           "CheckpointError", "Checkpoint", "save", "load", "register"]
