@@ -230,6 +230,7 @@ def test_train_on_a_text_file_then_sample_it(capsys, tmp_path):
   (["train", "--width", "30", "--heads", "4"], "width 30 is not divisible by heads 4"),
   (["train", "--resume", "{tmp}/nowhere"], "no checkpoint"),
   (["train", "--context", "4"], "--context 4 is shorter than an example"),
+  (["train", "--data", "{tmp}/empty.txt", "--digits", "3"], "--digits 3 is for the addition task, not for --data {tmp}/empty.txt"),
   (["sample", "{tmp}/nowhere", "--prompt", "1+1="], "no checkpoint"),
 ])
 def test_bad_input_is_a_one_line_error(capsys, tmp_path, argv, message):
@@ -242,6 +243,8 @@ def test_bad_input_is_a_one_line_error(capsys, tmp_path, argv, message):
   (["train", "--steps", "-5"], "--steps must be at least 1, got -5"),
   (["train", "--lr", "-1"], "--lr must be above 0"),
   (["sample", "x", "--temperature", "-1"], "--temperature must be at least 0"),
+  (["train", "--seed", "-1"], "--seed must be at least 0, got -1"),
+  (["sample", "x", "--seed", "-3"], "--seed must be at least 0, got -3"),
 ])
 def test_bad_numbers_are_usage_errors(capsys, argv, message):
   with pytest.raises(SystemExit) as e: main(["gpt", *argv])
@@ -251,6 +254,9 @@ def test_bad_numbers_are_usage_errors(capsys, argv, message):
 def test_checkpoints_of_another_shape_and_prompts_outside_the_vocabulary_are_refused(capsys, trained):
   status, _, err = run(capsys, "train", "--resume", str(trained), "--width", "32")
   assert status == 1 and "the checkpoint has width 16, but --width 32 was given" in err
+  for option in (["--digits", "3"], ["--data", "poem.txt"]):      # a resumed run keeps its task
+    status, _, err = run(capsys, "train", "--resume", str(trained), *option)
+    assert status == 1 and f"the checkpoint learns additions of 2-digit numbers, but {' '.join(option)} was given" in err
   status, _, err = run(capsys, "sample", str(trained), "--prompt", "12*3=")
   assert status == 1 and "characters the model never saw: '*'" in err
   bad = trained.parent / "bad"

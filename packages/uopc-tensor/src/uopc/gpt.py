@@ -490,11 +490,11 @@ def _checked_optimizer_state(tensors: dict, shapes: dict, damaged) -> dict | Non
 
 # ---- the `uopc gpt` command ----------------------------------------------------------------------------------------
 
-def _positive(name: str):
+def _whole(name: str, low: int = 1):
   def parse(v: str) -> int:
     try: n = int(v)
     except ValueError: raise argparse.ArgumentTypeError(f"{name} takes a whole number, got {v!r}") from None
-    if n < 1: raise argparse.ArgumentTypeError(f"{name} must be at least 1, got {n}")
+    if n < low: raise argparse.ArgumentTypeError(f"{name} must be at least {low}, got {n}")
     return n
   return parse
 
@@ -522,6 +522,7 @@ def cmd_train(args) -> int:
   Tensor.manual_seed(args.seed)
   history: list = []
   shape = {k: getattr(args, k) for k in ("layers", "width", "heads", "context")}
+  if args.data and args.digits is not None: raise TensorError(f"--digits {args.digits} is for the addition task, not for --data {args.data}")
   if args.resume:
     src = Path(args.resume) / "model.safetensors"
     ckpt = load(src)
@@ -529,6 +530,10 @@ def cmd_train(args) -> int:
     for k, v in shape.items():
       if v is not None and v != getattr(model.cfg, k):
         raise TensorError(f"--resume {args.resume}: the checkpoint has {k} {getattr(model.cfg, k)}, but --{k} {v} was given")
+    for k in ("digits", "data"):      # a resumed run keeps its task: a different one asked for is an error, not ignored
+      if (v := getattr(args, k)) is not None and v != spec.get(k):
+        learns = f"additions of {spec['digits']}-digit numbers" if spec["task"] == "addition" else f"the text {spec['data']}"
+        raise TensorError(f"--resume {args.resume}: the checkpoint learns {learns}, but --{k} {v} was given")
     if spec["task"] == "addition": task = AdditionTask(spec["digits"], spec["seed"])
     else:
       try: task = TextTask(spec["data"], model.cfg.context, spec["seed"], spec["vocab"])
@@ -538,7 +543,7 @@ def cmd_train(args) -> int:
     start, history = ckpt.step, ckpt.history
   else:
     if args.data: task = TextTask(args.data, shape["context"] or 64, args.seed)
-    else: task = AdditionTask(args.digits, args.seed)
+    else: task = AdditionTask(2 if args.digits is None else args.digits, args.seed)
     context = shape["context"] or (max(16, task.length - 1) if isinstance(task, AdditionTask) else 64)
     if context < task.length - 1: raise TensorError(f"--context {context} is shorter than an example ({task.length - 1} tokens)")
     model = GPT(GPTConfig(vocab=len(task.vocab), context=context, layers=shape["layers"] or 2, width=shape["width"] or 128,
@@ -658,15 +663,15 @@ def register(subparsers) -> None:
   t = sub.add_parser("train", help="train a GPT (addition by default, or --data FILE)")
   t.add_argument("--task", choices=["addition"], default="addition", help="the built-in task (default: addition)")
   t.add_argument("--data", metavar="FILE", help="train on this UTF-8 text file, character by character, instead")
-  t.add_argument("--digits", type=_positive("--digits"), default=2, help="digits of each operand for addition (default 2)")
-  t.add_argument("--steps", type=_positive("--steps"), default=3000, help="training steps (default 3000)")
-  t.add_argument("--batch", type=_positive("--batch"), default=64, help="examples per step (default 64)")
-  t.add_argument("--context", type=_positive("--context"), help="tokens the model sees (default 16 for addition, 64 for text)")
-  t.add_argument("--layers", type=_positive("--layers"), help="transformer blocks (default 2)")
-  t.add_argument("--width", type=_positive("--width"), help="embedding width (default 128)")
-  t.add_argument("--heads", type=_positive("--heads"), help="attention heads (default 4; must divide --width)")
+  t.add_argument("--digits", type=_whole("--digits"), help="digits of each operand for addition (default 2)")
+  t.add_argument("--steps", type=_whole("--steps"), default=3000, help="training steps (default 3000)")
+  t.add_argument("--batch", type=_whole("--batch"), default=64, help="examples per step (default 64)")
+  t.add_argument("--context", type=_whole("--context"), help="tokens the model sees (default 16 for addition, 64 for text)")
+  t.add_argument("--layers", type=_whole("--layers"), help="transformer blocks (default 2)")
+  t.add_argument("--width", type=_whole("--width"), help="embedding width (default 128)")
+  t.add_argument("--heads", type=_whole("--heads"), help="attention heads (default 4; must divide --width)")
   t.add_argument("--lr", type=_number("--lr", 0, False), help="peak AdamW learning rate (default 3e-3; warmup, then cosine decay)")
-  t.add_argument("--seed", type=int, default=0, help="seed of the data and the initial weights (default 0)")
+  t.add_argument("--seed", type=_whole("--seed", 0), default=0, help="seed of the data and the initial weights (default 0)")
   t.add_argument("--device", help="backend (default: $UOPC_DEVICE, or C)")
   t.add_argument("--out", metavar="DIR", help="where model.safetensors and loss.png go (default: gpt-run, or the --resume DIR)")
   t.add_argument("--resume", metavar="DIR", help="continue training the checkpoint in DIR (a fresh AdamW, with a warning, if it has none)")
@@ -674,10 +679,10 @@ def register(subparsers) -> None:
   s = sub.add_parser("sample", help="continue a prompt with a trained GPT")
   s.add_argument("dir", metavar="DIR", help="the directory `uopc gpt train --out` wrote")
   s.add_argument("--prompt", default="\n", help='the text to continue (for addition: "12+34=")')
-  s.add_argument("--tokens", type=_positive("--tokens"), default=32, help="tokens to generate (default 32; past the context, a sliding window)")
+  s.add_argument("--tokens", type=_whole("--tokens"), default=32, help="tokens to generate (default 32; past the context, a sliding window)")
   s.add_argument("--temperature", type=_number("--temperature", 0, True), default=0.0, help="0 is greedy (the default); higher is more random")
-  s.add_argument("--top-k", type=_positive("--top-k"), help="sample among the k likeliest tokens only")
-  s.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+  s.add_argument("--top-k", type=_whole("--top-k"), help="sample among the k likeliest tokens only")
+  s.add_argument("--seed", type=_whole("--seed", 0), default=0, help="seed of the sampling (default 0)")
   s.add_argument("--device", help="backend (default: $UOPC_DEVICE, or C)")
   s.set_defaults(func=cmd_sample)
   g.set_defaults(func=lambda args: g.print_help() or 2)
