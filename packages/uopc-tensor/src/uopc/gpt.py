@@ -460,8 +460,9 @@ def _check_tensor(name: str, t: Tensor, shape: tuple, damaged) -> np.ndarray:
 def _checked_model_tensors(tensors: dict, cfg: GPTConfig, damaged) -> dict:
   """parameter_shapes(cfg), once the file's model tensors are exactly those."""
   held = [k for k in tensors if not k.startswith("optim.")]
-  if 12 * cfg.layers > len(held):       # before parameter_shapes: a layers of 10**9 would build that many names first
-    raise damaged(f"its config has {cfg.layers} layers, but its {len(held)} model tensors can't hold them (a layer has 12)")
+  layers_held = len({k.split(".")[1] for k in held if k.startswith("blocks.")})
+  if cfg.layers != layers_held:         # before parameter_shapes, which would name the blocks of a layers of 10**9 first
+    raise damaged(f"its config has {cfg.layers} layers, but its tensors hold {layers_held}")
   shapes = parameter_shapes(cfg)
   if missing := [k for k in shapes if k not in tensors]: raise damaged(f"the model's tensors {missing[:4]} are missing")
   if extra := [k for k in held if k not in shapes]: raise damaged(f"tensors {extra[:4]} are neither the model's nor the optimizer's")
