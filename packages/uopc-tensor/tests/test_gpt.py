@@ -7,7 +7,9 @@ import pytest
 from uopc.cli import main
 from uopc.tensor import Tensor, TensorError
 from uopc import nn
-from uopc.gpt import GPT, GPTConfig, AdditionTask, TextTask, generate, parameter_count, learning_rate, load
+from uopc.gpt import (GPT, GPTConfig, AdditionTask, TextTask, generate, parameter_count, parameter_shapes, learning_rate, save, load,
+                      CheckpointError, TASK_FIELDS, data_rng, training_step, TRAIN_STREAM)
+from hostile import raises_one_line
 
 TINY = ["--width", "16", "--heads", "2", "--layers", "1", "--batch", "4"]
 
@@ -31,11 +33,19 @@ def test_state_dict_names_are_stable():
   assert names == {"wte.weight", "wpe.weight", "lnf.weight", "lnf.bias", "head.weight"} | block
 
 
+@pytest.mark.parametrize("tied", [False, True])
+def test_parameter_shapes_from_the_config_are_the_models(tied):
+  cfg = GPTConfig(vocab=13, context=8, layers=2, width=16, heads=2, tied_head=tied)
+  assert list(parameter_shapes(cfg).items()) == [(k, t.shape) for k, t in nn.get_state_dict(GPT(cfg)).items()]
+
+
 @pytest.mark.parametrize("bad, message", [
   (dict(width=30, heads=4), "width 30 is not divisible by heads 4"),
   (dict(layers=0), "layers must be a positive integer"),
   (dict(vocab=2.5), "vocab must be a positive integer"),
-  (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
+  (dict(dropout=1.0), r"dropout must be a number in \[0, 1\)"),
+  (dict(dropout="0.1"), r"dropout must be a number in \[0, 1\), got '0.1'"),
+  (dict(tied_head="no"), "tied_head must be True or False, got 'no'"),
 ])
 def test_bad_configs_are_refused(bad, message):
   with pytest.raises(TensorError, match=message): GPTConfig(**{"vocab": 13, **bad})
@@ -74,7 +84,23 @@ def test_greedy_generation_follows_the_argmax_of_the_full_forward_pass():
     nxt = model(Tensor(seq)).numpy()[:, -1].argmax(-1)
     seq = np.concatenate([seq, nxt[:, None].astype(np.int32)], 1)
   np.testing.assert_array_equal(out, seq[:, 3:])
-  with pytest.raises(TensorError, match="exceed the context of 8"): generate(model, prompt, 7)
+
+
+@pytest.mark.parametrize("prompt_length", [3, 11])
+def test_generation_past_the_context_conditions_on_the_last_context_tokens(prompt_length):
+  # the oracle is nanoGPT's loop: a plain forward pass of the last `context` (8) tokens, no cache; greedy, and top-k 1.
+  # Embeddings N(0, 1), not GPT-2's N(0, 0.02): with those a tiny random model repeats one token whatever it is given.
+  model = tiny_model()
+  for e in (model.wte, model.wpe): e.weight.assign(e.weight * 50).realize()
+  prompt = np.random.default_rng(2).integers(0, 13, (2, prompt_length)).astype(np.int32)
+  out = generate(model, prompt, 14, temperature=0.0)
+  seq = prompt
+  for _ in range(14):
+    nxt = model(Tensor(seq[:, -8:])).numpy()[:, -1].argmax(-1)
+    seq = np.concatenate([seq, nxt[:, None].astype(np.int32)], 1)
+  assert out.shape == (2, 14) and len(np.unique(out[:, -6:])) > 2        # past the context, and not one token repeated
+  np.testing.assert_array_equal(out, seq[:, prompt_length:])
+  np.testing.assert_array_equal(generate(model, prompt, 14, temperature=1.0, top_k=1), out)
 
 
 def test_the_decode_caches_are_not_parameters():
@@ -141,17 +167,16 @@ def trained(tmp_path_factory):
 def test_train_writes_a_checkpoint_the_safetensors_library_reads_and_a_plot(trained):
   from safetensors.numpy import load_file          # the library itself (the tensor session installs it)
   tensors = load_file(str(trained / "model.safetensors"))
-  model, state, spec, meta = load(trained / "model.safetensors")
+  model = load(trained / "model.safetensors").model
   for name, t in nn.get_state_dict(model).items(): np.testing.assert_array_equal(tensors[name], t.numpy())
   assert {k for k in tensors if k.startswith("optim.m.")} == {f"optim.m.{k}" for k in nn.get_state_dict(model)}
 
 
 def test_train_reports_and_saves_what_it_did(trained):
-  model, state, spec, meta = load(trained / "model.safetensors")
-  assert model.cfg == GPTConfig(vocab=13, context=16, layers=1, width=16, heads=2)
-  assert spec["task"] == "addition" and meta["step"] == "6"
-  history = json.loads(meta["history"])
-  assert [h[0] for h in history] == list(range(1, 7)) and history[-1][3] is not None
+  ckpt = load(trained / "model.safetensors")
+  assert ckpt.model.cfg == GPTConfig(vocab=13, context=16, layers=1, width=16, heads=2)
+  assert ckpt.task["task"] == "addition" and ckpt.step == 6 and ckpt.optimizer is not None
+  assert [h[0] for h in ckpt.history] == list(range(1, 7)) and ckpt.history[-1][3] is not None
   assert (trained / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -175,11 +200,11 @@ def test_resume_continues_the_step_count_and_the_optimizer_state(capsys, trained
   import shutil
   run_dir = tmp_path / "resumed"
   shutil.copytree(trained, run_dir)
-  _, before, _, _ = load(run_dir / "model.safetensors")
-  status, _, _ = run(capsys, "train", "--resume", str(run_dir), "--steps", "3")
-  assert status == 0
-  _, after, _, meta = load(run_dir / "model.safetensors")
-  assert meta["step"] == "9" and len(json.loads(meta["history"])) == 9
+  before = nn.safe_load(run_dir / "model.safetensors")
+  status, _, err = run(capsys, "train", "--resume", str(run_dir), "--steps", "3")
+  assert status == 0 and "warning" not in err
+  after, ckpt = nn.safe_load(run_dir / "model.safetensors"), load(run_dir / "model.safetensors")
+  assert ckpt.step == 9 and len(ckpt.history) == 9
   # Adam's bias corrections carried on from step 6: 1 - beta1^9, not 1 - beta1^3
   np.testing.assert_allclose(after["optim.s1"].numpy(), 1 - 0.9 ** 9, rtol=1e-5)
   assert not np.array_equal(after["optim.m.head.weight"].numpy(), before["optim.m.head.weight"].numpy())
@@ -193,6 +218,10 @@ def test_train_on_a_text_file_then_sample_it(capsys, tmp_path):
   assert status == 0 and "validation loss" in stdout.strip().splitlines()[-1]
   status, stdout, _ = run(capsys, "sample", str(out), "--prompt", "the ", "--tokens", "5")
   assert status == 0 and stdout.startswith("the ") and len(stdout.rstrip("\n")) <= 9
+  # past the context of 16, from a short prompt and from one longer than the context: every token asked for
+  for prompt in ("the ", "the cat sat on the mat. "):
+    status, stdout, _ = run(capsys, "sample", str(out), "--prompt", prompt, "--tokens", "40")
+    assert status == 0 and stdout.startswith(prompt) and len(stdout.rstrip("\n")) == len(prompt) + 40
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -201,6 +230,7 @@ def test_train_on_a_text_file_then_sample_it(capsys, tmp_path):
   (["train", "--width", "30", "--heads", "4"], "width 30 is not divisible by heads 4"),
   (["train", "--resume", "{tmp}/nowhere"], "no checkpoint"),
   (["train", "--context", "4"], "--context 4 is shorter than an example"),
+  (["train", "--data", "{tmp}/empty.txt", "--digits", "3"], "--digits 3 is for the addition task, not for --data {tmp}/empty.txt"),
   (["sample", "{tmp}/nowhere", "--prompt", "1+1="], "no checkpoint"),
 ])
 def test_bad_input_is_a_one_line_error(capsys, tmp_path, argv, message):
@@ -213,6 +243,8 @@ def test_bad_input_is_a_one_line_error(capsys, tmp_path, argv, message):
   (["train", "--steps", "-5"], "--steps must be at least 1, got -5"),
   (["train", "--lr", "-1"], "--lr must be above 0"),
   (["sample", "x", "--temperature", "-1"], "--temperature must be at least 0"),
+  (["train", "--seed", "-1"], "--seed must be at least 0, got -1"),
+  (["sample", "x", "--seed", "-3"], "--seed must be at least 0, got -3"),
 ])
 def test_bad_numbers_are_usage_errors(capsys, argv, message):
   with pytest.raises(SystemExit) as e: main(["gpt", *argv])
@@ -222,6 +254,9 @@ def test_bad_numbers_are_usage_errors(capsys, argv, message):
 def test_checkpoints_of_another_shape_and_prompts_outside_the_vocabulary_are_refused(capsys, trained):
   status, _, err = run(capsys, "train", "--resume", str(trained), "--width", "32")
   assert status == 1 and "the checkpoint has width 16, but --width 32 was given" in err
+  for option in (["--digits", "3"], ["--data", "poem.txt"]):      # a resumed run keeps its task
+    status, _, err = run(capsys, "train", "--resume", str(trained), *option)
+    assert status == 1 and f"the checkpoint learns additions of 2-digit numbers, but {' '.join(option)} was given" in err
   status, _, err = run(capsys, "sample", str(trained), "--prompt", "12*3=")
   assert status == 1 and "characters the model never saw: '*'" in err
   bad = trained.parent / "bad"
@@ -234,3 +269,189 @@ def test_checkpoints_of_another_shape_and_prompts_outside_the_vocabulary_are_ref
 def test_a_diverging_run_stops_with_an_error(capsys, tmp_path):
   status, _, err = run(capsys, "train", "--steps", "20", *TINY, "--lr", "1e9", "--out", str(tmp_path))
   assert status == 1 and "the run diverged" in err
+
+
+# ---- the data streams -------------------------------------------------------------------------------------------------
+
+def _pairs(task: AdditionTask, x: np.ndarray) -> list[tuple[int, int]]:
+  texts = ["".join(task.vocab[t] for t in row).split("=")[0] for row in x]
+  return [tuple(map(int, t.split("+"))) for t in texts]
+
+
+@pytest.mark.parametrize("digits", [3, 4, 5, 6])
+def test_training_batches_are_whole_and_disjoint_from_the_held_out_problems(digits):
+  task = AdditionTask(digits, seed=0)
+  held = set(map(tuple, task.heldout.tolist()))
+  assert len(held) == len(task.heldout) == 2000
+  # the run's training stream, and the held-out draw's own stream (the old training stream at step 0): whole batches of
+  # training problems from both
+  for rng in (data_rng(0, TRAIN_STREAM, 0), np.random.default_rng(0)):
+    x, y = task.batch(rng, 64)
+    assert ((y != -100).sum(1) >= 2).all()            # every row predicts an answer and its newline
+    pairs = _pairs(task, x)
+    assert len(pairs) == 64 and not held & set(pairs)
+  assert set(_pairs(task, task.batch(np.random.default_rng(1), 64, "val")[0])) <= held
+
+
+@pytest.mark.parametrize("digits", [3, 4, 5, 6])
+def test_a_few_training_steps_give_finite_losses_for_every_digit_count(digits):
+  # every batch is padded as the task pads its short examples, to the 6-digit length: one shape, so one compile for all
+  width = AdditionTask(6).length - 1
+  task = AdditionTask(digits, seed=0)
+  Tensor.manual_seed(0)
+  model = GPT(GPTConfig(vocab=len(task.vocab), context=width, layers=1, width=16, heads=2))
+  step = training_step(model, nn.AdamW(model.parameters(), lr=1e-3))
+  rng = data_rng(0, TRAIN_STREAM, 0)
+  losses = []
+  for _ in range(3):
+    x, y = task.batch(rng, 4)
+    pad = ((0, 0), (0, width - x.shape[1]))
+    x, y = np.pad(x, pad, constant_values=task.vocab.index("\n")), np.pad(y, pad, constant_values=-100)
+    losses.append(float(step(Tensor(x), Tensor(y)).item()))
+  assert all(math.isfinite(v) and v > 0 for v in losses), losses
+
+
+def test_the_command_trains_three_digit_additions(capsys, tmp_path):
+  status, out, err = run(capsys, "train", "--digits", "3", "--steps", "2", *TINY, "--out", str(tmp_path))
+  assert status == 0, err
+  assert "held-out additions of numbers below 1000" in out.strip().splitlines()[-1]
+  assert all(math.isfinite(h[1]) for h in load(tmp_path / "model.safetensors").history)
+
+
+def test_a_batch_with_nothing_to_predict_is_its_own_error_not_a_nan(capsys, tmp_path, monkeypatch):
+  real = AdditionTask.batch
+  def nothing_to_predict(self, rng, size, split="train"):
+    x, y = real(self, rng, size, split)
+    return x, (np.full_like(y, -100) if split == "train" else y)
+  monkeypatch.setattr(AdditionTask, "batch", nothing_to_predict)
+  status, _, err = run(capsys, "train", "--steps", "2", *TINY, "--out", str(tmp_path))
+  assert status == 1 and "the training batch of step 1 has no token to predict" in err and "nan" not in err
+
+
+# ---- damaged checkpoints: each is a one-line CheckpointError naming the file and the fault ---------------------------
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+  """What save writes for a tiny untrained model (the catalogue damages copies of it; no training needed)."""
+  path = tmp_path_factory.mktemp("ckpt") / "model.safetensors"
+  model = tiny_model(layers=1)
+  history = [[1, 2.5, None, None], [2, 2.4, 2.6, 0.0], [3, 2.3, None, None]]
+  save(path, model, nn.AdamW(model.parameters(), lr=1e-3), AdditionTask(2), 3, history, 1e-3)
+  return path
+
+
+def meta_is(key, value): return lambda state, meta: meta.__setitem__(key, value)
+def meta_without(key): return lambda state, meta: meta.pop(key)
+def tensor_is(name, values): return lambda state, meta: state.__setitem__(name, Tensor(np.asarray(values)))
+def tensor_without(name): return lambda state, meta: state.pop(name)
+
+
+def field_is(key, field, value, drop=False):
+  """Sets (or drops) one field of the JSON object stored under the metadata's `key`."""
+  def damage(state, meta):
+    obj = json.loads(meta[key])
+    if drop: obj.pop(field)
+    else: obj[field] = value
+    meta[key] = json.dumps(obj)
+  return damage
+
+
+HOSTILE_CHECKPOINTS = {
+  "no config": (meta_without("config"), "its metadata has no 'config'"),
+  "no task": (meta_without("task"), "its metadata has no 'task'"),
+  "no step": (meta_without("step"), "its metadata has no 'step'"),
+  "no lr": (meta_without("lr"), "its metadata has no 'lr'"),
+  "no history": (meta_without("history"), "its metadata has no 'history'"),
+  "config not JSON": (meta_is("config", '{"vocab": 13'), "its metadata's 'config' is not JSON"),
+  "config nested too deep": (meta_is("config", "[" * 100_000), "its metadata's 'config' is not JSON"),
+  "config a list": (meta_is("config", "[13, 8]"), "its config is a list [13, 8], not an object"),
+  "config without width": (field_is("config", "width", None, drop=True), "its config has no width"),
+  "config unknown field": (field_is("config", "rotary", True), "its config has fields GPTConfig doesn't know: ['rotary']"),
+  "config width a string": (field_is("config", "width", "16"), "GPTConfig.width must be a positive integer, got '16'"),
+  "config dropout a string": (field_is("config", "dropout", "0"), "GPTConfig.dropout must be a number in [0, 1), got '0'"),
+  "config tied_head a string": (field_is("config", "tied_head", "no"), "GPTConfig.tied_head must be True or False"),
+  "config heads 3": (field_is("config", "heads", 3), "width 16 is not divisible by heads 3"),
+  "config width 10**9": (field_is("config", "width", 10**9), "tensor wte.weight has shape (13, 16), but its config needs (13, 1000000000)"),
+  "config layers 2": (field_is("config", "layers", 2), "its config has 2 layers, but its tensors hold 1"),
+  "config layers 10**9": (field_is("config", "layers", 10**9), "its config has 1000000000 layers, but its tensors hold 1"),
+  "config tied, head kept": (field_is("config", "tied_head", True), "tensors ['head.weight'] are neither the model's nor the optimizer's"),
+  "task a number": (meta_is("task", "5"), "its task is a number 5, not an object"),
+  "task unknown": (field_is("task", "task", "poetry"), 'its task is "poetry", neither "addition" nor "text"'),
+  "task without vocab": (field_is("task", "vocab", None, drop=True), "its addition task has no vocab"),
+  "task unknown field": (field_is("task", "base", 16), "its addition task has fields uopc doesn't know: ['base']"),
+  "task text without data": (field_is("task", "task", "text"), "its text task has no data"),
+  "vocab short": (field_is("task", "vocab", "0123456789"), "its task's vocabulary has 10 characters, but the model has 13 tokens"),
+  "vocab a number": (field_is("task", "vocab", 13), "its task's vocabulary is a number 13, not a string"),
+  "vocab repeats": (field_is("task", "vocab", "0123456789+=="), "its task's vocabulary repeats characters"),
+  "vocab not addition's": (field_is("task", "vocab", "abcdefghijklm"), "its addition task's vocabulary is 'abcdefghijklm'"),
+  "digits 9": (field_is("task", "digits", 9), "its addition task's digits 9 is not a whole number from 1 to 6"),
+  "digits a string": (field_is("task", "digits", "2"), 'its addition task\'s digits "2" is not a whole number'),
+  "seed negative": (field_is("task", "seed", -1), "its task's seed -1 is not a whole number >= 0"),
+  "step not JSON": (meta_is("step", "six"), "its metadata's 'step' is not JSON: 'six'"),
+  "step negative": (meta_is("step", "-1"), "its step -1 is not a whole number >= 0"),
+  "step fractional": (meta_is("step", "1.5"), "its step 1.5 is not a whole number >= 0"),
+  "lr zero": (meta_is("lr", "0"), "its learning rate 0 is not a number above 0"),
+  "lr a string": (meta_is("lr", '"fast"'), "its learning rate 'fast' is not a number above 0"),
+  "history an object": (meta_is("history", "{}"), "its history is an object, not a list"),
+  "history entry short": (meta_is("history", "[[1]]"), "its history's entry 0 is [1], not [step, loss,"),
+  "history loss a string": (meta_is("history", '[[1, "low", null, null]]'), "its history's entry 0 is"),
+  "head missing": (tensor_without("head.weight"), "the model's tensors ['head.weight'] are missing"),
+  "tensor unknown": (tensor_is("junk", np.zeros(2, np.float32)), "tensors ['junk'] are neither the model's nor the optimizer's"),
+  "tensor wrong shape": (tensor_is("wte.weight", np.zeros((13, 8), np.float32)),
+                         "tensor wte.weight has shape (13, 8), but its config needs (13, 16)"),
+  "tensor i32": (tensor_is("lnf.bias", np.zeros(16, np.int32)), "tensor lnf.bias is i32, not f32"),
+  "tensor NaN": (tensor_is("lnf.bias", np.full(16, np.nan, np.float32)), "tensor lnf.bias holds NaN or infinity"),
+  "optimizer partial": (tensor_without("optim.m.wte.weight"),
+                        "its optimizer state is partial: 1 of its 37 tensors are missing, ['optim.m.wte.weight']"),
+  "optimizer wrong shape": (tensor_is("optim.v.lnf.bias", np.zeros(3, np.float32)),
+                            "tensor optim.v.lnf.bias has shape (3,), but its config needs (16,)"),
+  "optimizer unknown": (tensor_is("optim.momentum", np.zeros(1, np.float32)), "tensors ['optim.momentum'] are not the optimizer's"),
+  "optimizer s1 past 1": (tensor_is("optim.s1", np.float32(1.5)), "optim.s1 is 1.5, outside [0, 1)"),
+  "optimizer v negative": (tensor_is("optim.v.lnf.bias", np.full(16, -1, np.float32)), "optim.v.lnf.bias has negative entries"),
+}
+
+
+def _damaged(src, directory, damage):
+  state, meta = nn.safe_load(src, with_metadata=True)
+  damage(state, meta)
+  path = directory / "model.safetensors"
+  nn.safe_save(state, path, metadata=meta)
+  return path
+
+
+def test_the_undamaged_checkpoint_loads(checkpoint):
+  ckpt = load(checkpoint)
+  assert ckpt.step == 3 and ckpt.lr == 1e-3 and ckpt.history[1] == [2, 2.4, 2.6, 0.0] and ckpt.task == AdditionTask(2).spec()
+  adamw = nn.get_state_dict(nn.AdamW(ckpt.model.parameters()))
+  assert set(ckpt.optimizer) == {k for k in adamw if k[:2] in ("m.", "v.")} | {"_s1", "_s2"}
+  for name, t in ckpt.optimizer.items(): assert t.shape == adamw[name].shape
+
+
+def test_the_task_fields_are_those_the_tasks_write(tmp_path):
+  (tmp_path / "t.txt").write_text("hello world, " * 20, encoding="utf-8")
+  assert tuple(AdditionTask(2).spec()) == TASK_FIELDS["addition"]
+  assert tuple(TextTask(str(tmp_path / "t.txt"), 8).spec()) == TASK_FIELDS["text"]
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_CHECKPOINTS))
+def test_a_damaged_checkpoint_is_a_one_line_error_naming_the_file(capsys, checkpoint, tmp_path, case):
+  damage, message = HOSTILE_CHECKPOINTS[case]
+  path = _damaged(checkpoint, tmp_path, damage)
+  assert raises_one_line(lambda: load(path), CheckpointError, message).startswith(f"{path}: ")
+  for argv in (["sample", str(tmp_path)], ["train", "--resume", str(tmp_path), "--steps", "1"]):
+    status, _, err = run(capsys, *argv)
+    assert status == 1 and err.count("\n") == 1 and err.startswith(f"uopc: error: {path}: ") and message in err, err
+
+
+def test_resume_without_optimizer_state_trains_on_with_a_fresh_optimizer_and_a_warning(capsys, trained, tmp_path):
+  def weights_only(state, meta):
+    for name in [k for k in state if k.startswith("optim.")]: state.pop(name)
+  path = _damaged(trained / "model.safetensors", tmp_path, weights_only)
+  assert load(path).optimizer is None
+  status, out, _ = run(capsys, "sample", str(tmp_path), "--prompt", "12+34=")
+  assert status == 0 and out.startswith("12+34=")
+  status, _, err = run(capsys, "train", "--resume", str(tmp_path), "--steps", "3")
+  assert status == 0 and f"uopc: warning: {path} has no optimizer state: AdamW starts afresh" in err
+  ckpt = load(path)
+  assert ckpt.step == 9 and len(ckpt.history) == 9
+  np.testing.assert_allclose(nn.safe_load(path)["optim.s1"].numpy(), 1 - 0.9 ** 3, rtol=1e-5)     # three steps of a new AdamW

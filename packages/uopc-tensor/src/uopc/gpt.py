@@ -12,7 +12,10 @@ once by uopc.jit and replayed.
 
 Generation is incremental: `GPT.decode` feeds one token per sequence and keeps each layer's keys and values in a cache
 of the full context (fixed shapes: the new position is a one-hot row and attention masks the positions not written
-yet), so a token costs one position's work and the step is a jit replay.
+yet), so a token costs one position's work and the step is a jit replay. Past the context it goes on with a sliding
+window, as nanoGPT does: each new token is conditioned on the last `context` tokens, each at its place in the window.
+The window's position embeddings move with every token, so no cached key or value stays valid: `GPT.window_logits` is
+a full forward pass of the window (a jit replay too), the cache rebuilt in effect.
 
 State dict names are stable (`wte.weight`, `blocks.0.attn.weight`, `lnf.bias`, `head.weight`, ...): the attribute
 paths nn.get_state_dict walks. A checkpoint is one .safetensors file that the safetensors library reads: the model's
@@ -20,7 +23,7 @@ tensors, the optimizer's (`optim.*`), and in its metadata the config, the task a
 """
 from __future__ import annotations
 import argparse, json, math, os, sys, time
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, fields as dataclass_fields
 from pathlib import Path
 import numpy as np
 from uopc.tensor import Tensor, TensorError
@@ -45,7 +48,9 @@ class GPTConfig:
       v = getattr(self, name)
       if type(v) is not int or v < 1: raise TensorError(f"GPTConfig.{name} must be a positive integer, got {v!r}")
     if self.width % self.heads: raise TensorError(f"GPTConfig: width {self.width} is not divisible by heads {self.heads}")
-    if not 0 <= self.dropout < 1: raise TensorError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")
+    if type(self.dropout) not in (int, float) or not 0 <= self.dropout < 1:
+      raise TensorError(f"GPTConfig.dropout must be a number in [0, 1), got {self.dropout!r}")
+    if type(self.tied_head) is not bool: raise TensorError(f"GPTConfig.tied_head must be True or False, got {self.tied_head!r}")
 
 
 class Block:
@@ -84,10 +89,11 @@ class Block:
 
 
 class _Decoders:
-  """Batch size -> (the jitted decode step, its key/value caches). Scratch, not parameters: a class with __slots__ and
-  no __dict__, so nn.get_state_dict (which walks attributes, lists and dicts) never sees the caches."""
-  __slots__ = ("by_batch",)
-  def __init__(self): self.by_batch: dict[int, tuple] = {}
+  """Batch size -> (the jitted decode step, its key/value caches), and batch size -> the jitted forward pass of a full
+  window. Scratch, not parameters: a class with __slots__ and no __dict__, so nn.get_state_dict (which walks attributes,
+  lists and dicts) never sees the caches."""
+  __slots__ = ("by_batch", "windows")
+  def __init__(self): self.by_batch, self.windows = {}, {}
 
 
 class GPT:
@@ -104,15 +110,19 @@ class GPT:
     x = self.lnf(x)
     return x.linear(self.wte.weight) if self.head is None else self.head(x)
 
-  def __call__(self, tokens: Tensor, training: bool = False) -> Tensor:
-    """Logits (B, T, vocab) for integer tokens (B, T), T <= context."""
+  def _hidden(self, tokens: Tensor, training: bool) -> Tensor:
+    """The residual stream (B, T, width) after the last block."""
     if tokens.ndim != 2: raise TensorError(f"GPT takes tokens of shape (batch, time), got {tokens.shape}")
     T = tokens.shape[1]
     if T > self.cfg.context: raise TensorError(f"GPT: {T} tokens exceed the context of {self.cfg.context}")
     pos = Tensor(np.arange(T, dtype=np.int32), device=tokens.device)
     x = (self.wte(tokens) + self.wpe(pos)).dropout(self.cfg.dropout, training)
     for block in self.blocks: x = block(x, training)
-    return self._logits(x)
+    return x
+
+  def __call__(self, tokens: Tensor, training: bool = False) -> Tensor:
+    """Logits (B, T, vocab) for integer tokens (B, T), T <= context."""
+    return self._logits(self._hidden(tokens, training))
 
   def parameters(self) -> list[Tensor]: return list(nn.get_state_dict(self).values())
 
@@ -141,6 +151,16 @@ class GPT:
     logits = step(Tensor(np.asarray(tokens, np.int32).reshape(B, 1)), Tensor(onehot), Tensor(np.arange(T) <= position))
     return logits.numpy()
 
+  def window_logits(self, tokens: np.ndarray) -> np.ndarray:
+    """Logits (B, vocab) for the next token after a full window `tokens` (B, context): what generation past the context
+    conditions on. A full forward pass (the head on the last position only), jitted by batch size: sliding the window
+    moves every token's position embedding, so the decode caches can't be shifted, only rebuilt, and this is that."""
+    B, T = np.shape(tokens)
+    if T != self.cfg.context: raise TensorError(f"GPT.window_logits takes a window of the context's {self.cfg.context} tokens, got {T}")
+    windows = self._decoders.windows
+    if B not in windows: windows[B] = jit(lambda t: self._logits(self._hidden(t, False)[:, -1]))
+    return windows[B](Tensor(np.asarray(tokens, np.int32))).numpy()
+
 
 def training_step(model: GPT, opt: nn.Optimizer):
   """The training step under uopc.jit: (tokens, next tokens) -> the loss, after one step of `opt` (captured on its second
@@ -155,11 +175,36 @@ def training_step(model: GPT, opt: nn.Optimizer):
   return step
 
 
+# A run's random streams, one per purpose, all from its seed. numpy pads short entropy with zeros, so default_rng([seed, 0])
+# *is* default_rng(seed): training batches drawn from default_rng([seed, step]) repeated, at step 0, AdditionTask's
+# held-out draw; for 3 digits and more every problem was skipped, and the empty batch's loss (0/0) read as a diverged
+# run. A SeedSequence spawn key keeps each stream apart from the held-out one and from the others.
+TRAIN_STREAM, VAL_STREAM = 1, 2
+
+
+def data_rng(seed: int, stream: int, *more: int) -> np.random.Generator:
+  """The generator of one stream of a run (TRAIN_STREAM and the step a run starts at, or VAL_STREAM) for `seed`."""
+  return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(stream, *more)))
+
+
+def parameter_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
+  """The state dict names of GPT(cfg) and their shapes, in its order, from the config alone: load checks a checkpoint's
+  tensors against them before it builds a model (a damaged width of 10**9 must not allocate first)."""
+  c, v = cfg.width, cfg.vocab
+  shapes = {"wte.weight": (v, c), "wpe.weight": (cfg.context, c)}
+  for i in range(cfg.layers):
+    linears = {"attn": (3 * c, c), "proj": (c, c), "fc": (4 * c, c), "out": (c, 4 * c)}      # nn.Linear's (out, in)
+    for name in ("ln1", "ln2", "attn", "proj", "fc", "out"):
+      out_in = linears.get(name, (c,))
+      shapes[f"blocks.{i}.{name}.weight"], shapes[f"blocks.{i}.{name}.bias"] = out_in, out_in[:1]
+  shapes["lnf.weight"], shapes["lnf.bias"] = (c,), (c,)
+  if not cfg.tied_head: shapes["head.weight"] = (v, c)
+  return shapes
+
+
 def parameter_count(cfg: GPTConfig) -> int:
   """The number of parameters of GPT(cfg), from the config alone."""
-  c, v = cfg.width, cfg.vocab
-  block = 2 * 2 * c + (c * 3 * c + 3 * c) + (c * c + c) + (c * 4 * c + 4 * c) + (4 * c * c + c)
-  return v * c + cfg.context * c + cfg.layers * block + 2 * c + (0 if cfg.tied_head else v * c)
+  return sum(math.prod(shape) for shape in parameter_shapes(cfg).values())
 
 
 # ---- tasks: what the model learns ------------------------------------------------------------------------------------
@@ -169,7 +214,8 @@ class AdditionTask:
   answer and the newline after it are predicted (the operands are random); examples shorter than the longest are
   padded after their newline, and the padding is not predicted either. A tenth of all problems (or 2000 of them, when
   there are many) is held out and never trained on; accuracy is the share of held-out problems whose answer greedy
-  decoding gets exactly right."""
+  decoding gets exactly right. The held-out split is drawn from default_rng(seed), so a checkpoint's task seed names it;
+  training batches must come from another stream (data_rng), or they would repeat the held-out draw."""
   vocab = "0123456789+=\n"
   EVAL_BATCH = 250              # prompts decoded together when measuring accuracy (one jit capture serves them all)
 
@@ -188,8 +234,8 @@ class AdditionTask:
       lengths = np.char.str_len(self._train.astype(str))
       w = (1 / numbers_of_length[lengths - 1]).prod(1)
       self._weights = w / w.sum()
-    else:
-      self.heldout, self._train = rng.integers(0, n, (2000, 2)), None
+    else:     # 2000 distinct problems of a million or more; training draws uniformly and skips them (see batch)
+      self.heldout, self._train = np.stack(np.divmod(rng.choice(n * n, 2000, replace=False), n), 1), None
       self._held = set(map(tuple, self.heldout.tolist()))
     self.length = 3 * digits + 4          # the longest example: a+b=c with c one digit longer, and the newline
 
@@ -201,9 +247,10 @@ class AdditionTask:
     """(inputs, targets), each (size, length - 1): training problems, or held-out ones for split "val"."""
     if split == "val": pairs = self.heldout[rng.integers(0, len(self.heldout), size)]
     elif self._train is not None: pairs = self._train[rng.choice(len(self._train), size, p=self._weights)]
-    else:
-      pairs = rng.integers(0, 10 ** self.digits, (size * 2, 2))
-      pairs = np.array([p for p in pairs.tolist() if tuple(p) not in self._held][:size])
+    else:     # uniform draws less the held-out ones, until there are `size`: a batch is always whole
+      kept: list = []
+      while len(kept) < size: kept += [p for p in rng.integers(0, 10 ** self.digits, (size, 2)).tolist() if tuple(p) not in self._held]
+      pairs = np.array(kept[:size])
     x = np.full((size, self.length - 1), self.vocab.index("\n"), np.int32)
     y = np.full((size, self.length - 1), -100, np.int32)
     for i, (a, b) in enumerate(pairs.tolist()):
@@ -260,30 +307,61 @@ class TextTask:
 
 def generate(model: GPT, prompts: np.ndarray, tokens: int, temperature: float = 1.0, top_k: int | None = None,
              rng: np.random.Generator | None = None) -> np.ndarray:
-  """`tokens` new tokens after each prompt (all prompts the same length), one position at a time through the decode
-  cache. temperature 0 is greedy; top_k keeps the k likeliest tokens before sampling."""
-  B, L = prompts.shape
-  if L + tokens > model.cfg.context + 1: raise TensorError(f"a prompt of {L} and {tokens} new tokens exceed the context of {model.cfg.context}")
+  """`tokens` new tokens after each prompt (B, L) (all prompts the same length). While the sequence fits the context,
+  one position at a time through the decode cache; past it, each token is conditioned on the last `context` tokens (a
+  sliding window, GPT.window_logits), as is a prompt longer than the context. temperature 0 is greedy; top_k keeps the
+  k likeliest tokens before sampling."""
+  if np.ndim(prompts) != 2 or 0 in np.shape(prompts):
+    raise TensorError(f"generate takes prompts of shape (batch, length >= 1), got {np.shape(prompts)}")
+  if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 0:
+    raise TensorError(f"generate: tokens must be an int >= 0, got {tokens!r}")
+  (B, L), T = prompts.shape, model.cfg.context
   rng = rng or np.random.default_rng(0)
-  logits = None
-  for pos in range(L): logits = model.decode(prompts[:, pos], pos)
-  out = np.zeros((B, tokens), np.int32)
-  for i in range(tokens):
-    if temperature <= 0: nxt = logits.argmax(-1)
+  seq = np.zeros((B, L + tokens), np.int32)
+  seq[:, :L] = prompts
+  if L <= T:
+    for pos in range(L): logits = model.decode(seq[:, pos], pos)
+  else: logits = model.window_logits(seq[:, L - T:L])
+  for n in range(L, L + tokens):           # n: the position of the token being chosen
+    if temperature <= 0: seq[:, n] = logits.argmax(-1)
     else:
       z = logits.astype(np.float64) / temperature
       if top_k: z = np.where(z >= np.sort(z, -1)[:, -min(top_k, z.shape[-1]), None], z, -np.inf)
       p = np.exp(z - z.max(-1, keepdims=True))
       p /= p.sum(-1, keepdims=True)
-      nxt = np.array([rng.choice(len(q), p=q) for q in p])
-    out[:, i] = nxt
-    if i + 1 < tokens: logits = model.decode(nxt, L + i)
-  return out
+      seq[:, n] = [rng.choice(len(q), p=q) for q in p]
+    if n + 1 == L + tokens: break
+    logits = model.decode(seq[:, n], n) if n < T else model.window_logits(seq[:, n + 1 - T:n + 1])
+  return seq[:, L:]
 
 
 # ---- checkpoints -------------------------------------------------------------------------------------------------------
 
+class CheckpointError(TensorError):
+  """A checkpoint `uopc gpt` can't use; the message names the file and what is wrong with it."""
+
+
+META_FIELDS = ("config", "task", "step", "lr", "history")       # besides "format", what save writes and load requires
+TASK_FIELDS = {"addition": ("task", "digits", "seed", "vocab"), "text": ("task", "data", "seed", "vocab")}   # the tasks' spec()
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+  """What load read and checked: the model with its weights, the task spec, the steps trained, the peak learning rate,
+  the history ([step, loss, validation loss or None, accuracy or None] a step), and the optimizer's state under AdamW's
+  state-dict names (None for a file without one)."""
+  path: Path
+  model: GPT
+  task: dict
+  step: int
+  lr: float
+  history: list
+  optimizer: dict | None
+
+
 def save(path: Path, model: GPT, opt: nn.AdamW, task, step: int, history: list, lr: float) -> None:
+  """One .safetensors file: the model's tensors, AdamW's (optim.m.NAME, optim.v.NAME, optim.s1, optim.s2, optim.lr),
+  and in the metadata the format, the config, the task's spec, the step, the peak learning rate and the history."""
   state = dict(nn.get_state_dict(model))
   names = list(state)
   for name, p, m, v in zip(names, opt.params, opt.m, opt.v): state[f"optim.m.{name}"], state[f"optim.v.{name}"] = m, v
@@ -293,25 +371,131 @@ def save(path: Path, model: GPT, opt: nn.AdamW, task, step: int, history: list, 
   nn.safe_save(state, path, metadata=meta)
 
 
-def load(path: Path) -> tuple[GPT, dict, dict, dict]:
-  """(model, the checkpoint's tensors, its task spec, its metadata) from a checkpoint file (see save)."""
-  if not path.is_file(): raise TensorError(f"{path}: no checkpoint (expected a model.safetensors written by `uopc gpt train`)")
-  state, meta = nn.safe_load(path, with_metadata=True)
-  if meta.get("format") != FORMAT: raise TensorError(f"{path}: not a uopc GPT checkpoint (its metadata has no format {FORMAT!r})")
-  try: cfg, spec = GPTConfig(**json.loads(meta["config"])), json.loads(meta["task"])
-  except (KeyError, TypeError, ValueError) as e: raise TensorError(f"{path}: the checkpoint's config is damaged ({e})") from None
+def load(path: Path) -> Checkpoint:
+  """The checkpoint file at `path` (see save), checked whole before any of it is used. Each fault is a one-line
+  CheckpointError that names the file and the fault (a file that isn't safetensors at all, nn.safe_load's
+  SafetensorsError):
+
+    metadata  format, config, task, step, lr and history, each there, JSON and of its type (other keys are ignored: a
+              tool may annotate the file); the config has exactly GPTConfig's fields, the task exactly its kind's
+              (TASK_FIELDS) and a vocabulary of config.vocab distinct characters (an addition's is AdditionTask's);
+    tensors   exactly the model's (parameter_shapes), f32, of their shapes, finite; and the optimizer's either all
+              there and in range (optim.m.NAME, optim.v.NAME >= 0, optim.s1 and optim.s2 in [0, 1), optim.lr) or none.
+
+  A file without optimizer state is a checkpoint of the weights alone, not a damaged one (part of the state is
+  damage): it samples, and `uopc gpt train --resume` trains on from it with a fresh AdamW and a warning, as a user who
+  kept only the weights expects."""
+  if not path.is_file(): raise CheckpointError(f"{path}: no checkpoint (expected a model.safetensors written by `uopc gpt train`)")
+  tensors, meta = nn.safe_load(path, with_metadata=True)
+  def damaged(what: str) -> CheckpointError: return CheckpointError(f"{path}: {what}")
+  if meta.get("format") != FORMAT: raise damaged(f"not a uopc GPT checkpoint (its metadata has no format {FORMAT!r})")
+  fields = {}
+  for key in META_FIELDS:
+    if key not in meta: raise damaged(f"its metadata has no {key!r}")
+    try: fields[key] = json.loads(meta[key])
+    except (ValueError, RecursionError): raise damaged(f"its metadata's {key!r} is not JSON: {meta[key]!r:.60}") from None
+  cfg = _checked_config(fields["config"], damaged)
+  spec = _checked_task(fields["task"], cfg, damaged)
+  step, lr, history = fields["step"], fields["lr"], fields["history"]
+  if type(step) is not int or step < 0: raise damaged(f"its step {step!r:.40} is not a whole number >= 0")
+  if type(lr) not in (int, float) or not 0 < lr < math.inf: raise damaged(f"its learning rate {lr!r:.40} is not a number above 0")
+  _check_history(history, damaged)
+  shapes = _checked_model_tensors(tensors, cfg, damaged)
+  optimizer = _checked_optimizer_state(tensors, shapes, damaged)
   model = GPT(cfg)
-  nn.load_state_dict(model, {k: v for k, v in state.items() if not k.startswith("optim.")})
-  return model, state, spec, meta
+  nn.load_state_dict(model, {name: tensors[name] for name in shapes})
+  return Checkpoint(path, model, spec, step, float(lr), history, optimizer)
+
+
+def _json_kind(v) -> str:
+  kind = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(type(v), "a number")
+  return f"{kind} {json.dumps(v)[:40]}" if kind != "an object" else kind
+
+
+def _checked_config(config, damaged) -> GPTConfig:
+  if not isinstance(config, dict): raise damaged(f"its config is {_json_kind(config)}, not an object")
+  known = [f.name for f in dataclass_fields(GPTConfig)]
+  if missing := [k for k in known if k not in config]: raise damaged(f"its config has no {', '.join(missing)}")
+  if extra := sorted(set(config) - set(known)): raise damaged(f"its config has fields GPTConfig doesn't know: {extra[:5]}")
+  try: return GPTConfig(**config)
+  except TensorError as e: raise damaged(f"its config is damaged: {e}") from None
+
+
+def _checked_task(spec, cfg: GPTConfig, damaged) -> dict:
+  if not isinstance(spec, dict): raise damaged(f"its task is {_json_kind(spec)}, not an object")
+  kind = spec.get("task")
+  if kind not in TASK_FIELDS: raise damaged(f"its task is {json.dumps(kind)[:40]}, neither \"addition\" nor \"text\"")
+  if missing := [k for k in TASK_FIELDS[kind] if k not in spec]: raise damaged(f"its {kind} task has no {', '.join(missing)}")
+  if extra := sorted(set(spec) - set(TASK_FIELDS[kind])): raise damaged(f"its {kind} task has fields uopc doesn't know: {extra[:5]}")
+  seed, vocab = spec["seed"], spec["vocab"]
+  if type(seed) is not int or seed < 0: raise damaged(f"its task's seed {json.dumps(seed)[:40]} is not a whole number >= 0")
+  if not isinstance(vocab, str): raise damaged(f"its task's vocabulary is {_json_kind(vocab)}, not a string")
+  if len(vocab) != cfg.vocab: raise damaged(f"its task's vocabulary has {len(vocab)} characters, but the model has {cfg.vocab} tokens")
+  if len(set(vocab)) != len(vocab): raise damaged(f"its task's vocabulary repeats characters: {vocab!r:.60}")
+  if kind == "addition":
+    if vocab != AdditionTask.vocab: raise damaged(f"its addition task's vocabulary is {vocab!r:.40}, not {AdditionTask.vocab!r}")
+    if type(spec["digits"]) is not int or not 1 <= spec["digits"] <= 6:
+      raise damaged(f"its addition task's digits {json.dumps(spec['digits'])[:40]} is not a whole number from 1 to 6")
+  elif not isinstance(spec["data"], str) or not spec["data"]:
+    raise damaged(f"its text task's data {json.dumps(spec['data'])[:40]} is not a file name")
+  return spec
+
+
+def _check_history(history, damaged) -> None:
+  if not isinstance(history, list): raise damaged(f"its history is {_json_kind(history)}, not a list")
+  def number(v) -> bool: return type(v) in (int, float) and math.isfinite(v)
+  for i, h in enumerate(history):
+    if not (isinstance(h, list) and len(h) == 4 and type(h[0]) is int and number(h[1]) and all(v is None or number(v) for v in h[2:])):
+      raise damaged(f"its history's entry {i} is {json.dumps(h)[:60]}, not [step, loss, validation loss or null, accuracy or null]")
+
+
+def _check_tensor(name: str, t: Tensor, shape: tuple, damaged) -> np.ndarray:
+  if t.shape != shape: raise damaged(f"tensor {name} has shape {t.shape}, but its config needs {shape}")
+  if t.dtype.name != "f32": raise damaged(f"tensor {name} is {t.dtype.name}, not f32")
+  values = t.numpy()
+  if not np.isfinite(values).all(): raise damaged(f"tensor {name} holds NaN or infinity")
+  return values
+
+
+def _checked_model_tensors(tensors: dict, cfg: GPTConfig, damaged) -> dict:
+  """parameter_shapes(cfg), once the file's model tensors are exactly those."""
+  held = [k for k in tensors if not k.startswith("optim.")]
+  layers_held = len({k.split(".")[1] for k in held if k.startswith("blocks.")})
+  if cfg.layers != layers_held:         # before parameter_shapes, which would name the blocks of a layers of 10**9 first
+    raise damaged(f"its config has {cfg.layers} layers, but its tensors hold {layers_held}")
+  shapes = parameter_shapes(cfg)
+  if missing := [k for k in shapes if k not in tensors]: raise damaged(f"the model's tensors {missing[:4]} are missing")
+  if extra := [k for k in held if k not in shapes]: raise damaged(f"tensors {extra[:4]} are neither the model's nor the optimizer's")
+  for name, shape in shapes.items(): _check_tensor(name, tensors[name], shape, damaged)
+  return shapes
+
+
+def _checked_optimizer_state(tensors: dict, shapes: dict, damaged) -> dict | None:
+  """AdamW's state dict from the optim.* tensors (m.i and v.i for the i-th parameter), or None when there are none."""
+  held = [k for k in tensors if k.startswith("optim.")]
+  if not held: return None
+  want = {**{f"optim.m.{n}": s for n, s in shapes.items()}, **{f"optim.v.{n}": s for n, s in shapes.items()},
+          "optim.s1": (), "optim.s2": (), "optim.lr": ()}
+  if missing := [k for k in want if k not in tensors]:
+    raise damaged(f"its optimizer state is partial: {len(missing)} of its {len(want)} tensors are missing, {missing[:3]} first "
+                  "(a checkpoint has all of them, or none to resume with a fresh optimizer)")
+  if extra := [k for k in held if k not in want]: raise damaged(f"tensors {extra[:4]} are not the optimizer's")
+  values = {k: _check_tensor(k, tensors[k], shape, damaged) for k, shape in want.items()}
+  for k in ("optim.s1", "optim.s2"):
+    if not 0 <= values[k] < 1: raise damaged(f"{k} is {float(values[k])}, outside [0, 1) where 1 - beta**step lies")
+  if negative := [n for n in shapes if (values[f"optim.v.{n}"] < 0).any()]:
+    raise damaged(f"optim.v.{negative[0]} has negative entries, and it is a running mean of squares")
+  return {**{f"m.{i}": tensors[f"optim.m.{n}"] for i, n in enumerate(shapes)}, **{f"v.{i}": tensors[f"optim.v.{n}"] for i, n in enumerate(shapes)},
+          "_s1": tensors["optim.s1"], "_s2": tensors["optim.s2"]}
 
 
 # ---- the `uopc gpt` command ----------------------------------------------------------------------------------------
 
-def _positive(name: str):
+def _whole(name: str, low: int = 1):
   def parse(v: str) -> int:
     try: n = int(v)
     except ValueError: raise argparse.ArgumentTypeError(f"{name} takes a whole number, got {v!r}") from None
-    if n < 1: raise argparse.ArgumentTypeError(f"{name} must be at least 1, got {n}")
+    if n < low: raise argparse.ArgumentTypeError(f"{name} must be at least {low}, got {n}")
     return n
   return parse
 
@@ -339,38 +523,46 @@ def cmd_train(args) -> int:
   Tensor.manual_seed(args.seed)
   history: list = []
   shape = {k: getattr(args, k) for k in ("layers", "width", "heads", "context")}
+  if args.data and args.digits is not None: raise TensorError(f"--digits {args.digits} is for the addition task, not for --data {args.data}")
   if args.resume:
     src = Path(args.resume) / "model.safetensors"
-    model, state, spec, meta = load(src)
+    ckpt = load(src)
+    model, spec = ckpt.model, ckpt.task
     for k, v in shape.items():
       if v is not None and v != getattr(model.cfg, k):
         raise TensorError(f"--resume {args.resume}: the checkpoint has {k} {getattr(model.cfg, k)}, but --{k} {v} was given")
+    for k in ("digits", "data"):      # a resumed run keeps its task: a different one asked for is an error, not ignored
+      if (v := getattr(args, k)) is not None and v != spec.get(k):
+        learns = f"additions of {spec['digits']}-digit numbers" if spec["task"] == "addition" else f"the text {spec['data']}"
+        raise TensorError(f"--resume {args.resume}: the checkpoint learns {learns}, but --{k} {v} was given")
     if spec["task"] == "addition": task = AdditionTask(spec["digits"], spec["seed"])
-    else: task = TextTask(spec["data"], model.cfg.context, spec["seed"], spec["vocab"])
-    start, history = int(meta["step"]), json.loads(meta.get("history", "[]"))
+    else:
+      try: task = TextTask(spec["data"], model.cfg.context, spec["seed"], spec["vocab"])
+      except TensorError as e: raise CheckpointError(f"{src}: its training text can't be read again ({e})") from None
+    if model.cfg.context < task.length - 1:
+      raise CheckpointError(f"{src}: its context {model.cfg.context} is shorter than an example of its task ({task.length - 1} tokens)")
+    start, history = ckpt.step, ckpt.history
   else:
     if args.data: task = TextTask(args.data, shape["context"] or 64, args.seed)
-    else: task = AdditionTask(args.digits, args.seed)
+    else: task = AdditionTask(2 if args.digits is None else args.digits, args.seed)
     context = shape["context"] or (max(16, task.length - 1) if isinstance(task, AdditionTask) else 64)
     if context < task.length - 1: raise TensorError(f"--context {context} is shorter than an example ({task.length - 1} tokens)")
     model = GPT(GPTConfig(vocab=len(task.vocab), context=context, layers=shape["layers"] or 2, width=shape["width"] or 128,
                           heads=shape["heads"] or 4))
     start = 0
-  peak = args.lr if args.lr is not None else float(meta.get("lr", 3e-3)) if args.resume else 3e-3
+  peak = args.lr if args.lr is not None else ckpt.lr if args.resume else 3e-3
   opt = nn.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
-  rng = np.random.default_rng([args.seed, start])       # a resumed run draws new batches, not the first run's again
-  if args.resume:
-    names = list(nn.get_state_dict(model))
-    nn.load_state_dict(opt, {**{f"m.{i}": state[f"optim.m.{n}"] for i, n in enumerate(names)},
-                             **{f"v.{i}": state[f"optim.v.{n}"] for i, n in enumerate(names)},
-                             "_s1": state["optim.s1"], "_s2": state["optim.s2"]}, strict=False)
+  rng = data_rng(args.seed, TRAIN_STREAM, start)        # a resumed run draws new batches, not the first run's again
+  if args.resume and ckpt.optimizer is None:
+    print(f"uopc: warning: {src} has no optimizer state: AdamW starts afresh (zero moments, bias correction from step 1)", file=sys.stderr)
+  elif args.resume: nn.load_state_dict(opt, ckpt.optimizer, strict=False)
   out = Path(args.out or args.resume or "gpt-run")
   out.mkdir(parents=True, exist_ok=True)
 
   train_step = training_step(model, opt)
 
   # evaluation: the loss on a fixed held-out batch (both tasks), and for addition the exact-answer accuracy
-  vx, vy = task.batch(np.random.default_rng(args.seed + 1), args.batch, "val")
+  vx, vy = task.batch(data_rng(args.seed, VAL_STREAM), args.batch, "val")
   val_step = jit(lambda x, y: model.loss(x, y, training=False))
   addition = isinstance(task, AdditionTask)
   def evaluate(final: bool = False) -> tuple[float, float | None]:
@@ -386,6 +578,10 @@ def cmd_train(args) -> int:
   for step in range(start, total):
     opt.lr = learning_rate(peak, step, total)
     x, y = task.batch(rng, args.batch)
+    if (y == -100).all():     # its loss is 0/0: a NaN that says nothing about the run, and a step that would spoil the weights
+      if bar is not None: bar.close()
+      raise TensorError(f"the training batch of step {step + 1} has no token to predict ({type(task).__name__} drew {len(y)} examples "
+                        "with every target ignored): nothing to train on")
     loss_value = float(train_step(Tensor(x), Tensor(y)).item())
     if not math.isfinite(loss_value):
       if bar is not None: bar.close()
@@ -446,17 +642,15 @@ def _plot(history: list, path: Path, accuracy: bool) -> Path | None:
 
 def cmd_sample(args) -> int:
   if args.device: os.environ["UOPC_DEVICE"] = args.device
-  model, _, spec, _ = load(Path(args.dir) / "model.safetensors")
+  ckpt = load(Path(args.dir) / "model.safetensors")
+  model, spec = ckpt.model, ckpt.task
   vocab = spec["vocab"]
   prompt = args.prompt
   if missing := sorted(set(prompt) - set(vocab)):
     raise TensorError(f"--prompt has characters the model never saw: {''.join(missing)!r} (its vocabulary: {vocab!r})")
   if not prompt: raise TensorError("--prompt is empty: give the model something to continue")
-  room = model.cfg.context + 1 - len(prompt)
-  if room < 1: raise TensorError(f"--prompt has {len(prompt)} characters, more than the context of {model.cfg.context}")
-  tokens = min(args.tokens, room)
   ids = np.array([[vocab.index(c) for c in prompt]], np.int32)
-  out = generate(model, ids, tokens, temperature=args.temperature, top_k=args.top_k, rng=np.random.default_rng(args.seed))[0]
+  out = generate(model, ids, args.tokens, temperature=args.temperature, top_k=args.top_k, rng=np.random.default_rng(args.seed))[0]
   text = "".join(vocab[i] for i in out)
   if spec["task"] == "addition" and "\n" in text: text = text[:text.index("\n")]   # an answer ends with its line
   print(prompt + text)
@@ -470,29 +664,30 @@ def register(subparsers) -> None:
   t = sub.add_parser("train", help="train a GPT (addition by default, or --data FILE)")
   t.add_argument("--task", choices=["addition"], default="addition", help="the built-in task (default: addition)")
   t.add_argument("--data", metavar="FILE", help="train on this UTF-8 text file, character by character, instead")
-  t.add_argument("--digits", type=_positive("--digits"), default=2, help="digits of each operand for addition (default 2)")
-  t.add_argument("--steps", type=_positive("--steps"), default=3000, help="training steps (default 3000)")
-  t.add_argument("--batch", type=_positive("--batch"), default=64, help="examples per step (default 64)")
-  t.add_argument("--context", type=_positive("--context"), help="tokens the model sees (default 16 for addition, 64 for text)")
-  t.add_argument("--layers", type=_positive("--layers"), help="transformer blocks (default 2)")
-  t.add_argument("--width", type=_positive("--width"), help="embedding width (default 128)")
-  t.add_argument("--heads", type=_positive("--heads"), help="attention heads (default 4; must divide --width)")
+  t.add_argument("--digits", type=_whole("--digits"), help="digits of each operand for addition (default 2)")
+  t.add_argument("--steps", type=_whole("--steps"), default=3000, help="training steps (default 3000)")
+  t.add_argument("--batch", type=_whole("--batch"), default=64, help="examples per step (default 64)")
+  t.add_argument("--context", type=_whole("--context"), help="tokens the model sees (default 16 for addition, 64 for text)")
+  t.add_argument("--layers", type=_whole("--layers"), help="transformer blocks (default 2)")
+  t.add_argument("--width", type=_whole("--width"), help="embedding width (default 128)")
+  t.add_argument("--heads", type=_whole("--heads"), help="attention heads (default 4; must divide --width)")
   t.add_argument("--lr", type=_number("--lr", 0, False), help="peak AdamW learning rate (default 3e-3; warmup, then cosine decay)")
-  t.add_argument("--seed", type=int, default=0, help="seed of the data and the initial weights (default 0)")
+  t.add_argument("--seed", type=_whole("--seed", 0), default=0, help="seed of the data and the initial weights (default 0)")
   t.add_argument("--device", help="backend (default: $UOPC_DEVICE, or C)")
   t.add_argument("--out", metavar="DIR", help="where model.safetensors and loss.png go (default: gpt-run, or the --resume DIR)")
-  t.add_argument("--resume", metavar="DIR", help="continue training the checkpoint in DIR (optimizer state included)")
+  t.add_argument("--resume", metavar="DIR", help="continue training the checkpoint in DIR (a fresh AdamW, with a warning, if it has none)")
   t.set_defaults(func=cmd_train)
   s = sub.add_parser("sample", help="continue a prompt with a trained GPT")
   s.add_argument("dir", metavar="DIR", help="the directory `uopc gpt train --out` wrote")
   s.add_argument("--prompt", default="\n", help='the text to continue (for addition: "12+34=")')
-  s.add_argument("--tokens", type=_positive("--tokens"), default=32, help="tokens to generate at most (default 32)")
+  s.add_argument("--tokens", type=_whole("--tokens"), default=32, help="tokens to generate (default 32; past the context, a sliding window)")
   s.add_argument("--temperature", type=_number("--temperature", 0, True), default=0.0, help="0 is greedy (the default); higher is more random")
-  s.add_argument("--top-k", type=_positive("--top-k"), help="sample among the k likeliest tokens only")
-  s.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+  s.add_argument("--top-k", type=_whole("--top-k"), help="sample among the k likeliest tokens only")
+  s.add_argument("--seed", type=_whole("--seed", 0), default=0, help="seed of the sampling (default 0)")
   s.add_argument("--device", help="backend (default: $UOPC_DEVICE, or C)")
   s.set_defaults(func=cmd_sample)
   g.set_defaults(func=lambda args: g.print_help() or 2)
 
 
-__all__ = ["GPTConfig", "GPT", "Block", "parameter_count", "AdditionTask", "TextTask", "generate", "save", "load", "register"]
+__all__ = ["GPTConfig", "GPT", "Block", "parameter_shapes", "parameter_count", "data_rng", "AdditionTask", "TextTask", "generate",
+           "CheckpointError", "Checkpoint", "save", "load", "register"]
