@@ -26,11 +26,16 @@ def _install_chain(session: nox.Session, package: str, *extra: str, extras: str 
   session.install(*(f"./packages/{p}" + (extras if p == package else "") for p in CHAIN[package]), *extra)
 
 
+def _pytest(session: nox.Session, *paths: str, env: dict | None = None) -> None:
+  """pytest over `paths` on UOPC_TEST_WORKERS processes, the compile cache in the session's own directory (runs don't
+  share state with the user's ~/.cache), every skip printed with its reason and failing unless conftest.py expects it."""
+  env = {"UOPC_CACHE_DIR": os.path.join(session.virtualenv.location, "uopc-cache"), "UOPC_STRICT_SKIPS": "1", **(env or {})}
+  session.run("pytest", *paths, "-q", "-rs", "-n", os.environ.get("UOPC_TEST_WORKERS", "2"), *session.posargs, env=env)
+
+
 def _test(session: nox.Session, package: str, tests: str = "tests", *extra: str, extras: str = "", env: dict | None = None) -> None:
   _install_chain(session, package, *TEST_TOOLS, *extra, extras=extras)
-  # the compile cache lives in the session's own directory, so runs don't share state with the user's ~/.cache
-  env = {"UOPC_CACHE_DIR": os.path.join(session.virtualenv.location, "uopc-cache"), **(env or {})}
-  session.run("pytest", f"packages/{package}/{tests}", "-q", "-n", os.environ.get("UOPC_TEST_WORKERS", "2"), *session.posargs, env=env)
+  _pytest(session, f"packages/{package}/{tests}", env=env)
 
 
 @nox.session(python=PYTHON)
@@ -47,8 +52,8 @@ def lower(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def backends(session: nox.Session) -> None:
-  """uopc-backends' tests."""
-  _test(session, "uopc-backends")
+  """uopc-backends' tests, with NVIDIA's NVRTC wheel so that the CUDA backend's NVRTC road is compiled too."""
+  _test(session, "uopc-backends", "tests", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime")
 
 
 @nox.session(python=PYTHON)
@@ -96,7 +101,7 @@ def sanitize(session: nox.Session) -> None:
          "UBSAN_OPTIONS": f"print_stacktrace=1:log_path={logs}/ubsan"}
   try:
     for tests in ("packages/uopc-backends/tests", "packages/uopc-tensor/tests"):   # apart: both have a test_hostile.py
-      session.run("pytest", tests, "-q", "-n", os.environ.get("UOPC_TEST_WORKERS", "2"), *session.posargs, env=env)
+      _pytest(session, tests, env=env)
   finally:
     reports = 0
     for name in sorted(os.listdir(logs)):
@@ -106,6 +111,19 @@ def sanitize(session: nox.Session) -> None:
       # hostile-input tests ask for) only leaves a WARNING line
       reports += "ERROR: AddressSanitizer" in text or "runtime error:" in text or "ERROR: UndefinedBehaviorSanitizer" in text
   if reports: session.error(f"{reports} sanitizer report(s), printed above")
+
+
+FUZZERS = ["packages/uopc-ir/tests/test_symbolic_fuzz.py", "packages/uopc-backends/tests/test_eval_vs_c.py",
+           "packages/uopc-backends/tests/test_opt_fuzz.py", "packages/uopc-tensor/tests/test_fuzz_numpy.py",
+           "packages/uopc-tensor/tests/test_jit_fuzz.py"]
+
+
+@nox.session(python=PYTHON, default=False)
+def fuzz(session: nox.Session) -> None:
+  """Every differential fuzzer at random (not the fixed draws CI replays), UOPC_FUZZ_ITERS examples each (default 300):
+  for a nightly job. A failure prints its reproducer; make it a regression test."""
+  _install_chain(session, "uopc-tensor", *TEST_TOOLS)
+  _pytest(session, *FUZZERS, env={"UOPC_FUZZ_ITERS": os.environ.get("UOPC_FUZZ_ITERS", "300")})
 
 
 @nox.session(python=PYTHON)
