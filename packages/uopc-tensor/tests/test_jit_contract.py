@@ -323,3 +323,25 @@ def test_detach_needs_no_gradient_and_keeps_no_graph():
   gc.collect()
   assert graph() is None, "a detached loss kept its graph alive"
   assert d.item() == d.item()
+
+
+def test_detached_losses_kept_over_a_training_loop_hold_numbers_not_models():
+  from uopc.tensor import _storage
+  lin = nn.Linear(32, 32)
+  opt = nn.SGD([lin.weight, lin.bias], lr=0.01)
+  x = Tensor(data(0, 8, 32))
+  history, sizes = [], []
+  for step in range(40):
+    opt.zero_grad()
+    loss = lin(x).square().mean()
+    loss.backward()
+    opt.step()
+    history.append(loss.detach())                          # each step's parameters stayed alive behind it (+1 MB/step)
+    if step in (9, 39): sizes.append(sum(b.nbytes for b in set(_storage.values())))
+  assert sizes[1] - sizes[0] < 30 * 64, f"{sizes[1] - sizes[0]} bytes more live after 30 more steps"
+  assert all(np.isfinite(h.item()) for h in history)
+
+
+def test_a_cross_device_assign_is_refused_where_it_is_made():
+  w = Tensor(data(0, 3))
+  with pytest.raises(Exception, match="assign: a tensor on PYTHON into one on C"): w.assign(Tensor(data(1, 3), device="PYTHON"))

@@ -13,7 +13,7 @@ movement ops that build its windows.
 Conventions: comparisons and integer ops have no gradient; MAX sends the gradient to the larger input and
 splits it evenly on ties (so max(x, -x), i.e. |x|, has gradient 0 at 0); REDUCE MAX sends it to every position
 equal to the maximum, split evenly. A CAST to the value's own dtype is the frontend's stop-gradient marker
-(Tensor.detach): nothing flows through it.
+(Tensor._stop_gradient; detach() goes further and names the value alone): nothing flows through it.
 """
 from __future__ import annotations
 import math
