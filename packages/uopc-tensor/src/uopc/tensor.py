@@ -29,7 +29,7 @@ from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.uop import UOp, Ops, ParamArg, prod
 from uopc.composite import pad as _pad_uop, flip_axis
 from uopc.kernelize import kernelize, kernelize_cached, Kernel
-from uopc.backends import get_backend
+from uopc.backends import BackendError, get_backend
 from uopc.runtime import Buffer, run_schedule, np_dtype
 from uopc.grad import gradient as grad_of
 
@@ -143,6 +143,12 @@ def _to_dtype(d) -> DType:
   if d is bool: return dtypes.bool
   try: return _NP_TO_DTYPE[np.dtype(d)]
   except (TypeError, KeyError, ValueError): raise TensorError(f"unknown dtype {d!r}") from None
+
+
+def _dtype_name(name: str) -> DType | None:
+  """The dtype a string names ("f16", "float32", "half"), or None when it names none (a device, then)."""
+  try: return _to_dtype(name)
+  except TensorError: return None
 
 
 def _int_arg(v, what: str) -> int:
@@ -652,7 +658,31 @@ class Tensor:
   def half(self) -> Tensor: return self.cast(dtypes.f16)
   def int(self) -> Tensor: return self.cast(dtypes.i32)
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
-  to = cast
+  def to(self, *args, device: str | None = None, dtype=None) -> Tensor:
+    """torch's Tensor.to: a backend's name moves the tensor there (`.to("PYTHON")`), a dtype casts (`.to(dtypes.f16)`,
+    `.to("f16")`), a Tensor gives its device and dtype, and to(device, dtype) does both. A str names a dtype when it is
+    one, else a backend ("unknown dtype 'PYTHON'" was the error: `to` was cast alone)."""
+    if len(args) > 2: raise TensorError(f"to: takes a device, a dtype or a tensor (and dtype=, device=), got {len(args)} arguments")
+    for a in args:
+      if isinstance(a, Tensor): device, dtype = device or a.device, dtype or a.dtype
+      elif isinstance(a, str) and dtype is None and _dtype_name(a) is not None: dtype = _dtype_name(a)
+      elif isinstance(a, str) and device is None: device = a
+      elif a is None: raise TensorError("to: None is neither a device nor a dtype")
+      elif dtype is None and not isinstance(a, str): dtype = a
+      else: raise TensorError(f"to: {a!r} given with device={device!r} and dtype={dtype!r}: one device and one dtype at most")
+    t = self.cast(dtype) if dtype is not None else self
+    return t._moved(device) if device is not None else t
+  def _moved(self, device: str) -> Tensor:
+    """The same value on the backend `device`: realized here, read back, and copied in there (no kernel runs across two
+    backends). A tensor that requires a gradient isn't moved: its gradient can't flow back across backends."""
+    if not isinstance(device, str): raise TensorError(f"to: a device is a backend's name (a str), got {device!r}")
+    try: get_backend(device)
+    except BackendError as e: raise TensorError(f"to: {device!r} is neither a dtype nor a backend ({e})") from None
+    if device.strip().upper() == self.device: return self
+    if self.requires_grad:
+      raise TensorError(f"to({device!r}): this tensor requires a gradient, which can't flow back from another backend; copy "
+                        f"the values alone with Tensor(t.numpy(), device={device!r}) (and requires_grad_() the copy there)")
+    return Tensor(self.numpy(), dtype=self.dtype, device=device)
 
   def _float_unary(self, op: Ops) -> Tensor:
     x = self if self.dtype.is_float else self.float()
