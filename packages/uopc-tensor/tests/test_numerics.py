@@ -1,4 +1,5 @@
-"""The numbers themselves: f16 reductions and math against NumPy computing in f32 and rounding once.
+"""The numbers themselves: f16 reductions and math against NumPy computing in f32 and rounding once, and clip with a
+NaN bound.
 
 f16 holds 11 significant bits, so its integers stop at 2048: an f16 accumulator summing 3000 ones stops there (2049
 rounds back to 2048). Every reduction here runs over 3000 or 5000 elements so that one accumulating in f16 fails, and
@@ -187,3 +188,32 @@ def test_f16_math_returns_f16_computed_in_f32(name):
   x16 = x.astype(np.float16)
   with np.errstate(all="ignore"):
     f16_close(op(Tensor(x16)), ref(x16.astype(np.float64)), name, ATOL_F16.get(name, 0.0))
+
+
+# ---- clip with a NaN bound ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lo, hi", [(np.nan, 2.0), (0.5, np.nan), (np.nan, None), (None, np.nan), (np.float32(np.nan), None), (1.5, 2.5)])
+def test_clip_with_a_nan_bound_gives_nan_like_numpy(lo, hi):
+  """torch.clamp and NumPy's maximum/minimum: a NaN bound makes every element NaN (it was ignored: t < nan is false)."""
+  x = np.array([-1.0, 1.0, 2.0, 3.0, np.nan], np.float32)
+  ref = x
+  with np.errstate(invalid="ignore"):
+    if lo is not None: ref = np.maximum(ref, np.float32(lo))
+    if hi is not None: ref = np.minimum(ref, np.float32(hi))
+  for t, want in ((Tensor(x), ref), (Tensor(x).half(), ref.astype(np.float16))):
+    got = t.clip(lo, hi)
+    assert got.dtype is t.dtype
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_clip_with_nan_in_a_tensor_bound_and_on_integers():
+  x = np.array([1.0, 2.0, 3.0], np.float32)
+  lo = np.array([np.nan, 0.0, 5.0], np.float32)
+  with np.errstate(invalid="ignore"):
+    np.testing.assert_array_equal(Tensor(x).clip(Tensor(lo)).numpy(), np.maximum(x, lo))
+    np.testing.assert_array_equal(Tensor(x).clip(None, Tensor(lo)).numpy(), np.minimum(x, lo))
+  got = Tensor([1, 2, 3]).clip(np.nan)
+  assert got.dtype is dtypes.f32 and np.isnan(got.numpy()).all()               # torch: a float bound makes it float
+  t = Tensor(x, requires_grad=True)
+  t.clip(np.nan).sum().backward()
+  np.testing.assert_array_equal(t.grad.numpy(), [0.0, 0.0, 0.0])                # torch's clamp gradient: 0 outside the bounds

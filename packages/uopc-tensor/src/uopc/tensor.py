@@ -763,11 +763,15 @@ class Tensor:
     return self.logical_not() if self.dtype is dtypes.bool else -1 - self
   def clip(self, min_=None, max_=None) -> Tensor:
     # WHERE, not maximum/minimum: torch.clamp gives self the whole gradient on a bound too (MAX would split the tie),
-    # and a NaN stays NaN
+    # and a NaN stays NaN. A NaN bound gives NaN as in torch.clamp (t < nan is false, so it was ignored)
     if min_ is None and max_ is None: raise TensorError("clip: give min_, max_ or both (torch.clamp refuses neither too)")
     t = self
-    if min_ is not None: t = (t < min_).where(min_, t)
-    if max_ is not None: t = (t > max_).where(max_, t)
+    for bound, beyond in ((min_, Tensor.__lt__), (max_, Tensor.__gt__)):
+      if bound is None: continue
+      if isinstance(bound, (np.ndarray, list, tuple)): bound = Tensor(bound, device=self.device)
+      if isinstance(bound, Tensor): t = (beyond(t, bound) | bound.isnan()).where(bound, t)
+      elif isinstance(bound, (float, np.floating)) and math.isnan(bound): t = t.ne(t).where(t, math.nan)   # NaN everywhere, t kept for its 0 gradient
+      else: t = beyond(t, bound).where(bound, t)
     return t
   clamp = clip
   def trunc(self) -> Tensor:
