@@ -1,10 +1,12 @@
-"""The numbers themselves: f16 reductions and math against NumPy computing in f32 and rounding once, and clip with a
-NaN bound.
+"""The numbers themselves: f16 reductions and math against NumPy computing in f32 and rounding once, and the unary
+functions' accuracy where a formula breaks down (asinh and acosh past 1.8e19, tan and cos beside their poles and
+zeros, tanh and acos where a difference cancels, sinh and cosh where e^x overflows first), and clip with a NaN bound.
 
 f16 holds 11 significant bits, so its integers stop at 2048: an f16 accumulator summing 3000 ones stops there (2049
 rounds back to 2048). Every reduction here runs over 3000 or 5000 elements so that one accumulating in f16 fails, and
 compares with NumPy in f32 rounded to f16 at the end, within one f16 ulp (an f32 sum in another order may land on the
-other side of an f16 rounding boundary).
+other side of an f16 rounding boundary). The f32 accuracy bounds are stated beside each test, in f32 ulps (2^-23 ~
+1.2e-7 relative) or as a relative error against NumPy in float64 on the same f32 inputs.
 """
 import math
 import numpy as np
@@ -188,6 +190,124 @@ def test_f16_math_returns_f16_computed_in_f32(name):
   x16 = x.astype(np.float16)
   with np.errstate(all="ignore"):
     f16_close(op(Tensor(x16)), ref(x16.astype(np.float64)), name, ATOL_F16.get(name, 0.0))
+
+
+# ---- f32 accuracy where a formula breaks down ------------------------------------------------------------------------
+
+def rel_err(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
+  """|got - exact| / |exact|; where exact is 0, |got| (0 when got is 0 too)."""
+  err = np.abs(got.astype(np.float64) - exact)
+  return np.where(exact == 0, err, err / np.where(exact == 0, 1, np.abs(exact)))
+
+
+def test_asinh_and_acosh_of_huge_values_are_finite():
+  """log(x + sqrt(x^2 + 1)) overflowed x^2 past 1.8e19 (asinh(1e30) was inf, not 69.77). Relative error against NumPy's
+  float64 on the same f32 inputs, from 1e-30 (asinh) or 1 (acosh) to the largest f32: acosh within 2.4e-7 (2 f32 ulps;
+  its x - 1 is exact near 1, where x^2 - 1 lost bits), asinh within 1e-6 (log(1 + d) just past its series, at d ~ 0.1,
+  rounds 1 + d first: 9e-7 measured there, 1e-7 elsewhere)."""
+  big = np.array([1e19, 2e19, 1e20, 1e30, 3.4e38, 4097.0, 5000.0, 4095.0, 100.0, 1.5], np.float32)
+  x = np.concatenate([big, -big, np.geomspace(1e-30, 1e5, 3000, dtype=np.float32), -np.geomspace(1e-30, 1e5, 300, dtype=np.float32)])
+  assert rel_err(Tensor(x).asinh().numpy(), np.arcsinh(x.astype(np.float64))).max() <= 1e-6
+  assert Tensor([1e30]).asinh().item() == pytest.approx(69.77070, rel=1e-6)
+  y = np.concatenate([big, np.array([1.0001, 1.001, 1.01, 1.1, 2.0], np.float32), np.geomspace(1.0001, 1e5, 1000, dtype=np.float32)])
+  assert rel_err(Tensor(y).acosh().numpy(), np.arccosh(y.astype(np.float64))).max() <= 2.4e-7
+  np.testing.assert_array_equal(Tensor([np.inf, -np.inf, np.nan]).asinh().numpy(), [np.inf, -np.inf, np.nan])
+  np.testing.assert_array_equal(Tensor([np.inf, 1.0, 0.5, -np.inf, np.nan]).acosh().numpy(), [np.inf, 0.0, np.nan, np.nan, np.nan])
+
+
+def test_asinh_and_acosh_gradients_at_huge_values_are_finite():
+  # the branches not taken read safe values: an inf from x^2 in one of them was a NaN gradient through the WHERE
+  x = Tensor(np.array([1e30, -1e20, 3.0], np.float32), requires_grad=True)
+  x.asinh().sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), 1 / np.sqrt(np.array([1e30, -1e20, 3.0]) ** 2 + 1), rtol=1e-6)
+  y = Tensor(np.array([1e30, 1e20, 3.0], np.float32), requires_grad=True)
+  y.acosh().sum().backward()
+  np.testing.assert_allclose(y.grad.numpy(), 1 / np.sqrt(np.array([1e30, 1e20, 3.0]) ** 2 - 1), rtol=1e-6)
+
+
+def _near(points, widths=(1e-3, 1e-4, 1e-5, 1e-6, 1e-7), n=41):
+  """f32 values around each point, within each width of it, and the point's three nearest f32s."""
+  out = []
+  for p in points:
+    for w in widths: out.append(p + np.linspace(-w, w, n))
+    f = np.float32(p)
+    out.append([np.nextafter(f, -np.inf), f, np.nextafter(f, np.inf)])
+  return np.concatenate(out).astype(np.float32)
+
+
+POLES = [math.pi / 2, -math.pi / 2, 3 * math.pi / 2, -3 * math.pi / 2, 101 * math.pi / 2, -2001 * math.pi / 2]
+
+
+def test_tan_is_accurate_beside_its_poles():
+  """Relative error against NumPy's float64 tan of the same f32 inputs at most 1e-6 (8 f32 ulps; measured 2e-7), over
+  [-20, 20] and within 1e-3 .. 1e-7 of +-pi/2, +-3pi/2 and farther poles, the f32s next to pi/2 included (tan of the f32
+  nearest pi/2 is -2.3e7). sin(x) / cos(x) was 27% off there: cos came from 1 - 2 sin(x/2)^2, which cancels."""
+  x = np.concatenate([np.linspace(-20, 20, 4001, dtype=np.float32), _near(POLES)])
+  got = Tensor(x).tan().numpy()
+  assert rel_err(got, np.tan(x.astype(np.float64))).max() <= 1e-6
+  assert abs(Tensor([np.float32(math.pi / 2)]).tan().item() / np.tan(np.float64(np.float32(math.pi / 2))) - 1) <= 1e-6
+
+
+def test_cos_is_accurate_beside_its_zeros_and_sin_everywhere():
+  """cos within 1e-6 relative of NumPy's float64 beside its zeros and over [-20, 20] (its absolute error is what the
+  half-angle formula left, 6e-8, which is 100% of cos at the f32 next to pi/2); sin is the C library's sinf."""
+  x = np.concatenate([np.linspace(-20, 20, 4001, dtype=np.float32), _near(POLES)])
+  assert rel_err(Tensor(x).cos().numpy(), np.cos(x.astype(np.float64))).max() <= 1e-6
+  s = np.concatenate([np.linspace(-20, 20, 4001, dtype=np.float32), _near([math.pi, -math.pi, 2 * math.pi])])
+  assert rel_err(Tensor(s).sin().numpy(), np.sin(s.astype(np.float64))).max() <= 1e-6
+
+
+def test_tan_and_cos_past_the_reduction_range_and_at_the_specials():
+  # past TRIG_REDUCE_MAX (4096) the half-angle formula stays: right to ~1e-7 absolute for cos, so relative away from zeros
+  x = np.array([5000.0, -7777.5, 1e5, 3.3e6, 1e30], np.float32)
+  c = np.cos(x.astype(np.float64))
+  np.testing.assert_allclose(Tensor(x).cos().numpy(), c, atol=2e-7)
+  far = np.abs(c) > 0.1
+  assert rel_err(Tensor(x[far]).tan().numpy(), np.tan(x[far].astype(np.float64))).max() <= 5e-6
+  special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan], np.float32)
+  np.testing.assert_array_equal(Tensor(special).tan().numpy(), [0.0, -0.0, np.nan, np.nan, np.nan])
+  assert np.signbit(Tensor(special).tan().numpy()[1])                            # tan(-0.0) is -0.0
+  np.testing.assert_array_equal(Tensor(special).cos().numpy(), [1.0, 1.0, np.nan, np.nan, np.nan])
+
+
+def test_tan_and_cos_gradients_beside_a_pole():
+  x = np.array([0.3, 1.5707963, -1.5707, 100.0, 5000.0], np.float32)
+  t = Tensor(x, requires_grad=True)
+  t.tan().sum().backward()
+  np.testing.assert_allclose(t.grad.numpy(), 1 / np.cos(x.astype(np.float64)) ** 2, rtol=1e-5)
+  t = Tensor(x, requires_grad=True)
+  t.cos().sum().backward()
+  np.testing.assert_allclose(t.grad.numpy(), -np.sin(x.astype(np.float64)), rtol=1e-5, atol=1e-7)
+
+
+def test_tanh_near_zero_keeps_its_relative_accuracy():
+  """2 sigmoid(2x) - 1 was 7% off at x = 1e-6 and 150% at 5e-8; within 2.4e-7 relative of NumPy's float64 now, from 1e-30 to 20."""
+  x = np.geomspace(1e-30, 20, 600).astype(np.float32)
+  x = np.concatenate([x, -x])
+  assert rel_err(Tensor(x).tanh().numpy(), np.tanh(x.astype(np.float64))).max() <= 2.4e-7
+  np.testing.assert_array_equal(Tensor([np.inf, -np.inf, 0.0]).tanh().numpy(), [1.0, -1.0, 0.0])
+  assert np.signbit(Tensor([-0.0]).tanh().numpy()[0])
+
+
+def test_acos_near_one_keeps_its_relative_accuracy():
+  """pi/2 - asin(x) cancelled near 1 (1e-4 off at 0.99999994); within 4e-7 relative of NumPy's float64 over (-1, 1)."""
+  x = np.concatenate([np.linspace(-1, 1, 2001), 1 - np.geomspace(6e-8, 0.1, 200), -1 + np.geomspace(6e-8, 0.1, 200)]).astype(np.float32)
+  x = x[np.abs(x) < 1]
+  assert rel_err(Tensor(x).acos().numpy(), np.arccos(x.astype(np.float64))).max() <= 4e-7
+  np.testing.assert_allclose(Tensor([1.0, -1.0]).acos().numpy(), [0.0, np.pi], rtol=1e-7)
+
+
+def test_sinh_and_cosh_are_finite_until_they_overflow_themselves():
+  """e^x overflows at 88.72, sinh and cosh only at 89.42: (e^x - e^-x) / 2 was inf between. Relative error against
+  NumPy's float64 within 5e-6 (what exp itself reaches at such arguments: x log2(e) is rounded to f32 first)."""
+  x = np.array([88.0, 88.8, 89.0, 89.4, 20.5, 19.5, 5.0, 0.5, 1e-4], np.float32)
+  x = np.concatenate([x, -x])
+  for op, ref in (("sinh", np.sinh), ("cosh", np.cosh)):
+    got = getattr(Tensor(x), op)().numpy()
+    assert np.isfinite(got).all(), op
+    assert rel_err(got, ref(x.astype(np.float64))).max() <= 5e-6, op
+  np.testing.assert_array_equal(Tensor([89.5, -89.5, np.inf]).sinh().numpy(), [np.inf, -np.inf, np.inf])
+  np.testing.assert_array_equal(Tensor([89.5, -89.5, -np.inf]).cosh().numpy(), [np.inf, np.inf, np.inf])
 
 
 # ---- clip with a NaN bound ---------------------------------------------------------------------------------------------

@@ -276,6 +276,10 @@ def _f16_in_f32(fn):
 _POW2_I32 = np.array([1 << k for k in range(31)] + [I32_MIN], np.int32)   # bit k's weight in an i32 (bit 31: -2**31)
 SORT_BY_COUNTING_MAX = 1024   # longer sorts go through a bitonic network (Tensor._sort_network)
 SCAN_BLOCK = 32   # cumulative ops scan blocks of this many elements as (b, b) squares, then the blocks' totals (Tensor._scan)
+# pi/2 as C1 + C2 + C3 (to 2e-21): C1 to 12 bits, so q * C1 is exact for the quarter-turn counts q < 2^12 that cos and tan
+# reduce by (Tensor._quarter_turns), C2 and C3 f32 roundings of what is left
+PIO2_PARTS = (1.57080078125, -4.454454938240815e-06, -1.6513995574653217e-13)
+TRIG_REDUCE_MAX = 4096.0
 
 
 class ValuesIndices(NamedTuple):
@@ -714,14 +718,39 @@ class Tensor:
   def log(self) -> Tensor: return self.log2() * math.log(2)
   @_f16_in_f32
   def rsqrt(self) -> Tensor: return self.sqrt().recip()
+  def _quarter_turns(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(in_range, q mod 4, sin r, cos r) for x = q pi/2 + r, |r| <= pi/4, where |x| <= TRIG_REDUCE_MAX (elsewhere x reads 0).
+    r comes from Cody and Waite's reduction by pi/2 split into three f32s (PIO2_PARTS), each step one fused multiply-add:
+    q * C1 is exact (C1 has 12 bits, q < 2^12), x - q * C1 then too (the two are within a factor 2), and the later parts
+    add the bits an f32 pi/2 lacks, so r is right to its last bits even beside a zero of cos (the f32 nearest pi/2 is
+    4.4e-8 past it, where cos is -4.4e-8: subtracting an f32 pi/2 alone gives 0). |r| <= pi/4 keeps cos r >= 0.7, so
+    1 - 2 sin(r/2)^2 can't cancel."""
+    x = self.float()
+    near = x.abs() <= TRIG_REDUCE_MAX
+    xs = near.where(x, 0.0)   # a safe input where the reduction isn't used: no NaN from inf in its backward pass
+    q = (xs * (2 / math.pi)).round()   # piecewise constant: no gradient
+    r = xs
+    for part in PIO2_PARTS: r = r._new(UOp(Ops.MULACC, ((-q).uop, r.uop.const_like(part), r.uop)), r)
+    r = q.eq(0).where(xs, r)   # x itself within pi/4 of 0 (0 * C + -0.0 is +0.0: tan(-0.0) is -0.0)
+    half = (r * 0.5).sin()
+    return near, q - 4 * (q * 0.25).floor(), r.sin(), 1 - 2 * half * half
   @_f16_in_f32
   def cos(self) -> Tensor:
-    # 1 - 2 sin(x/2)^2: halving is exact and sinf reduces a large argument exactly. sin(x + pi/2) rounded x + pi/2 first,
-    # which at |x| = 1e6 (where an f32 ulp is 0.06) was 5% off
-    s = (self * 0.5).sin()
-    return 1 - 2 * s * s
+    """cos of the reduced argument (see _quarter_turns) up to TRIG_REDUCE_MAX; past it 1 - 2 sin(x/2)^2 (halving is exact and
+    sinf reduces a large argument exactly; sin(x + pi/2) rounded x + pi/2 first, which at |x| = 1e6 was 5% off)."""
+    near, quarter, s, c = self._quarter_turns()
+    h = (self * 0.5).sin()
+    far = 1 - 2 * h * h
+    return near.where(quarter.eq(0).where(c, quarter.eq(1).where(-s, quarter.eq(2).where(-c, s))), far)
   @_f16_in_f32
-  def tan(self) -> Tensor: return self.sin() / self.cos()
+  def tan(self) -> Tensor:
+    """sin r / cos r, or -cos r / sin r an odd number of quarter turns away (see _quarter_turns): accurate beside the poles
+    too, where sin(x) / cos(x) divided by a cos that 1 - 2 sin(x/2)^2 had cancelled to its last bits (27% off at 1e-7 from
+    pi/2). Past TRIG_REDUCE_MAX, sin(x) / cos(x)."""
+    near, quarter, s, c = self._quarter_turns()
+    odd = (quarter.eq(1) | quarter.eq(3))
+    far = self.sin() / self.cos()
+    return near.where(odd.where(-c / odd.where(s, 1.0), s / c), far)
   @_f16_in_f32
   def sigmoid(self) -> Tensor:
     # 1/(1+e^-x) for x >= 0 and e^x/(1+e^x) below, both through e = e^-|x| <= 1: no exp overflows, so neither the value
@@ -732,7 +761,14 @@ class Tensor:
     r = (1.0 + e).recip()
     return pos.where(r, e * r)
   @_f16_in_f32
-  def tanh(self) -> Tensor: return 2.0 * (2.0 * self.float()).sigmoid() - 1.0
+  def tanh(self) -> Tensor:
+    """-expm1(-2|x|) / (2 + expm1(-2|x|)) with x's sign: nothing overflows, and near 0 no cancellation (2 sigmoid(2x) - 1
+    was 7% off at x = 1e-6 and 150% at 5e-8, where sigmoid is 1/2 plus a few of its last bits)."""
+    x = self.float()
+    neg = x < 0
+    t = (-2 * neg.where(-x, x)).expm1()   # |x| with slope 1 at 0 (abs would split it)
+    r = -t / (t + 2)
+    return neg.where(-r, r)
   def relu(self) -> Tensor: return ((self > 0) | self.ne(self)).where(self, 0) if self.dtype.is_float else (self > 0).where(self, 0)   # NaN stays
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self > 0).where(self, self * neg_slope)
   @_f16_in_f32
@@ -874,9 +910,10 @@ class Tensor:
     return small.where(series, (1 + small.where(0.0, x)).log())
   @_f16_in_f32
   def expm1(self) -> Tensor:
-    """e^x - 1, accurate near 0 (a series there; e^x - 1 would cancel)."""
+    """e^x - 1, accurate near 0: a series up to |x| = 1/2 (its first term left out, x^9/9!, is 1e-8 of the value there;
+    e^x - 1 cancels, 6e-7 off at 0.1)."""
     x = self if self.dtype.is_float else self.float()
-    small = x.abs() < 0.1
+    small = x.abs() < 0.5
     xs = small.where(x, 0.0)
     series = xs * (1 + xs * (1 / 2 + xs * (1 / 6 + xs * (1 / 24 + xs * (1 / 120 + xs * (1 / 720 + xs * (1 / 5040 + xs / 40320)))))))
     return small.where(series, small.where(0.0, x).exp() - 1)
@@ -897,12 +934,28 @@ class Tensor:
     return out if keepdim else out.reshape(tuple(n for k, n in enumerate(self.shape) if k not in self._axes(axis)))
 
   # ---- hyperbolic and inverse trigonometric functions
+  def _half_exp(self) -> Tensor:
+    """e^x / 2 for x >= 0 as (e^(x/2))^2 / 2, finite wherever the result is: e^x itself overflows past 88.7, where sinh
+    and cosh (to 89.4) don't yet."""
+    h = (self * 0.5).exp()
+    return h * (h * 0.5)
   @_f16_in_f32
-  def sinh(self) -> Tensor: return (self.expm1() - (-self).expm1()) * 0.5
+  def sinh(self) -> Tensor:
+    """(expm1(x) - expm1(-x)) / 2, and sign(x) e^|x| / 2 past |x| = 20 (where e^-|x| is below the last bit)."""
+    x = self if self.dtype.is_float else self.float()
+    big = x.abs() > 20
+    xs = big.where(0.0, x)   # each branch reads a safe value where the other is taken: no inf * 0 in the backward pass
+    xb = big.where(x, 20.0)
+    far = (xb < 0).where(-(-xb)._half_exp(), xb._half_exp())
+    return big.where(far, (xs.expm1() - (-xs).expm1()) * 0.5)
   @_f16_in_f32
   def cosh(self) -> Tensor:
-    e = self.float().exp() if not self.dtype.is_float else self.exp()
-    return (e + e.recip()) * 0.5
+    """(e^x + e^-x) / 2, and e^|x| / 2 past |x| = 20."""
+    x = self if self.dtype.is_float else self.float()
+    big = x.abs() > 20
+    xs = big.where(0.0, x)
+    e = xs.exp()
+    return big.where(big.where(x.abs(), 20.0)._half_exp(), (e + e.recip()) * 0.5)
   @_f16_in_f32
   def atan(self) -> Tensor:
     """Cephes' atanf: |x| is reduced into [0, tan(pi/8)] (through 1/|x| above 1 and (t-1)/(t+1) above tan(pi/8)) and a
@@ -927,18 +980,35 @@ class Tensor:
     xd = x.detach()
     return (xd / ((1 - xd) * (1 + xd)).sqrt()).atan()._with_gradient((x, ((1 - xd) * (1 + xd)).sqrt().recip()))
   @_f16_in_f32
-  def acos(self) -> Tensor: return math.pi / 2 - self.asin()
+  def acos(self) -> Tensor:
+    """2 atan(sqrt((1 - x) / (1 + x))), with asin's slope negated: pi/2 - asin(x) cancelled near x = 1 (1e-4 off at
+    0.99999994, where acos is 3.5e-4)."""
+    x = self if self.dtype.is_float else self.float()
+    xd = x.detach()
+    return (2 * ((1 - xd) / (1 + xd)).sqrt().atan())._with_gradient((x, -((1 - xd) * (1 + xd)).sqrt().recip()))
   @_f16_in_f32
   def asinh(self) -> Tensor:
+    """A series near 0, log(a + sqrt(a^2 + 1)) in the middle and log(a) + log(2) past 2^12, where a^2 + 1 is a^2 in f32
+    (a^2 overflowed past 1.8e19, so asinh(1e30) was inf, not 69.77)."""
     x = self if self.dtype.is_float else self.float()
     neg = x < 0
     a = neg.where(-x, x)
-    small = a < 0.1   # log(a + sqrt(a^2 + 1)) loses a's low bits near 0, where the series is exact
-    z = a * a
-    r = small.where(a * (1 - z * (1 / 6 - z * (3 / 40 - z * 15 / 336))), (a + (z + 1).sqrt()).log())
+    small, big = a < 0.1, a > 2.0**12   # log(a + sqrt(a^2 + 1)) loses a's low bits near 0, where the series is exact
+    s = small.where(a, 0.0)             # each branch reads a safe value where another is taken (no inf * 0 backward)
+    m = (small | big).where(1.0, a)
+    z = s * s
+    far = big.where(a, 1.0).log() + math.log(2)
+    r = small.where(s * (1 - z * (1 / 6 - z * (3 / 40 - z * 15 / 336))), big.where(far, (m + (m * m + 1).sqrt()).log()))
     return neg.where(-r, r)
   @_f16_in_f32
-  def acosh(self) -> Tensor: return (self + (self * self - 1).sqrt()).log()
+  def acosh(self) -> Tensor:
+    """log1p(d + sqrt(d (x + 1))) with d = x - 1 (exact near 1, where x^2 - 1 lost the low bits), and log(x) + log(2) past
+    2^12 (x^2 overflowed past 1.8e19)."""
+    x = self if self.dtype.is_float else self.float()
+    big = x > 2.0**12
+    m = big.where(2.0, x)
+    d = m - 1
+    return big.where(big.where(x, 2.0).log() + math.log(2), (d + (d * (m + 1)).sqrt()).log1p())
   @_f16_in_f32
   def atanh(self) -> Tensor: return (self.log1p() - (-self).log1p()) * 0.5
   @_f16_in_f32
