@@ -2391,12 +2391,14 @@ class Tensor:
     keep = Tensor(Tensor._rng.random(self.shape) >= p, device=self.device)
     return keep.where(self * (1 / (1 - p)), 0)
 
-  @_f16_in_f32
   def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
                                    is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Tensor:
     """softmax(q @ k^T * scale + mask) @ v, with q = self (..., L, E), key (..., S, E), value (..., S, Ev). With enable_gqa,
     key and value may have fewer heads (axis -3) than the query, each shared by a group of query heads."""
     key, value = _tensor_arg(key, "attention: key"), _tensor_arg(value, "attention: value")
+    if _promote(self.dtype, key.dtype, value.dtype) is dtypes.f16:   # in f32, rounded once (see _f16_in_f32): f16 scores
+      f32 = self.float().scaled_dot_product_attention(key.float(), value.float(), attn_mask, dropout_p, is_causal, scale, enable_gqa)
+      return f32.half()                                               # rounded before the softmax were 10x further off
     if attn_mask is not None: attn_mask = _tensor_arg(attn_mask, "attention: attn_mask")
     if is_causal and attn_mask is not None: raise TensorError("attention: give attn_mask or is_causal, not both (as torch)")
     if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
