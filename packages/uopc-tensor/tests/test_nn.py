@@ -138,12 +138,58 @@ def test_safetensors_round_trip(tmp_path):
   raw = path.read_bytes()
   (n,) = struct.unpack("<Q", raw[:8])
   header = json.loads(raw[8:8 + n])
-  assert header["w"] == {"dtype": "F32", "shape": [2, 3], "data_offsets": header["w"]["data_offsets"]} and header["__metadata__"] == {"format": "np"}
-  assert (8 + n) % 8 == 0
+  # the whole header, worked out by hand: entries sorted by name, each one's bytes right after the last one's
+  assert header == {"b": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}, "h": {"dtype": "F16", "shape": [2], "data_offsets": [2, 6]},
+                    "i": {"dtype": "I32", "shape": [2], "data_offsets": [6, 14]}, "s": {"dtype": "F32", "shape": [], "data_offsets": [14, 18]},
+                    "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [18, 42]}, "__metadata__": {"format": "np"}}
+  assert (8 + n) % 8 == 0 and len(raw) == 8 + n + 42
   back = nn.safe_load(path)
   for k, t in state.items():
     assert back[k].dtype is t.dtype and back[k].shape == t.shape
     np.testing.assert_array_equal(back[k].numpy(), t.numpy())
+
+
+# every dtype uopc writes (the Tensor dtypes, and F64 and I64 from NumPy arrays, which safe_save takes too) and reads (all
+# six; F64 is read as f32, I64 as i32, as Tensor() takes them), with the safetensors library's name for it
+SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "BOOL": np.bool_, "F64": np.float64, "I64": np.int64}
+AS_TENSOR = {"F64": np.float32, "I64": np.int32}
+
+
+def _interchange_arrays() -> dict[str, np.ndarray]:
+  """Per dtype: a matrix of awkward values, a 0-d value and two empty shapes."""
+  rng = np.random.default_rng(7)
+  out = {}
+  for name, dt in SAFETENSORS_DTYPES.items():
+    if dt is np.bool_: full = rng.random((3, 4)) < 0.5
+    elif np.issubdtype(dt, np.integer): full = np.array([[-2**31, 2**31 - 1, 0, -1], [5, 6, 7, 8], [9, -10, 11, 12]], dt)
+    else: full = np.array([[np.inf, -np.inf, -0.0, 0.1], [1e-7, 65504.0, -2.5, 3.0], [4.0, 5.0, 6.0, 7.0]], dt)
+    out.update({f"{name}.matrix": full, f"{name}.scalar": np.array(full[1, 2], dt),
+                f"{name}.empty": full[:0], f"{name}.empty_rows": full[:, :0]})
+  return out
+
+
+def test_uopc_writes_files_the_safetensors_library_reads_for_every_dtype(tmp_path):
+  from safetensors.numpy import load_file           # the library itself (the tensor session installs it)
+  arrays = _interchange_arrays()
+  state = {k: a if k.split(".")[0] in AS_TENSOR else Tensor(a) for k, a in arrays.items()}
+  nn.safe_save(state, tmp_path / "u.safetensors", metadata={"by": "uopc"})
+  got = load_file(str(tmp_path / "u.safetensors"))
+  assert sorted(got) == sorted(arrays)
+  for k, want in arrays.items():
+    assert got[k].dtype == want.dtype and got[k].shape == want.shape, (k, got[k].dtype, got[k].shape)
+    np.testing.assert_array_equal(got[k].reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8), err_msg=k)   # bits, -0.0 too
+
+
+def test_uopc_reads_files_the_safetensors_library_writes_for_every_dtype(tmp_path):
+  from safetensors.numpy import save_file
+  arrays = _interchange_arrays()
+  save_file(arrays, str(tmp_path / "s.safetensors"), metadata={"by": "safetensors"})
+  got, meta = nn.safe_load(tmp_path / "s.safetensors", with_metadata=True)
+  assert sorted(got) == sorted(arrays) and meta == {"by": "safetensors"}
+  for k, a in arrays.items():
+    want = a.astype(AS_TENSOR.get(k.split(".")[0], a.dtype))
+    assert got[k].numpy().dtype == want.dtype and got[k].shape == want.shape, (k, got[k].dtype, got[k].shape)
+    np.testing.assert_array_equal(got[k].numpy().reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8), err_msg=k)
 
 
 @pytest.mark.parametrize("corrupt,message", [

@@ -10,7 +10,7 @@ from uopc.backends import LinearProgram, register_backend, get_backend
 from uopc.backends.c import CBackend
 from uopc.interpret import run_linear
 from uopc.opt import Caps
-from uopc.tensor import Tensor
+from uopc.tensor import Tensor, TensorError
 from uopc import nn
 
 
@@ -87,6 +87,54 @@ def test_a_backend_written_only_against_the_contract_runs_the_same_code():
 def test_tensors_on_two_backends_do_not_mix_silently():
   a, b = Tensor([1.0, 2.0], device="COUNTING"), Tensor([3.0, 4.0])
   with pytest.raises(Exception, match="lives on backend C, the program runs on COUNTING"): (a + b).numpy()
+
+
+MOVABLE = {   # every dtype a Tensor holds, with values that stress it: i32 extremes, f16's range and its -0.0, NaN and inf
+  "f32": np.array([[1.5, -0.0, np.inf], [np.nan, -3.4e38, 1e-45]], np.float32),
+  "f16": np.array([[65504.0, -0.0, 6e-8], [np.nan, -np.inf, 0.333]], np.float16),
+  "i32": np.array([[2**31 - 1, -2**31, 0], [7, -1, 123456789]], np.int32),
+  "bool": np.array([[True, False, True], [False, False, True]]),
+}
+
+
+@pytest.mark.parametrize("device", ["PYTHON", "python"])
+@pytest.mark.parametrize("name", MOVABLE)
+@pytest.mark.parametrize("shape", [(2, 3), (), (0, 3)])
+def test_to_moves_every_dtype_between_c_and_python_both_ways(name, shape, device):
+  """.to("PYTHON") was cast("PYTHON"): "unknown dtype". The value arrives bit for bit, with its dtype, on the backend
+  named (case-insensitive), computes there, and comes back the same way; 0-d and empty tensors too."""
+  arr = MOVABLE[name] if shape == (2, 3) else MOVABLE[name][0, :1].reshape(()) if shape == () else MOVABLE[name][:0]
+  here = Tensor(arr)
+  there = here.to(device)
+  assert there.device == "PYTHON" and there.dtype is here.dtype and there.shape == arr.shape
+  np.testing.assert_array_equal(there.numpy().reshape(-1).view(np.uint8), arr.reshape(-1).view(np.uint8))   # bits: -0.0 and NaN too
+  doubled = there.maximum(there) if name == "bool" else there + there
+  assert doubled.device == "PYTHON"
+  with np.errstate(over="ignore"): want = arr | arr if name == "bool" else arr + arr   # i32 wraps, f16's 65504 doubles to inf
+  np.testing.assert_array_equal(doubled.numpy(), want)
+  back = doubled.to("C")
+  assert back.device == "C" and back.dtype is here.dtype
+  np.testing.assert_array_equal(back.numpy(), doubled.numpy())
+  np.testing.assert_array_equal((back * 1 if name != "bool" else back).numpy(), doubled.numpy())   # and computes on C
+
+
+def test_to_takes_torchs_forms_and_refuses_what_it_cant_do():
+  t = Tensor([1.5, -2.5])
+  assert t.to("C") is t                                                   # already there
+  assert t.to("f16").dtype is dtypes.f16 and t.to(dtypes.i32).dtype is dtypes.i32 and t.to(np.float16).dtype is dtypes.f16
+  both = t.to("PYTHON", "f16")
+  assert (both.device, both.dtype) == ("PYTHON", dtypes.f16) and both.numpy().tolist() == [1.5, -2.5]
+  kw = t.to(device="PYTHON", dtype=dtypes.i32)
+  assert (kw.device, kw.dtype) == ("PYTHON", dtypes.i32) and kw.numpy().tolist() == [1, -2]
+  like = Tensor([True], device="PYTHON")
+  assert (t.to(like).device, t.to(like).dtype) == ("PYTHON", dtypes.bool)
+  with pytest.raises(TensorError, match="'cpu' is neither a dtype nor a backend .*available"): t.to("cpu")
+  with pytest.raises(TensorError, match="None is neither a device nor a dtype"): t.to(None)
+  with pytest.raises(TensorError, match="requires a gradient, which can't flow back from another backend"):
+    Tensor([1.0], requires_grad=True).to("PYTHON")
+  moved = Tensor(Tensor([1.0], requires_grad=True).numpy(), device="PYTHON").requires_grad_()    # the way the message gives
+  (moved * 3).sum().backward()
+  assert moved.grad.device == "PYTHON" and moved.grad.numpy().tolist() == [3.0]
 
 
 # ---- no write outside a buffer when an input disappears -------------------------------------------------------------

@@ -657,6 +657,62 @@ def test_f16_matmul_sums_in_f32():
   assert np.mean(out != ref) < 0.01, f"{np.sum(out != ref)} of 4096 elements differ from the f32-summed product"
 
 
+_H = (np.random.default_rng(76).standard_normal((2, 3000)) * 2).astype(np.float16)   # past 2048: an f16 accumulator drifts
+_H_T = np.array([7, 2999], np.int32)
+F16_OPS = {   # name: (uopc, torch, NumPy input): every reduction and float function of an f16 tensor
+  "sum": (lambda x: x.sum(1), lambda x: x.sum(1)), "mean": (lambda x: x.mean(1), lambda x: x.mean(1)),
+  "var": (lambda x: x.var(1), lambda x: x.var(1)), "std": (lambda x: x.std(1), lambda x: x.std(1)),
+  "prod": (lambda x: (x * 0.01 + 1).prod(1), lambda x: (x * 0.01 + 1).prod(1)),
+  "softmax": (lambda x: x.softmax(1), lambda x: x.softmax(1)), "log_softmax": (lambda x: x.log_softmax(1), lambda x: x.log_softmax(1)),
+  "logsumexp": (lambda x: x.logsumexp(1), lambda x: x.logsumexp(1)), "cumsum": (lambda x: x.cumsum(1), lambda x: x.cumsum(1)),
+  "cumprod": (lambda x: (x * 0.001 + 1).cumprod(1), lambda x: (x * 0.001 + 1).cumprod(1)),
+  "logcumsumexp": (lambda x: x.logcumsumexp(1), lambda x: x.logcumsumexp(1)),
+  "norm": (lambda x: x.norm(dim=1), lambda x: torch.linalg.vector_norm(x, dim=1)),
+  "norm 1": (lambda x: x.norm(1, dim=1), lambda x: torch.linalg.vector_norm(x, 1, dim=1)),
+  "norm 0": (lambda x: x.norm(0, dim=1), lambda x: torch.linalg.vector_norm(x, 0, dim=1)),
+  "norm inf": (lambda x: x.norm(float("inf"), dim=1), lambda x: torch.linalg.vector_norm(x, float("inf"), dim=1)),
+  "cross_entropy": (lambda x: x.cross_entropy(Tensor(_H_T)), lambda x: F.cross_entropy(x, torch.tensor(_H_T.astype(np.int64)))),
+  "nll_loss": (lambda x: x.nll_loss(Tensor(_H_T)), lambda x: F.nll_loss(x, torch.tensor(_H_T.astype(np.int64)))),
+  "mse_loss": (lambda x: x.mse_loss(x * 0.5), lambda x: F.mse_loss(x, x * 0.5)),
+  "layernorm": (lambda x: x.layernorm(), lambda x: F.layer_norm(x, (3000,))),
+  "avg_pool1d": (lambda x: x.reshape(1, 2, -1).avg_pool1d(10), lambda x: F.avg_pool1d(x.reshape(1, 2, -1), 10)),
+  "interpolate": (lambda x: x.reshape(1, 2, -1).interpolate(size=4000, mode="linear"),
+                  lambda x: F.interpolate(x.reshape(1, 2, -1), size=4000, mode="linear")),
+  "einsum": (lambda x: Tensor.einsum("ij,kj->ik", x, x), lambda x: torch.einsum("ij,kj->ik", x, x)),
+  "conv1d": (lambda x: x.reshape(1, 2, -1).conv1d(x[:, :5].reshape(1, 2, 5)), lambda x: F.conv1d(x.reshape(1, 2, -1), x[:, :5].reshape(1, 2, 5))),
+  "attention": (lambda x: x.reshape(2, 100, 30).scaled_dot_product_attention(x.reshape(2, 100, 30), x.reshape(2, 100, 30)),
+                lambda x: F.scaled_dot_product_attention(x.reshape(2, 100, 30), x.reshape(2, 100, 30), x.reshape(2, 100, 30))),
+  **{n: (lambda x, n=n: getattr(x, n)(), lambda x, n=n: getattr(torch, n)(x)) for n in (
+    "exp", "log", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "sinh", "cosh", "asinh", "atan", "expm1", "log1p", "rsqrt")},
+  "gelu": (lambda x: x.gelu(), lambda x: F.gelu(x, approximate="tanh")), "gelu none": (lambda x: x.gelu("none"), F.gelu),
+  **{n: (lambda x, n=n: getattr(x, n)(), lambda x, n=n: getattr(F, n)(x)) for n in (
+    "silu", "mish", "softplus", "elu", "selu", "celu", "logsigmoid", "hardswish", "hardsigmoid", "softsign")},
+  "asin": (lambda x: (x * 0.1).asin(), lambda x: (x * 0.1).asin()), "acos": (lambda x: (x * 0.1).acos(), lambda x: (x * 0.1).acos()),
+  "atanh": (lambda x: (x * 0.1).atanh(), lambda x: (x * 0.1).atanh()), "acosh": (lambda x: (x.abs() + 1).acosh(), lambda x: (x.abs() + 1).acosh()),
+  "pow": (lambda x: x.abs() ** 2.5, lambda x: x.abs() ** 2.5), "rpow": (lambda x: 2.0 ** x, lambda x: 2.0 ** x),
+  "logaddexp": (lambda x: x.logaddexp(x * 0.5), lambda x: torch.logaddexp(x, x * 0.5)),
+}
+# torch's CPU product of f16 rounds to f16 as it goes (1.001^3000 in f16 was 17.56, the f32 product 18.69): uopc
+# multiplies in f32 (test_numerics), so only the dtype is compared there
+F16_DTYPE_ONLY = {"prod", "cumprod"}
+# gelu's tail 0.5 x (1 + erf(x / sqrt 2)) is uopc's erf's absolute error (Abramowitz and Stegun 7.1.26: 1.5e-7) times |x| / 2
+# (|x| < 9 here), more than an f16 subnormal's ulp (6e-8)
+F16_ATOL = {"gelu none": 7e-7}
+
+
+@pytest.mark.parametrize("name", F16_OPS)
+def test_f16_reductions_and_math_give_torchs_dtype_and_value(name):
+  """torch keeps f16 for all of these (uopc gave f32 for mean, var, norms, the losses, layernorm, sigmoid, tanh, gelu,
+  erf, silu, ...), computing in f32; the values agree within 2 f16 ulps (each rounds an f32 result once)."""
+  f_u, f_t = F16_OPS[name]
+  u, t = f_u(Tensor(_H)), f_t(torch.tensor(_H))
+  assert t.dtype == torch.float16 and u.dtype.name == "f16", f"{name}: uopc {u.dtype.name}, torch {t.dtype}"
+  if name in F16_DTYPE_ONLY: return
+  a, b = u.numpy().astype(np.float64), t.numpy().astype(np.float64)
+  assert a.shape == b.shape
+  np.testing.assert_allclose(a, b, rtol=2**-9, atol=F16_ATOL.get(name, 2**-22), equal_nan=True, err_msg=name)
+
+
 # ---- losses ------------------------------------------------------------------------------------------------------------
 
 LOGITS, CLASSES = randn(6, 5, seed=74) * 2, ints(1, 4, 3, 0, 3, 2)

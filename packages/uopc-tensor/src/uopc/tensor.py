@@ -18,18 +18,20 @@ Conventions follow PyTorch where DESIGN.md is silent, and tinygrad's where they 
 agrees: `cond.where(a, b)`, `max(axis)` returns values only, `pad(((before, after), ...))` takes numpy.pad's
 pairs (and F.pad's flat tuple), `Tensor.cat(*ts, dim=)`, `layernorm` has no affine parameters, `gelu` is the tanh
 approximation, `//` on integers floors. Dtypes promote bool < i32 < f16 < f32; a python scalar adopts the tensor's
-dtype (a float scalar with an integer tensor gives f32). Errors name the shapes and are of the kinds torch raises:
-TensorError is a ValueError and a RuntimeError, TensorIndexError an IndexError, TensorTypeError a TypeError.
+dtype (a float scalar with an integer tensor gives f32). f16 tensors are stored in f16 but summed, multiplied and put
+through the math functions in f32, rounded to f16 once (`_f16_in_f32`), as torch and NumPy compute them. Errors name
+the shapes and are of the kinds torch raises: TensorError is a ValueError and a RuntimeError, TensorIndexError an
+IndexError, TensorTypeError a TypeError.
 """
 from __future__ import annotations
-import itertools, math, operator, os, reprlib, threading, weakref
+import functools, itertools, math, operator, os, reprlib, threading, weakref
 from typing import Any, Callable, NamedTuple
 import numpy as np
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.uop import UOp, Ops, ParamArg, prod
 from uopc.composite import pad as _pad_uop, flip_axis
 from uopc.kernelize import kernelize, kernelize_cached, Kernel
-from uopc.backends import get_backend
+from uopc.backends import BackendError, get_backend
 from uopc.runtime import Buffer, run_schedule, np_dtype
 from uopc.grad import gradient as grad_of
 
@@ -202,6 +204,12 @@ def _to_dtype(d) -> DType:
   except (TypeError, KeyError, ValueError): raise TensorError(f"unknown dtype {d!r}") from None
 
 
+def _dtype_name(name: str) -> DType | None:
+  """The dtype a string names ("f16", "float32", "half"), or None when it names none (a device, then)."""
+  try: return _to_dtype(name)
+  except TensorError: return None
+
+
 def _int_arg(v, what: str) -> int:
   """An argument that must be an integer (a dimension, a count): a float, a string or an array is a TensorError."""
   if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)): raise TensorError(f"{what} must be an int, got {v!r}")
@@ -308,9 +316,27 @@ def _check_window_args(what: str, **args) -> None:
 def _promote(*ds: DType) -> DType: return max(ds, key=_PROMOTION.index)
 
 
+def _f16_in_f32(fn):
+  """A float function of an f16 tensor computed in f32 and rounded to f16 once, as torch and NumPy compute f16 math.
+  f16 holds 11 significant bits: a sum of 3000 f16 ones stopped at 2048 (2049 rounds back to 2048), a softmax over
+  3000 logits gave 1/2048 each, and a composite such as exp (a product, then exp2) or tanh rounded at every step.
+  The result is f16 unless a float Tensor argument promotes it to f32 (f16 logits with f32 targets give f32)."""
+  @functools.wraps(fn)
+  def wrapper(self, *args, **kwargs):
+    if self.dtype is not dtypes.f16: return fn(self, *args, **kwargs)
+    others = [a.dtype for a in (*args, *kwargs.values()) if isinstance(a, Tensor) and a.dtype.is_float]
+    out = fn(self.float(), *args, **kwargs)
+    return out.cast(dtypes.f16) if _promote(dtypes.f16, *others) is dtypes.f16 and out.dtype is dtypes.f32 else out
+  return wrapper
+
+
 _POW2_I32 = np.array([1 << k for k in range(31)] + [I32_MIN], np.int32)   # bit k's weight in an i32 (bit 31: -2**31)
 SORT_BY_COUNTING_MAX = 1024   # longer sorts go through a bitonic network (Tensor._sort_network)
 SCAN_BLOCK = 32   # cumulative ops scan blocks of this many elements as (b, b) squares, then the blocks' totals (Tensor._scan)
+# pi/2 as C1 + C2 + C3 (to 2e-21): C1 to 12 bits, so q * C1 is exact for the quarter-turn counts q < 2^12 that cos and tan
+# reduce by (Tensor._quarter_turns), C2 and C3 f32 roundings of what is left
+PIO2_PARTS = (1.57080078125, -4.454454938240815e-06, -1.6513995574653217e-13)
+TRIG_REDUCE_MAX = 4096.0
 
 
 class ValuesIndices(NamedTuple):
@@ -726,7 +752,31 @@ class Tensor:
   def half(self) -> Tensor: return self.cast(dtypes.f16)
   def int(self) -> Tensor: return self.cast(dtypes.i32)
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
-  to = cast
+  def to(self, *args, device: str | None = None, dtype=None) -> Tensor:
+    """torch's Tensor.to: a backend's name moves the tensor there (`.to("PYTHON")`), a dtype casts (`.to(dtypes.f16)`,
+    `.to("f16")`), a Tensor gives its device and dtype, and to(device, dtype) does both. A str names a dtype when it is
+    one, else a backend ("unknown dtype 'PYTHON'" was the error: `to` was cast alone)."""
+    if len(args) > 2: raise TensorError(f"to: takes a device, a dtype or a tensor (and dtype=, device=), got {len(args)} arguments")
+    for a in args:
+      if isinstance(a, Tensor): device, dtype = device or a.device, dtype or a.dtype
+      elif isinstance(a, str) and dtype is None and _dtype_name(a) is not None: dtype = _dtype_name(a)
+      elif isinstance(a, str) and device is None: device = a
+      elif a is None: raise TensorError("to: None is neither a device nor a dtype")
+      elif dtype is None and not isinstance(a, str): dtype = a
+      else: raise TensorError(f"to: {a!r} given with device={device!r} and dtype={dtype!r}: one device and one dtype at most")
+    t = self.cast(dtype) if dtype is not None else self
+    return t._moved(device) if device is not None else t
+  def _moved(self, device: str) -> Tensor:
+    """The same value on the backend `device`: realized here, read back, and copied in there (no kernel runs across two
+    backends). A tensor that requires a gradient isn't moved: its gradient can't flow back across backends."""
+    if not isinstance(device, str): raise TensorError(f"to: a device is a backend's name (a str), got {device!r}")
+    try: get_backend(device)
+    except BackendError as e: raise TensorError(f"to: {device!r} is neither a dtype nor a backend ({e})") from None
+    if device.strip().upper() == self.device: return self
+    if self.requires_grad:
+      raise TensorError(f"to({device!r}): this tensor requires a gradient, which can't flow back from another backend; copy "
+                        f"the values alone with Tensor(t.numpy(), device={device!r}) (and requires_grad_() the copy there)")
+    return Tensor(self.numpy(), dtype=self.dtype, device=device)
 
   def _float_unary(self, op: Ops) -> Tensor:
     x = self if self.dtype.is_float else self.float()
@@ -736,15 +786,46 @@ class Tensor:
   def log2(self) -> Tensor: return self._float_unary(Ops.LOG2)
   def sqrt(self) -> Tensor: return self._float_unary(Ops.SQRT)
   def sin(self) -> Tensor: return self._float_unary(Ops.SIN)
+  @_f16_in_f32
   def exp(self) -> Tensor: return (self * (1 / math.log(2))).exp2()
+  @_f16_in_f32
   def log(self) -> Tensor: return self.log2() * math.log(2)
+  @_f16_in_f32
   def rsqrt(self) -> Tensor: return self.sqrt().recip()
+  def _quarter_turns(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(in_range, q mod 4, sin r, cos r) for x = q pi/2 + r, |r| <= pi/4, where |x| <= TRIG_REDUCE_MAX (elsewhere x reads 0).
+    r comes from Cody and Waite's reduction by pi/2 split into three f32s (PIO2_PARTS), each step one fused multiply-add:
+    q * C1 is exact (C1 has 12 bits, q < 2^12), x - q * C1 then too (the two are within a factor 2), and the later parts
+    add the bits an f32 pi/2 lacks, so r is right to its last bits even beside a zero of cos (the f32 nearest pi/2 is
+    4.4e-8 past it, where cos is -4.4e-8: subtracting an f32 pi/2 alone gives 0). |r| <= pi/4 keeps cos r >= 0.7, so
+    1 - 2 sin(r/2)^2 can't cancel."""
+    x = self.float()
+    near = x.abs() <= TRIG_REDUCE_MAX
+    xs = near.where(x, 0.0)   # a safe input where the reduction isn't used: no NaN from inf in its backward pass
+    q = (xs * (2 / math.pi)).round()   # piecewise constant: no gradient
+    r = xs
+    for part in PIO2_PARTS: r = r._new(UOp(Ops.MULACC, ((-q).uop, r.uop.const_like(part), r.uop)), r)
+    r = q.eq(0).where(xs, r)   # x itself within pi/4 of 0 (0 * C + -0.0 is +0.0: tan(-0.0) is -0.0)
+    half = (r * 0.5).sin()
+    return near, q - 4 * (q * 0.25).floor(), r.sin(), 1 - 2 * half * half
+  @_f16_in_f32
   def cos(self) -> Tensor:
-    # 1 - 2 sin(x/2)^2: halving is exact and sinf reduces a large argument exactly. sin(x + pi/2) rounded x + pi/2 first,
-    # which at |x| = 1e6 (where an f32 ulp is 0.06) was 5% off
-    s = (self * 0.5).sin()
-    return 1 - 2 * s * s
-  def tan(self) -> Tensor: return self.sin() / self.cos()
+    """cos of the reduced argument (see _quarter_turns) up to TRIG_REDUCE_MAX; past it 1 - 2 sin(x/2)^2 (halving is exact and
+    sinf reduces a large argument exactly; sin(x + pi/2) rounded x + pi/2 first, which at |x| = 1e6 was 5% off)."""
+    near, quarter, s, c = self._quarter_turns()
+    h = (self * 0.5).sin()
+    far = 1 - 2 * h * h
+    return near.where(quarter.eq(0).where(c, quarter.eq(1).where(-s, quarter.eq(2).where(-c, s))), far)
+  @_f16_in_f32
+  def tan(self) -> Tensor:
+    """sin r / cos r, or -cos r / sin r an odd number of quarter turns away (see _quarter_turns): accurate beside the poles
+    too, where sin(x) / cos(x) divided by a cos that 1 - 2 sin(x/2)^2 had cancelled to its last bits (27% off at 1e-7 from
+    pi/2). Past TRIG_REDUCE_MAX, sin(x) / cos(x)."""
+    near, quarter, s, c = self._quarter_turns()
+    odd = (quarter.eq(1) | quarter.eq(3))
+    far = self.sin() / self.cos()
+    return near.where(odd.where(-c / odd.where(s, 1.0), s / c), far)
+  @_f16_in_f32
   def sigmoid(self) -> Tensor:
     # 1/(1+e^-x) for x >= 0 and e^x/(1+e^x) below, both through e = e^-|x| <= 1: no exp overflows, so neither the value
     # nor the gradient (which would meet 0 * inf in the plain form for x below about -88) is ever NaN
@@ -753,14 +834,25 @@ class Tensor:
     e = pos.where(-x, x).exp()
     r = (1.0 + e).recip()
     return pos.where(r, e * r)
-  def tanh(self) -> Tensor: return 2.0 * (2.0 * self.float()).sigmoid() - 1.0
+  @_f16_in_f32
+  def tanh(self) -> Tensor:
+    """-expm1(-2|x|) / (2 + expm1(-2|x|)) with x's sign: nothing overflows, and near 0 no cancellation (2 sigmoid(2x) - 1
+    was 7% off at x = 1e-6 and 150% at 5e-8, where sigmoid is 1/2 plus a few of its last bits)."""
+    x = self.float()
+    neg = x < 0
+    t = (-2 * neg.where(-x, x)).expm1()   # |x| with slope 1 at 0 (abs would split it)
+    r = -t / (t + 2)
+    return neg.where(-r, r)
   def relu(self) -> Tensor: return ((self > 0) | self.ne(self)).where(self, 0) if self.dtype.is_float else (self > 0).where(self, 0)   # NaN stays
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self > 0).where(self, self * neg_slope)
+  @_f16_in_f32
   def gelu(self, approximate: str = "tanh") -> Tensor:
     """GELU: the tanh approximation by default (DESIGN 6.2), x * Phi(x) through erf with approximate="none"."""
     if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
     if approximate != "tanh": raise TensorTypeError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
-    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+    # 0.5 x (1 + tanh(u)) as x sigmoid(2u), the same function: 1 + tanh(u) cancelled for negative x (gelu(-5.5) was 0)
+    return self * (2 * math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).sigmoid()
+  @_f16_in_f32
   def silu(self) -> Tensor: return self * self.sigmoid()
   def abs(self) -> Tensor:
     # MAX splits ties, so the gradient at 0 is 0, as in torch; max(0.0, -0.0) is -0.0, and + 0.0 makes it +0.0, so that
@@ -781,11 +873,15 @@ class Tensor:
     return self.logical_not() if self.dtype is dtypes.bool else -1 - self
   def clip(self, min_=None, max_=None) -> Tensor:
     # WHERE, not maximum/minimum: torch.clamp gives self the whole gradient on a bound too (MAX would split the tie),
-    # and a NaN stays NaN
+    # and a NaN stays NaN. A NaN bound gives NaN as in torch.clamp (t < nan is false, so it was ignored)
     if min_ is None and max_ is None: raise TensorError("clip: give min_, max_ or both (torch.clamp refuses neither too)")
     t = self
-    if min_ is not None: t = (t < min_).where(min_, t)
-    if max_ is not None: t = (t > max_).where(max_, t)
+    for bound, beyond in ((min_, Tensor.__lt__), (max_, Tensor.__gt__)):
+      if bound is None: continue
+      if isinstance(bound, (np.ndarray, list, tuple)): bound = Tensor(bound, device=self.device)
+      if isinstance(bound, Tensor): t = (beyond(t, bound) | bound.isnan()).where(bound, t)
+      elif isinstance(bound, (float, np.floating)) and math.isnan(bound): t = t.ne(t).where(t, math.nan)   # NaN everywhere, t kept for its 0 gradient
+      else: t = beyond(t, bound).where(bound, t)
     return t
   clamp = clip
   def trunc(self) -> Tensor:
@@ -839,6 +935,7 @@ class Tensor:
     r = (r.ne(0) & ((r < 0).ne(ta < 0))).where(r - tb, r)
     # by an infinity the remainder is self itself (% gives the infinity where the signs differ, and r - tb was inf - inf)
     return ta._finite_by_infinite(tb, same_sign=False).where(ta, r) if r.dtype.is_float else r
+  @_f16_in_f32
   def lerp(self, end, weight) -> Tensor:
     """self + weight * (end - self); from the end for weights of 1/2 and more, as torch does (exact at weight 1)."""
     w = weight if isinstance(weight, Tensor) else Tensor.full((), float(weight), device=self.device)
@@ -864,6 +961,7 @@ class Tensor:
     return close | (err.isfinite() & (err <= atol + (rtol * other).abs()))
   def allclose(self, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
     return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+  @_f16_in_f32
   def copysign(self, other) -> Tensor:
     """|self| with other's sign, -0.0 included (1 / -0.0 is -inf). torch's gradient: sign(self) * sign(result), 0 at 0."""
     other = other if isinstance(other, Tensor) else Tensor.full((), float(other), device=self.device)
@@ -874,7 +972,9 @@ class Tensor:
     return x.eq(0).where(neg.where(-0.0, 0.0), neg.where(-mag, mag))
 
   # ---- more exponentials and logarithms
+  @_f16_in_f32
   def log10(self) -> Tensor: return self.log2() * (math.log(2) / math.log(10))
+  @_f16_in_f32
   def log1p(self) -> Tensor:
     """log(1 + x), accurate near 0: there log(1 + x) loses the low bits of x, so a series takes over."""
     x = self if self.dtype.is_float else self.float()
@@ -882,19 +982,23 @@ class Tensor:
     xs = small.where(x, 0.0)
     series = xs * (1 - xs * (1 / 2 - xs * (1 / 3 - xs * (1 / 4 - xs * (1 / 5 - xs * (1 / 6 - xs * (1 / 7 - xs * (1 / 8 - xs / 9))))))))
     return small.where(series, (1 + small.where(0.0, x)).log())
+  @_f16_in_f32
   def expm1(self) -> Tensor:
-    """e^x - 1, accurate near 0 (a series there; e^x - 1 would cancel)."""
+    """e^x - 1, accurate near 0: a series up to |x| = 1/2 (its first term left out, x^9/9!, is 1e-8 of the value there;
+    e^x - 1 cancels, 6e-7 off at 0.1)."""
     x = self if self.dtype.is_float else self.float()
-    small = x.abs() < 0.1
+    small = x.abs() < 0.5
     xs = small.where(x, 0.0)
     series = xs * (1 + xs * (1 / 2 + xs * (1 / 6 + xs * (1 / 24 + xs * (1 / 120 + xs * (1 / 720 + xs * (1 / 5040 + xs / 40320)))))))
     return small.where(series, small.where(0.0, x).exp() - 1)
+  @_f16_in_f32
   def logaddexp(self, other) -> Tensor:
     """log(e^self + e^other), shifted by the larger so nothing overflows."""
     other = other if isinstance(other, Tensor) else Tensor.full((), float(other), device=self.device)
     m = self.maximum(other)._stop_gradient()
     m = m.isinf().where(0.0, m)   # both -inf (or an inf): no shift, the log of the sum is the answer
     return ((self - m).exp() + (other - m).exp()).log() + m
+  @_f16_in_f32
   def logsumexp(self, axis=None, keepdim: bool = False) -> Tensor:
     """log(sum(exp(self))) over axis, shifted by the (detached) max so nothing overflows; over nothing it is log 0 = -inf."""
     if prod(self.shape[a] for a in self._axes(axis)) == 0: m = self.sum(axis, keepdim=True)._stop_gradient()   # no max to take: no shift
@@ -904,10 +1008,29 @@ class Tensor:
     return out if keepdim else out.reshape(tuple(n for k, n in enumerate(self.shape) if k not in self._axes(axis)))
 
   # ---- hyperbolic and inverse trigonometric functions
-  def sinh(self) -> Tensor: return (self.expm1() - (-self).expm1()) * 0.5
+  def _half_exp(self) -> Tensor:
+    """e^x / 2 for x >= 0 as (e^(x/2))^2 / 2, finite wherever the result is: e^x itself overflows past 88.7, where sinh
+    and cosh (to 89.4) don't yet."""
+    h = (self * 0.5).exp()
+    return h * (h * 0.5)
+  @_f16_in_f32
+  def sinh(self) -> Tensor:
+    """(expm1(x) - expm1(-x)) / 2, and sign(x) e^|x| / 2 past |x| = 20 (where e^-|x| is below the last bit)."""
+    x = self if self.dtype.is_float else self.float()
+    big = x.abs() > 20
+    xs = big.where(0.0, x)   # each branch reads a safe value where the other is taken: no inf * 0 in the backward pass
+    xb = big.where(x, 20.0)
+    far = (xb < 0).where(-(-xb)._half_exp(), xb._half_exp())
+    return big.where(far, (xs.expm1() - (-xs).expm1()) * 0.5)
+  @_f16_in_f32
   def cosh(self) -> Tensor:
-    e = self.float().exp() if not self.dtype.is_float else self.exp()
-    return (e + e.recip()) * 0.5
+    """(e^x + e^-x) / 2, and e^|x| / 2 past |x| = 20."""
+    x = self if self.dtype.is_float else self.float()
+    big = x.abs() > 20
+    xs = big.where(0.0, x)
+    e = xs.exp()
+    return big.where(big.where(x.abs(), 20.0)._half_exp(), (e + e.recip()) * 0.5)
+  @_f16_in_f32
   def atan(self) -> Tensor:
     """Cephes' atanf: |x| is reduced into [0, tan(pi/8)] (through 1/|x| above 1 and (t-1)/(t+1) above tan(pi/8)) and a
     polynomial finishes (error ~1e-7). Every reduction reads a safe input where it isn't taken, so no unused branch is NaN
@@ -924,22 +1047,45 @@ class Tensor:
     r = mid.where(r + math.pi / 4, r)
     r = big.where(math.pi / 2 - r, r)
     return neg.where(-r, r)
+  @_f16_in_f32
   def asin(self) -> Tensor:
     """atan(x / sqrt(1 - x^2)), with torch's slope 1 / sqrt(1 - x^2) attached (through atan it was inf * 0 = NaN at +-1)."""
     x = self if self.dtype.is_float else self.float()
     xd = x._stop_gradient()
     return (xd / ((1 - xd) * (1 + xd)).sqrt()).atan()._with_gradient((x, ((1 - xd) * (1 + xd)).sqrt().recip()))
-  def acos(self) -> Tensor: return math.pi / 2 - self.asin()
+  @_f16_in_f32
+  def acos(self) -> Tensor:
+    """2 atan(sqrt((1 - x) / (1 + x))), with asin's slope negated: pi/2 - asin(x) cancelled near x = 1 (1e-4 off at
+    0.99999994, where acos is 3.5e-4)."""
+    x = self if self.dtype.is_float else self.float()
+    xd = x._stop_gradient()
+    return (2 * ((1 - xd) / (1 + xd)).sqrt().atan())._with_gradient((x, -((1 - xd) * (1 + xd)).sqrt().recip()))
+  @_f16_in_f32
   def asinh(self) -> Tensor:
+    """A series near 0, log(a + sqrt(a^2 + 1)) in the middle and log(a) + log(2) past 2^12, where a^2 + 1 is a^2 in f32
+    (a^2 overflowed past 1.8e19, so asinh(1e30) was inf, not 69.77)."""
     x = self if self.dtype.is_float else self.float()
     neg = x < 0
     a = neg.where(-x, x)
-    small = a < 0.1   # log(a + sqrt(a^2 + 1)) loses a's low bits near 0, where the series is exact
-    z = a * a
-    r = small.where(a * (1 - z * (1 / 6 - z * (3 / 40 - z * 15 / 336))), (a + (z + 1).sqrt()).log())
+    small, big = a < 0.1, a > 2.0**12   # log(a + sqrt(a^2 + 1)) loses a's low bits near 0, where the series is exact
+    s = small.where(a, 0.0)             # each branch reads a safe value where another is taken (no inf * 0 backward)
+    m = (small | big).where(1.0, a)
+    z = s * s
+    far = big.where(a, 1.0).log() + math.log(2)
+    r = small.where(s * (1 - z * (1 / 6 - z * (3 / 40 - z * 15 / 336))), big.where(far, (m + (m * m + 1).sqrt()).log()))
     return neg.where(-r, r)
-  def acosh(self) -> Tensor: return (self + (self * self - 1).sqrt()).log()
+  @_f16_in_f32
+  def acosh(self) -> Tensor:
+    """log1p(d + sqrt(d (x + 1))) with d = x - 1 (exact near 1, where x^2 - 1 lost the low bits), and log(x) + log(2) past
+    2^12 (x^2 overflowed past 1.8e19)."""
+    x = self if self.dtype.is_float else self.float()
+    big = x > 2.0**12
+    m = big.where(2.0, x)
+    d = m - 1
+    return big.where(big.where(x, 2.0).log() + math.log(2), (d + (d * (m + 1)).sqrt()).log1p())
+  @_f16_in_f32
   def atanh(self) -> Tensor: return (self.log1p() - (-self).log1p()) * 0.5
+  @_f16_in_f32
   def erf(self) -> Tensor:
     """A series below 0.5 and Abramowitz & Stegun 7.1.26 above (error < 1.5e-7), with the exact gradient
     2/sqrt(pi) e^(-x^2) attached (the approximation's own derivative is less accurate than its value)."""
@@ -960,31 +1106,42 @@ class Tensor:
   def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
     # the bounds themselves get no gradient (torch's hardtanh_backward), unlike clip's
     return (self <= min_val).where(min_val, (self >= max_val).where(max_val, self))
+  @_f16_in_f32
   def hardsigmoid(self) -> Tensor: return ((self + 3) / 6).hardtanh(0.0, 1.0)
+  @_f16_in_f32
   def hardswish(self) -> Tensor:
     # torch's gradient: 0 below -3, x/3 + 1/2 in [-3, 3], 1 above
     lo, hi = self <= -3, self >= 3   # torch's slope is 0 at -3 and 1 at 3
     mid = (lo | hi).where(0.0, self)   # the middle piece reads 0 where unused: no inf * 0 in its backward at the infinities
     return lo.where(self * 0, hi.where(self, mid * (mid + 3) / 6))   # -inf * 0: NaN, as torch's x * relu6(x + 3) / 6
+  @_f16_in_f32
   def elu(self, alpha: float = 1.0) -> Tensor:
     pos = self > 0
     return pos.where(self, alpha * pos.where(0.0, self).expm1())   # expm1 reads 0 where unused: no inf in its backward
+  @_f16_in_f32
   def celu(self, alpha: float = 1.0) -> Tensor:
     pos = self > 0
     return pos.where(self, alpha * (pos.where(0.0, self) / alpha).expm1())
+  @_f16_in_f32
   def selu(self) -> Tensor: return 1.0507009873554804934193349852946 * self.elu(1.6732632423543772848170429916717)
+  @_f16_in_f32
   def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """log(1 + e^(beta x)) / beta, and x itself where beta x > threshold (torch's rule)."""
     bx = self * beta
     lin = bx > threshold
     return lin.where(self, lin.where(0.0, bx).exp().log1p() / beta)
+  @_f16_in_f32
   def softsign(self) -> Tensor: return self / (1 + self.abs())
+  @_f16_in_f32
   def mish(self) -> Tensor: return self * self.softplus().tanh()
+  @_f16_in_f32
   def logsigmoid(self) -> Tensor: return -(-self).softplus()
+  @_f16_in_f32
   def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
   def swish(self) -> Tensor: return self.silu()
 
   # ---- pow: PyTorch's values and gradients also at 0, at the infinities and for negative bases
+  @_f16_in_f32
   def pow(self, x, reverse: bool = False) -> Tensor:
     """self ** x (x ** self when reverse). An integer exponent is exact repeated squaring (right for negative bases and for
     integer tensors); otherwise the value follows C's pow and the gradients are PyTorch's formulas, attached with
@@ -1126,6 +1283,7 @@ class Tensor:
 
   def sum(self, axis=None, keepdim: bool = False, dtype=None) -> Tensor:
     t = self.cast(dtype) if dtype is not None else (self.cast(dtypes.i32) if self.dtype is dtypes.bool else self)
+    if t.dtype is dtypes.f16: return t.float()._reduce(Ops.ADD, axis, keepdim).half()   # summed in f32, rounded once (_f16_in_f32)
     return t._reduce(Ops.ADD, axis, keepdim)
   # over an empty axis max and min give their identities (-inf and inf, INT_MIN and INT_MAX), as every reduction does
   # here and in tinygrad (NumPy and PyTorch raise instead)
@@ -1137,9 +1295,11 @@ class Tensor:
     if self.numel() == 0 and prod(self.shape[a] for a in self._axes(axis)) == 0:
       raise TensorError(f"{what} over an axis of size 0 (shape {self.shape}) has no value")
     return self
+  @_f16_in_f32
   def mean(self, axis=None, keepdim: bool = False) -> Tensor:
     n = prod(self.shape[a] for a in self._axes(axis))
     return self.float().sum(axis, keepdim) * (1.0 / n if n else float("nan"))
+  @_f16_in_f32
   def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor:
     """The sum of squared deviations over n - correction; with no degrees of freedom left that is a division by 0 (inf,
     or NaN for a zero sum), as in torch."""
@@ -1147,6 +1307,7 @@ class Tensor:
     n = prod(self.shape[a] for a in self._axes(axis))
     d = self.float() - self.float().mean(axis, keepdim=True)
     return (d * d).sum(axis, keepdim) * (1.0 / (n - correction) if n - correction > 0 else float("inf"))
+  @_f16_in_f32
   def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
@@ -1157,6 +1318,7 @@ class Tensor:
     a power of two and halved pairwise log2(n) times: exact on integers, and its gradient is the product of the others
     (right at zeros too)."""
     t = self.cast(dtype) if dtype is not None else (self.int() if self.dtype is dtypes.bool else self)
+    if t.dtype is dtypes.f16: return t.float().prod(axis, keepdim).half()   # multiplied in f32, rounded once (_f16_in_f32)
     axes = t._axes(axis)
     if not axes: return t
     rest = [a for a in range(t.ndim) if a not in axes]
@@ -1171,6 +1333,7 @@ class Tensor:
       x = x.reshape(x.shape[:-1])
     out = x.reshape(x.shape[:-1])
     return out.reshape(tuple(1 if a in axes else d for a, d in enumerate(t.shape))) if keepdim else out
+  @_f16_in_f32
   def norm(self, p: float = 2.0, dim=None, keepdim: bool = False) -> Tensor:
     """The vector p-norm over dim (all axes by default), as torch.linalg.vector_norm: p = inf is the largest |x|, p = 0
     counts the nonzero elements."""
@@ -1184,6 +1347,7 @@ class Tensor:
     zero = s.eq(0)
     root = zero.where(1.0, s)
     return zero.where(0.0, root.sqrt() if p == 2 else root ** (1 / p))
+  @_f16_in_f32
   def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """self / max(||self||_p over dim, eps), as torch.nn.functional.normalize."""
     return self / self.norm(p, dim, keepdim=True).clip(min_=eps)
@@ -1588,7 +1752,9 @@ class Tensor:
     before = blocks[..., -1]._scan_last(reduce).pad(tuple(None for _ in lead) + ((1, -1),), value=identity)   # the blocks before
     combine = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": lambda a, b: a.maximum(b), "logaddexp": Tensor.logaddexp}[reduce]
     return combine(blocks, before.unsqueeze(-1)).reshape(lead + (m * B,)).shrink(tuple(None for _ in lead) + ((0, n),))
+  @_f16_in_f32
   def cumsum(self, axis: int = 0, *, dim: int | None = None) -> Tensor: return self._scan(axis if dim is None else dim, "sum")
+  @_f16_in_f32
   def cumprod(self, axis: int = 0, *, dim: int | None = None) -> Tensor: return self._scan(axis if dim is None else dim, "prod")
   def cummax(self, axis: int = 0, *, dim: int | None = None) -> ValuesIndices:
     """The running maximum and, as torch gives it, the index of its last occurrence so far: the last position j <= i that
@@ -1602,6 +1768,7 @@ class Tensor:
   def cummin(self, axis: int = 0, *, dim: int | None = None) -> ValuesIndices:
     values, indices = self._inverse().cummax(axis, dim=dim)
     return ValuesIndices(values._inverse(), indices)
+  @_f16_in_f32
   def logcumsumexp(self, axis: int = 0, *, dim: int | None = None) -> Tensor:
     """log(cumsum(exp(self))): the blocked scan with logaddexp as its combine (associative, identity -inf), each step
     shifted by its larger operand so nothing overflows; O(32 n) like the other scans (an (n, n) square was quadratic)."""
@@ -1895,8 +2062,12 @@ class Tensor:
     # out[n, o, *p] = sum over (c, window position): the window positions innermost, a small axis to unroll
     win = win.reshape((N, groups, 1, Cg) + out_sp + (K,)).permute((0, 1, 2) + tuple(range(4, 4 + nd)) + (3, 4 + nd))
     wt = weight.reshape((1, groups, O // groups) + (1,) * nd + (Cg, K))
+    # f16 products are summed in f32 and rounded once, as matmul's (an f16 product rounded before the sum loses bits)
+    d = _promote(win.dtype, wt.dtype, *((bias.dtype,) if bias is not None else ()))
+    if d is dtypes.f16: win, wt = win.float(), wt.float()
     out = (win * wt).sum((-2, -1)).reshape((N, O) + out_sp)
-    if bias is not None: out = out + bias.reshape((1, O) + (1,) * nd)
+    if bias is not None: out = out + bias.cast(out.dtype).reshape((1, O) + (1,) * nd)
+    out = out.cast(d) if d is dtypes.f16 else out
     return out if self.ndim == nd + 2 else out.squeeze(0)
   conv1d = conv3d = conv2d   # the rank comes from the weight
 
@@ -2022,6 +2193,7 @@ class Tensor:
     return self._avg_pool(kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1, 1)
   def avg_pool3d(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
     return self._avg_pool(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 1, 3)
+  @_f16_in_f32
   def _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, dilation, nd: int) -> Tensor:
     x = self if self.dtype.is_float else self.float()
     win, (kernel, stride, dilation, pads, extra) = x._pool(kernel_size, stride, padding, dilation, ceil_mode, 0.0, nd)
@@ -2049,6 +2221,7 @@ class Tensor:
     return out.scatter(-1, indices.reshape(lead + (-1,)), self.reshape(lead + (-1,))).reshape(lead + sp)
 
   # ---- resampling and einsum
+  @_f16_in_f32
   def interpolate(self, size=None, scale_factor=None, mode: str = "nearest", align_corners: bool | None = None) -> Tensor:
     """Resample the axes after the first two to `size` (or by scale_factor), as torch.nn.functional.interpolate: "nearest"
     and "nearest-exact" pick source elements, "linear" ("bilinear", "trilinear") mixes the two neighbours on each axis in
@@ -2132,18 +2305,24 @@ class Tensor:
       for c, n in zip(lab, t.shape):
         if n != 1 and sizes.setdefault(c, n) != n: raise TensorError(f"einsum: subscript {c!r} has sizes {sizes[c]} and {n} in {formula!r}")
     full = tuple(sizes.get(c, 1) for c in order)
+    # f16 operands are multiplied and summed in f32 and rounded once, as matmul's
+    f16 = _promote(*(t.dtype for _, t in ts)) is dtypes.f16
+    if f16: ts = [(lab, t.float()) for lab, t in ts]
     prod_t = None
     for lab, t in ts:
       t = t.permute([lab.index(c) for c in order if c in lab]).reshape(tuple(t.shape[lab.index(c)] if c in lab else 1 for c in order))
       t = t._broadcast_to(full)
       prod_t = t if prod_t is None else prod_t * t
-    return prod_t.sum(tuple(range(len(out), len(order)))) if len(order) > len(out) else prod_t
+    out_t = prod_t.sum(tuple(range(len(out), len(order)))) if len(order) > len(out) else prod_t
+    return out_t.half() if f16 else out_t
 
+  @_f16_in_f32
   def softmax(self, axis: int = -1) -> Tensor:
     if self.numel() == 0: return self.float()   # nothing to normalize (and no max of an empty axis to take)
     m = self.max(axis, keepdim=True)._stop_gradient()
     e = (self - m).exp()
     return e / e.sum(axis, keepdim=True)
+  @_f16_in_f32
   def log_softmax(self, axis: int = -1) -> Tensor:
     if self.numel() == 0: return self.float()
     m = self.max(axis, keepdim=True)._stop_gradient()
@@ -2158,16 +2337,21 @@ class Tensor:
     if reduction == "sum": return self.sum()
     if reduction == "mean": return self.mean()
     raise TensorTypeError(f"{what}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+  @_f16_in_f32
   def mse_loss(self, target: Tensor, reduction: str = "mean") -> Tensor: return ((self - target) ** 2)._reduced(reduction, "mse_loss")
+  @_f16_in_f32
   def l1_loss(self, target: Tensor, reduction: str = "mean") -> Tensor: return (self - target).abs()._reduced(reduction, "l1_loss")
+  @_f16_in_f32
   def smooth_l1_loss(self, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
     """0.5 d^2 / beta where |d| < beta, |d| - beta / 2 beyond (the L1 loss for beta 0)."""
     d = (self - target).abs()
     loss = d if beta == 0 else (d < beta).where(0.5 * d * d / beta, d - 0.5 * beta)
     return loss._reduced(reduction, "smooth_l1_loss")
+  @_f16_in_f32
   def huber_loss(self, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
     d = (self - target).abs()
     return (d < delta).where(0.5 * d * d, delta * (d - 0.5 * delta))._reduced(reduction, "huber_loss")
+  @_f16_in_f32
   def kl_div(self, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
     """target * (log target - self) with self the log-probabilities (0 where target is 0); "batchmean" divides the sum by
     the batch size, as the KL divergence's definition wants."""
@@ -2175,6 +2359,7 @@ class Tensor:
     else: loss = target.eq(0).where(0.0, target * target.eq(0).where(1.0, target).log()) - target * self
     if reduction == "batchmean": return loss.sum() / (self.shape[0] if self.ndim else 1)
     return loss._reduced(reduction, "kl_div")
+  @_f16_in_f32
   def binary_cross_entropy(self, target: Tensor, weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
     """-(t log p + (1 - t) log(1 - p)) of probabilities p = self, each log clamped at -100, with torch's gradients:
     (p - t) / max(p (1 - p), 1e-12) for p (finite at p = 0 and 1, where the clamp would give 0) and log(1 - p) - log p for t."""
@@ -2183,6 +2368,7 @@ class Tensor:
     loss = -(t * p.log().clip(min_=-100) + (1 - t) * (-p).log1p().clip(min_=-100))
     loss = loss._with_gradient((self, (p - t) / (p * (1 - p)).clip(min_=1e-12)), (target, (-p).log1p() - p.log()))
     return (loss * weight if weight is not None else loss)._reduced(reduction, "binary_cross_entropy")
+  @_f16_in_f32
   def binary_cross_entropy_with_logits(self, target: Tensor, weight: Tensor | None = None, reduction: str = "mean",
                                        pos_weight: Tensor | None = None) -> Tensor:
     """binary_cross_entropy(sigmoid(self), target) without forming the sigmoid: (1 - t) x + (1 + (pw - 1) t) softplus(-x),
@@ -2205,6 +2391,7 @@ class Tensor:
     C = self.shape[1 if self.ndim > 1 else 0]
     _check_indices(target, 0, C, f"{what}: target {{}} is out of range for {C} classes", ignore_index)
     return target
+  @_f16_in_f32
   def nll_loss(self, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
     """-self[target] (times weight[target]) for log-probabilities (N, C, d...) or (C,) and class indices (N, d...) or ();
     "mean" divides by the summed weights of the targets not ignored, as torch does."""
@@ -2219,6 +2406,7 @@ class Tensor:
     if reduction == "sum": return loss.sum()
     if reduction != "mean": raise TensorTypeError(f"nll_loss: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     return loss.sum() / w.sum()
+  @_f16_in_f32
   def cross_entropy(self, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
                     label_smoothing: float = 0.0) -> Tensor:
     """torch.nn.functional.cross_entropy of logits (N, C, d...) or (C,) with class indices (N, d...) or (), or with class
@@ -2254,6 +2442,7 @@ class Tensor:
                                                           label_smoothing=label_smoothing)
     return loss.reshape(target.shape) if reduction == "none" else loss
 
+  @_f16_in_f32
   def layernorm(self, axis=-1, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over `axis` (no affine parameters: nn.LayerNorm adds them)."""
     x = self.float()
@@ -2280,6 +2469,9 @@ class Tensor:
     """softmax(q @ k^T * scale + mask) @ v, with q = self (..., L, E), key (..., S, E), value (..., S, Ev). With enable_gqa,
     key and value may have fewer heads (axis -3) than the query, each shared by a group of query heads."""
     key, value = _tensor_arg(key, "attention: key"), _tensor_arg(value, "attention: value")
+    if _promote(self.dtype, key.dtype, value.dtype) is dtypes.f16:   # in f32, rounded once (see _f16_in_f32): f16 scores
+      f32 = self.float().scaled_dot_product_attention(key.float(), value.float(), attn_mask, dropout_p, is_causal, scale, enable_gqa)
+      return f32.half()                                               # rounded before the softmax were 10x further off
     if attn_mask is not None: attn_mask = _tensor_arg(attn_mask, "attention: attn_mask")
     if is_causal and attn_mask is not None: raise TensorError("attention: give attn_mask or is_causal, not both (as torch)")
     if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
