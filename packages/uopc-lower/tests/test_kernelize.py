@@ -1,10 +1,11 @@
-"""kernelize (DESIGN 4.3): STAGE cuts, materialized broadcast reductions, shared work, order, canonical kernels."""
+"""kernelize (DESIGN 4.3): STAGE cuts, materialized broadcast reductions, shared work, order, canonical kernels, bounded
+kernel bodies."""
 import numpy as np
 import pytest
 from uopc.dtype import dtypes
-from uopc.uop import UOp, Ops, buf, prod
+from uopc.uop import UOp, Ops, ALU, buf, prod
 from uopc.rangeify import lower
-from uopc.kernelize import kernelize, Kernel, KernelizeError, canonicalize
+from uopc.kernelize import kernelize, Kernel, KernelizeError, canonicalize, MAX_KERNEL_BODY
 from uopc.linearize import linearize
 from uopc.interpret import run_linear
 
@@ -121,3 +122,70 @@ def test_kernelize_errors():
   with pytest.raises(KernelizeError, match="must be a BUFFER"): kernelize([(buf(0, 4) * 2.0, buf(1, 4).index(0))])
   with pytest.raises(KernelizeError, match="can't hold"): kernelize([(buf(0, 4) * 2.0, buf(1, 3))])
   with pytest.raises(KernelizeError, match="can't hold"): kernelize([(buf(0, 4) * 2.0, buf(1, 4, dtypes.i32))])
+
+
+# ---- long fused chains are cut into kernels of at most MAX_KERNEL_BODY nodes ---------------------------------------------
+# gcc's compile time grows faster than the source past about MAX_KERNEL_BODY nodes; these pin the cut by node counts.
+
+def ops_of(k: Kernel) -> int:
+  """The ALU ops and reductions a kernel computes (its body less the views, which kernelize's count also holds)."""
+  return sum(1 for u in k.root.toposort() if u.op in ALU or u.op is Ops.REDUCE)
+
+
+def sin_chain(x: UOp, steps: int) -> UOp:
+  for i in range(steps): x = UOp(Ops.SIN, (x * (1.0 + i % 5 * 1e-3) + 0.5,))
+  return x
+
+
+def sin_chain_ref(a: np.ndarray, steps: int) -> np.ndarray:
+  a = a.astype(np.float64)
+  for i in range(steps): a = np.sin(a * np.float32(1.0 + i % 5 * 1e-3) + 0.5)
+  return a
+
+
+@pytest.mark.parametrize("steps", [MAX_KERNEL_BODY // 3 - 1, MAX_KERNEL_BODY, 2 * MAX_KERNEL_BODY])
+def test_a_long_elementwise_chain_is_cut_into_kernels_of_bounded_size(steps):
+  ks = kernelize([(sin_chain(buf(0, 6), steps), buf(1, 6))])
+  # 3 ops a step; each kernel holds at most MAX_KERNEL_BODY - 1 of them and the view it reads its input through
+  assert len(ks) == -(-3 * steps // (MAX_KERNEL_BODY - 1))
+  assert max(map(ops_of, ks)) <= MAX_KERNEL_BODY and sum(map(ops_of, ks)) == 3 * steps   # nothing computed twice
+  a = np.linspace(-2, 2, 6).astype(np.float32)
+  np.testing.assert_allclose(run_schedule(ks, {0: a})[1], sin_chain_ref(a, steps), rtol=1e-4, atol=1e-5)
+
+
+def test_a_long_chain_inside_a_reduction_is_cut_before_the_reduction():
+  steps = MAX_KERNEL_BODY
+  x = buf(0, 12).reshape((3, 4))
+  ks = kernelize([(sin_chain(x, steps).reduce(Ops.ADD, 1), buf(1, 3))])
+  assert len(ks) == -(-(3 * steps + 1) // (MAX_KERNEL_BODY - 1)) and max(map(ops_of, ks)) <= MAX_KERNEL_BODY
+  assert [u.op for u in ks[-1].root.toposort()].count(Ops.REDUCE) == 1 and sum(map(ops_of, ks)) == 3 * steps + 1
+  a = np.linspace(-2, 2, 12).astype(np.float32)
+  np.testing.assert_allclose(run_schedule(ks, {0: a})[1], sin_chain_ref(a, steps).reshape(3, 4).sum(1), rtol=1e-4, atol=1e-5)
+
+
+def test_a_long_chain_that_reuses_its_values_is_cut_by_distinct_nodes():
+  """y = (y*y + y) * 0.5 uses y three times: the body counts each node once (a count of paths would double every step
+  and cut after ten), and the cut is found without a walk per node (this kernelizes in well under a second)."""
+  steps = MAX_KERNEL_BODY
+  y = buf(0, 4)
+  for _ in range(steps): y = (y * y + y) * 0.5
+  ks = kernelize([(y, buf(1, 4))])
+  assert len(ks) == -(-3 * steps // (MAX_KERNEL_BODY - 1)) and max(map(ops_of, ks)) <= MAX_KERNEL_BODY
+  assert sum(map(ops_of, ks)) == 3 * steps
+  a = np.array([0.1, 0.5, -0.3, 0.9], np.float32)
+  ref = a.astype(np.float64)
+  for _ in range(steps): ref = (ref * ref + ref) * 0.5
+  np.testing.assert_allclose(run_schedule(ks, {0: a})[1], ref, rtol=1e-4, atol=1e-6)
+
+
+def test_a_wide_sum_of_many_small_chains_is_cut_too():
+  """Many sources, none large: the cut materializes the largest until the rest fits."""
+  x = buf(0, 4)
+  parts = [sin_chain(x * float(i + 1), 30) for i in range(2 * MAX_KERNEL_BODY // 91 + 1)]   # 91 ops each
+  total = parts[0]
+  for p in parts[1:]: total = total + p
+  ks = kernelize([(total, buf(1, 4))])
+  assert max(map(ops_of, ks)) <= MAX_KERNEL_BODY and sum(map(ops_of, ks)) == len(parts) * 91 + len(parts) - 1
+  a = np.array([0.1, 0.5, -0.3, 0.9], np.float32)
+  ref = sum(sin_chain_ref(a * np.float32(i + 1), 30) for i in range(len(parts)))
+  np.testing.assert_allclose(run_schedule(ks, {0: a})[1], ref, rtol=1e-4, atol=1e-5)
