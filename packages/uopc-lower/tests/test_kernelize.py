@@ -8,6 +8,7 @@ from uopc.rangeify import lower
 from uopc.kernelize import kernelize, Kernel, KernelizeError, canonicalize, MAX_KERNEL_BODY
 from uopc.linearize import linearize
 from uopc.interpret import run_linear
+from fusion_work import executed, least
 
 
 def run_schedule(kernels: list[Kernel], inputs: dict[int, np.ndarray]) -> dict[int, list]:
@@ -84,6 +85,34 @@ def test_cheap_shared_elementwise_values_are_recomputed():
   x = buf(0, 4)
   e = x * 2.0 + 1.0
   assert len(kernelize([(e * 3.0, buf(1, 4)), (e - 1.0, buf(2, 4))])) == 2
+
+
+def test_a_costly_value_broadcast_into_a_reduction_is_computed_once():
+  """A weight gradient dW[i, j] = sum_b x[b, i] * f(g[b, j]) with f costly (a sigmoid: EXP2 and RECIP): f(g) is stored,
+  or the GEMM's kernel evaluates it once per column i, 16 times its transcendentals (the costly-broadcast rule)."""
+  nb, ni, nj = 8, 16, 4
+  x, g = buf(0, nb * ni).reshape((nb, ni)), buf(1, nb * nj).reshape((nb, nj))
+  f = (UOp(Ops.EXP2, (g * -1.0,)) + 1.0).recip()
+  dw = (x.permute((1, 0)).reshape((ni, 1, nb)).expand((ni, nj, nb)) * f.permute((1, 0)).reshape((1, nj, nb)).expand((ni, nj, nb))).reduce(Ops.ADD, 1)
+  ks = kernelize([(dw, buf(2, ni * nj))])
+  assert len(ks) == 2 and executed(ks) == least([dw]) == (2 * ni * nj * nb + 4 * nb * nj, 2 * nb * nj)
+  rng = np.random.default_rng(3)
+  X, G = rng.standard_normal((nb, ni)).astype(np.float32), rng.standard_normal((nb, nj)).astype(np.float32)
+  ref = X.T @ (1 / (1 + np.exp2(-G)))
+  np.testing.assert_allclose(np.array(run_schedule(ks, {0: X, 1: G})[2]).reshape(ni, nj), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_a_value_reading_many_buffers_shared_by_two_outputs_is_computed_once():
+  """v = a0 + ... + a4 reads five buffers (more than MAX_SHARED_READS): stored once and read by both outputs' kernels,
+  not recomputed in each (the shared-reads rule). A value that reads one buffer is recomputed (the test below)."""
+  parts = [buf(i, 6) for i in range(5)]
+  v = parts[0]
+  for a in parts[1:]: v = v + a
+  ks = kernelize([(v * 2.0, buf(5, 6)), (v + 1.0, buf(6, 6))])
+  assert len(ks) == 3 and executed(ks) == least([v * 2.0, v + 1.0]) == (6 * 6, 0)
+  arrays = {i: np.arange(6, dtype=np.float32) * (i + 1) for i in range(5)}
+  out, total = run_schedule(ks, arrays), sum(arrays.values())
+  assert out[5] == list(total * 2) and out[6] == list(total + 1)
 
 
 def test_canonical_kernels_are_equal_up_to_buffer_numbering():
