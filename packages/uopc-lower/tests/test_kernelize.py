@@ -1,12 +1,14 @@
-"""kernelize (DESIGN 4.3): STAGE cuts, materialized broadcast reductions, shared work, order, canonical kernels."""
+"""kernelize (DESIGN 4.3): STAGE cuts, materialized broadcast reductions, shared work, order, canonical kernels, bounded
+kernel bodies."""
 import numpy as np
 import pytest
 from uopc.dtype import dtypes
-from uopc.uop import UOp, Ops, buf, prod
+from uopc.uop import UOp, Ops, ALU, buf, prod
 from uopc.rangeify import lower
-from uopc.kernelize import kernelize, Kernel, KernelizeError, canonicalize
+from uopc.kernelize import kernelize, Kernel, KernelizeError, canonicalize, MAX_KERNEL_BODY
 from uopc.linearize import linearize
 from uopc.interpret import run_linear
+from fusion_work import executed, least
 
 
 def run_schedule(kernels: list[Kernel], inputs: dict[int, np.ndarray]) -> dict[int, list]:
@@ -85,6 +87,34 @@ def test_cheap_shared_elementwise_values_are_recomputed():
   assert len(kernelize([(e * 3.0, buf(1, 4)), (e - 1.0, buf(2, 4))])) == 2
 
 
+def test_a_costly_value_broadcast_into_a_reduction_is_computed_once():
+  """A weight gradient dW[i, j] = sum_b x[b, i] * f(g[b, j]) with f costly (a sigmoid: EXP2 and RECIP): f(g) is stored,
+  or the GEMM's kernel evaluates it once per column i, 16 times its transcendentals (the costly-broadcast rule)."""
+  nb, ni, nj = 8, 16, 4
+  x, g = buf(0, nb * ni).reshape((nb, ni)), buf(1, nb * nj).reshape((nb, nj))
+  f = (UOp(Ops.EXP2, (g * -1.0,)) + 1.0).recip()
+  dw = (x.permute((1, 0)).reshape((ni, 1, nb)).expand((ni, nj, nb)) * f.permute((1, 0)).reshape((1, nj, nb)).expand((ni, nj, nb))).reduce(Ops.ADD, 1)
+  ks = kernelize([(dw, buf(2, ni * nj))])
+  assert len(ks) == 2 and executed(ks) == least([dw]) == (2 * ni * nj * nb + 4 * nb * nj, 2 * nb * nj)
+  rng = np.random.default_rng(3)
+  X, G = rng.standard_normal((nb, ni)).astype(np.float32), rng.standard_normal((nb, nj)).astype(np.float32)
+  ref = X.T @ (1 / (1 + np.exp2(-G)))
+  np.testing.assert_allclose(np.array(run_schedule(ks, {0: X, 1: G})[2]).reshape(ni, nj), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_a_value_reading_many_buffers_shared_by_two_outputs_is_computed_once():
+  """v = a0 + ... + a4 reads five buffers (more than MAX_SHARED_READS): stored once and read by both outputs' kernels,
+  not recomputed in each (the shared-reads rule). A value that reads one buffer is recomputed (the test below)."""
+  parts = [buf(i, 6) for i in range(5)]
+  v = parts[0]
+  for a in parts[1:]: v = v + a
+  ks = kernelize([(v * 2.0, buf(5, 6)), (v + 1.0, buf(6, 6))])
+  assert len(ks) == 3 and executed(ks) == least([v * 2.0, v + 1.0]) == (6 * 6, 0)
+  arrays = {i: np.arange(6, dtype=np.float32) * (i + 1) for i in range(5)}
+  out, total = run_schedule(ks, arrays), sum(arrays.values())
+  assert out[5] == list(total * 2) and out[6] == list(total + 1)
+
+
 def test_canonical_kernels_are_equal_up_to_buffer_numbering():
   k1 = kernelize([(buf(5, 4) * 2.0 + buf(9, 4), buf(11, 4))])[0]
   k2 = kernelize([(buf(7, 4) * 2.0 + buf(3, 4), buf(1, 4))])[0]
@@ -121,3 +151,70 @@ def test_kernelize_errors():
   with pytest.raises(KernelizeError, match="must be a BUFFER"): kernelize([(buf(0, 4) * 2.0, buf(1, 4).index(0))])
   with pytest.raises(KernelizeError, match="can't hold"): kernelize([(buf(0, 4) * 2.0, buf(1, 3))])
   with pytest.raises(KernelizeError, match="can't hold"): kernelize([(buf(0, 4) * 2.0, buf(1, 4, dtypes.i32))])
+
+
+# ---- long fused chains are cut into kernels of at most MAX_KERNEL_BODY nodes ---------------------------------------------
+# gcc's compile time grows faster than the source past about MAX_KERNEL_BODY nodes; these pin the cut by node counts.
+
+def ops_of(k: Kernel) -> int:
+  """The ALU ops and reductions a kernel computes (its body less the views, which kernelize's count also holds)."""
+  return sum(1 for u in k.root.toposort() if u.op in ALU or u.op is Ops.REDUCE)
+
+
+def sin_chain(x: UOp, steps: int) -> UOp:
+  for i in range(steps): x = UOp(Ops.SIN, (x * (1.0 + i % 5 * 1e-3) + 0.5,))
+  return x
+
+
+def sin_chain_ref(a: np.ndarray, steps: int) -> np.ndarray:
+  a = a.astype(np.float64)
+  for i in range(steps): a = np.sin(a * np.float32(1.0 + i % 5 * 1e-3) + 0.5)
+  return a
+
+
+@pytest.mark.parametrize("steps", [MAX_KERNEL_BODY // 3 - 1, MAX_KERNEL_BODY, 2 * MAX_KERNEL_BODY])
+def test_a_long_elementwise_chain_is_cut_into_kernels_of_bounded_size(steps):
+  ks = kernelize([(sin_chain(buf(0, 6), steps), buf(1, 6))])
+  # 3 ops a step; each kernel holds at most MAX_KERNEL_BODY - 1 of them and the view it reads its input through
+  assert len(ks) == -(-3 * steps // (MAX_KERNEL_BODY - 1))
+  assert max(map(ops_of, ks)) <= MAX_KERNEL_BODY and sum(map(ops_of, ks)) == 3 * steps   # nothing computed twice
+  a = np.linspace(-2, 2, 6).astype(np.float32)
+  np.testing.assert_allclose(run_schedule(ks, {0: a})[1], sin_chain_ref(a, steps), rtol=1e-4, atol=1e-5)
+
+
+def test_a_long_chain_inside_a_reduction_is_cut_before_the_reduction():
+  steps = MAX_KERNEL_BODY
+  x = buf(0, 12).reshape((3, 4))
+  ks = kernelize([(sin_chain(x, steps).reduce(Ops.ADD, 1), buf(1, 3))])
+  assert len(ks) == -(-(3 * steps + 1) // (MAX_KERNEL_BODY - 1)) and max(map(ops_of, ks)) <= MAX_KERNEL_BODY
+  assert [u.op for u in ks[-1].root.toposort()].count(Ops.REDUCE) == 1 and sum(map(ops_of, ks)) == 3 * steps + 1
+  a = np.linspace(-2, 2, 12).astype(np.float32)
+  np.testing.assert_allclose(run_schedule(ks, {0: a})[1], sin_chain_ref(a, steps).reshape(3, 4).sum(1), rtol=1e-4, atol=1e-5)
+
+
+def test_a_long_chain_that_reuses_its_values_is_cut_by_distinct_nodes():
+  """y = (y*y + y) * 0.5 uses y three times: the body counts each node once (a count of paths would double every step
+  and cut after ten), and the cut is found without a walk per node (this kernelizes in well under a second)."""
+  steps = MAX_KERNEL_BODY
+  y = buf(0, 4)
+  for _ in range(steps): y = (y * y + y) * 0.5
+  ks = kernelize([(y, buf(1, 4))])
+  assert len(ks) == -(-3 * steps // (MAX_KERNEL_BODY - 1)) and max(map(ops_of, ks)) <= MAX_KERNEL_BODY
+  assert sum(map(ops_of, ks)) == 3 * steps
+  a = np.array([0.1, 0.5, -0.3, 0.9], np.float32)
+  ref = a.astype(np.float64)
+  for _ in range(steps): ref = (ref * ref + ref) * 0.5
+  np.testing.assert_allclose(run_schedule(ks, {0: a})[1], ref, rtol=1e-4, atol=1e-6)
+
+
+def test_a_wide_sum_of_many_small_chains_is_cut_too():
+  """Many sources, none large: the cut materializes the largest until the rest fits."""
+  x = buf(0, 4)
+  parts = [sin_chain(x * float(i + 1), 30) for i in range(2 * MAX_KERNEL_BODY // 91 + 1)]   # 91 ops each
+  total = parts[0]
+  for p in parts[1:]: total = total + p
+  ks = kernelize([(total, buf(1, 4))])
+  assert max(map(ops_of, ks)) <= MAX_KERNEL_BODY and sum(map(ops_of, ks)) == len(parts) * 91 + len(parts) - 1
+  a = np.array([0.1, 0.5, -0.3, 0.9], np.float32)
+  ref = sum(sin_chain_ref(a * np.float32(i + 1), 30) for i in range(len(parts)))
+  np.testing.assert_allclose(run_schedule(ks, {0: a})[1], ref, rtol=1e-4, atol=1e-5)

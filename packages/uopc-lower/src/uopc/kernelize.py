@@ -14,7 +14,9 @@ The rules (tinygrad's, which never recompute a reduction per output element):
     gradient feeding a weight gradient would otherwise be recomputed once per output column;
   * a node shared by several kernels is materialized when recomputing it costs more than loading it: when its
     kernel-local graph holds a REDUCE, or reads more than MAX_SHARED_READS buffers;
-  * everything else (elementwise chains, movement ops, cheap shared subexpressions) fuses into its consumer.
+  * everything else (elementwise chains, movement ops, cheap shared subexpressions) fuses into its consumer,
+    up to a size: a kernel whose body would pass MAX_KERNEL_BODY nodes is cut by materializing an intermediate, since
+    gcc's compile time grows faster than the source past it (a chain of 1,200 sin steps was 123 s of gcc in one kernel).
 
 One rule changes the graph first: a long reduction into few outputs (the sum of a 16M-element tensor) is split in
 two, partial results over chunks of about 4096 elements (a kernel of its own, whose many outputs threads share),
@@ -45,6 +47,13 @@ from uopc.composite import pad
 from uopc.evaluate import identity
 
 MAX_SHARED_READS = 4
+# The largest fused body, in nodes that become code (see _split_large_bodies), before kernelize cuts a kernel in two.
+# Measured as gcc 12.2's CPU seconds per node (-O3 -march=native, the C backend's source, Opts as uopc.opt chooses
+# them) on chains y = sin(y * 1.0001 + 0.5) over a (64, 64) tensor, 3 nodes a step: elementwise, flat at 16-22 ms from
+# 80 to 2,705 nodes, then 34 ms at 3,605 (123 s for the one kernel); under a sum (unrolled 4 times), 28 ms at 306, 37-46
+# ms from 606 to 1,206, 59 ms at 1,806. Multiply-adds alone: 0.30-0.39 ms from 1,005 to 6,005 nodes, 0.87 at 16,005.
+# Below the knees, with room for the unrolling Opts may choose; the GPT training step's largest kernel is 89 nodes.
+MAX_KERNEL_BODY = 1000
 COSTLY = 6                 # ALU ops (a transcendental counts as COSTLY) that make a broadcast value worth storing
 _TRANSCENDENTAL = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP}
 
@@ -202,7 +211,7 @@ def _regions(roots: list[UOp], cut: set[UOp]) -> list[set[UOp]]:
   return out
 
 
-def _stored_form(u: UOp, live: set[UOp], keep_layout: bool = False) -> UOp | None:
+def _stored_form(u: UOp, live: set[UOp], keep_layout: bool = False, stop: set[UOp] | frozenset = frozenset()) -> UOp | None:
   """What to store when u must be materialized: never a view. Walk down from u through movement ops, STAGE marks and
   ops with a single non-constant source (a pad's STACK with zeros, a mask's WHERE, x*2) and keep the node with the
   fewest elements: an EXPAND of a (B, T, C) activation to (B, T, C, 4C) stores the activation, and its consumers read
@@ -210,10 +219,11 @@ def _stored_form(u: UOp, live: set[UOp], keep_layout: bool = False) -> UOp | Non
   x, or every consumer would recompute the exp). An explicit STAGE keeps the layout it was given (keep_layout): a
   permutation is stored permuted (a GEMM operand packed into panels), a padding padded (a convolution's input); only
   a broadcast (an EXPAND that grows an axis, in its chain of movement ops) is refused and stored as above.
-  None when nothing needs storing: a BUFFER is read as it is, and a value made of constants alone is recomputed."""
+  None when nothing needs storing: a BUFFER is read as it is, and a value made of constants alone is recomputed. The walk
+  goes no further down than a node in `stop`."""
   if keep_layout and not any(_expands(x) for x in _movement_chain(u)): return u if u in live and u.op is not Ops.BUFFER else None
   best, cur, moves_only = u, u, True
-  while True:
+  while cur not in stop:
     if cur.op in MOVEMENT or cur.op is Ops.STAGE: nxt = cur.src[0]
     elif cur.op in _LOCAL and cur.src:
       inputs = [s for s in cur.src if s in live]
@@ -263,6 +273,7 @@ def _staged(roots: list[UOp]) -> set[UOp]:
         if cost[u.src[0]] >= COSTLY and (f := stored([u.src[0]])): staged |= f
         else: staged |= c
     else: carried[u] = empty
+  staged |= _split_large_bodies(nodes, staged, live)
   # shared values: a node used by several kernels is materialized if recomputing it is costly
   users = users_of(nodes)
   root_set = set(roots)
@@ -283,6 +294,78 @@ def _staged(roots: list[UOp]) -> set[UOp]:
     staged |= new
   # an output that would be materialized is simply computed into its own buffer, unless something else reads it
   return {u for u in staged if u not in root_set or users.get(u)}
+
+
+def _is_code(u: UOp, live: set[UOp]) -> bool:
+  """Does u become code in a kernel: an ALU op, a reduction, a view that indexes memory (not a BUFFER, a CONST or a view
+  of constants, which render as a literal)."""
+  return u.op not in (Ops.BUFFER, Ops.CONST) and (u.op not in MOVEMENT or u in live)
+
+
+def _split_large_bodies(nodes: list[UOp], staged: set[UOp], live: set[UOp]) -> set[UOp]:
+  """The nodes to materialize so that no kernel's body exceeds MAX_KERNEL_BODY nodes, given the cuts in `staged`. A
+  node's body is the set of nodes of its kernel-local graph that become code (see _is_code), with each materialized
+  value it reads standing for the view it is read through. In toposort order, a node whose body would pass the limit
+  gets its largest sources materialized (their stored forms) until it fits: a chain of 3,000 ops becomes kernels of at
+  most MAX_KERNEL_BODY nodes each.
+
+  A body is its sources' bodies joined, kept until the node's last user is visited, and handed on to that user rather
+  than copied when nothing else needs it: a chain costs O(1) per node, and a graph that reuses its values
+  (y = y*y + y) a set union in C per node, not a walk down the graph in Python."""
+  cut = set(staged)
+  split: set[UOp] = set()
+  bodies: dict[UOp, set[UOp]] = {}
+  pending = {u: len(us) for u, us in users_of(nodes).items()}   # edges to users not yet visited
+
+  def walk(u: UOp) -> set[UOp]:
+    """u's body counted afresh, down to the cuts (after a cut, for the bodies that held the new cut's nodes)."""
+    counted = {u} if _is_code(u, live) else set()
+    seen, stack = {u}, [u]
+    while stack:
+      for s in stack.pop().src:
+        if s in seen or s.op is Ops.BUFFER: continue
+        seen.add(s)
+        if s in cut: counted.add(s)
+        else:
+          if _is_code(s, live): counted.add(s)
+          stack.append(s)
+    return counted
+
+  def join(u: UOp, srcs: list[UOp]) -> set[UOp]:
+    parts = [{s} if s in cut else bodies[s] for s in srcs]
+    # the largest source body is handed on when u is its last user and u's body can't need splitting (a split looks at
+    # the sources' bodies again); else it is copied
+    fits = sum(map(len, parts)) < MAX_KERNEL_BODY
+    last = [p for s, p in zip(srcs, parts) if fits and s not in cut and pending[s] == u.src.count(s)]
+    body = max(last, key=len) if last else set(max(parts, key=len, default=()))
+    for p in parts:
+      if p is not body: body |= p
+    if _is_code(u, live): body.add(u)
+    return body
+
+  for u in nodes:
+    if u.op in (Ops.BUFFER, Ops.SINK): continue   # a SINK of the outputs is no kernel: each output is one
+    srcs = [s for s in dict.fromkeys(u.src) if s.op is not Ops.BUFFER]
+    body = join(u, srcs)
+    if len(body) > MAX_KERNEL_BODY:
+      # what to store for each source, found without walking past the cuts (a chain's lies at the bottom of the chain);
+      # none for a BUFFER's view or constants
+      options = [f for f in dict.fromkeys(_stored_form(s, live, stop=cut) for s in srcs if s not in cut) if f is not None and f not in cut]
+      # first the value the most sources compute (in y*y + y, y: storing y*y would leave y's body in the sum), then the
+      # largest
+      options.sort(key=lambda f: (sum(f in bodies[s] for s in srcs if s not in cut), len(bodies.get(f, ()))), reverse=True)
+      for f in options:
+        cut.add(f)
+        split.add(f)
+        for v, b in bodies.items():   # the bodies that computed f now read it
+          if f in b and v is not f: bodies[v] = walk(v)
+        body = join(u, srcs)
+        if len(body) <= MAX_KERNEL_BODY: break
+    bodies[u] = body
+    for s in u.src:
+      pending[s] -= 1
+      if not pending[s]: bodies.pop(s, None)
+  return split
 
 
 def _reads(region: set[UOp]) -> set[UOp]:
@@ -351,7 +434,7 @@ def make_kernel(root: UOp, out: UOp, canonical: bool = True) -> Kernel:
   return Kernel(root, out, inputs, canon_root, canon_out)
 
 
-__all__ = ["kernelize", "make_kernel", "Kernel", "KernelizeError", "canonicalize", "MAX_SHARED_READS"]
+__all__ = ["kernelize", "make_kernel", "Kernel", "KernelizeError", "canonicalize", "MAX_SHARED_READS", "MAX_KERNEL_BODY"]
 
 
 # ---- the schedule cache -------------------------------------------------------------------------------------------
