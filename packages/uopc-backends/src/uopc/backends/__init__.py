@@ -41,7 +41,7 @@ renderers emit C's / and % only where bounds show a positive divisor and a non-n
 call helpers that give NumPy's answer (x // 0 == x % 0 == 0) instead of trapping.
 """
 from __future__ import annotations
-import importlib.metadata
+import importlib.metadata, threading
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 from uopc.uop import UOp, Ops
@@ -84,6 +84,10 @@ _BUILTIN: dict[str, str] = {"C": "uopc.backends.c:CBackend", "PYTHON": "uopc.bac
                             "CUDA": "uopc.backends.cuda:CUDABackend"}
 _registered: dict[str, Callable[[], Backend]] = {}
 _instances: dict[str, Backend] = {}
+# a backend is a singleton per name: memory made on one instance is refused by a program compiled on another ("lives on
+# backend C, the program runs on C"), and threads asking at once each built their own. Reentrant, so that a factory
+# may itself ask for another backend.
+_registry_lock = threading.RLock()
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:
@@ -91,8 +95,9 @@ def register_backend(name: str, factory: Callable[[], Backend]) -> None:
   if not isinstance(name, str) or not name.strip(): raise BackendError(f"a backend needs a non-empty name, got {name!r}")
   if not callable(factory): raise BackendError(f"register_backend({name!r}, ...) needs a factory (a class or a function), got {factory!r}")
   key = name.strip().upper()
-  _registered[key] = factory
-  _instances.pop(key, None)
+  with _registry_lock:
+    _registered[key] = factory
+    _instances.pop(key, None)
 
 
 def _entry_points() -> dict[str, Any]:
@@ -109,21 +114,24 @@ def available_backends() -> list[str]:
 
 def get_backend(name: str | None = "C") -> Backend:
   """The backend called `name` (case-insensitive; None or "" is the default, C): registered in this process, built in,
-  or declared under the entry point group uopc.backends."""
+  or declared under the entry point group uopc.backends. One instance per name in the process, made once even when
+  threads ask at the same time."""
   key = str(name or "C").strip().upper() or "C"
   if (b := _instances.get(key)) is not None: return b
-  if key in _registered: factory = _registered[key]
-  elif key in _BUILTIN:
-    mod, _, attr = _BUILTIN[key].partition(":")
-    import importlib
-    factory = getattr(importlib.import_module(mod), attr)
-  elif key in (eps := _entry_points()): factory = eps[key].load()
-  else: raise BackendError(f"unknown backend {name!r}; available: {', '.join(available_backends())}")
-  try: backend = factory()
-  except BackendError: raise
-  except Exception as e: raise BackendError(f"backend {key}: its factory failed: {type(e).__name__}: {e}") from e
-  _instances[key] = backend
-  return backend
+  with _registry_lock:
+    if (b := _instances.get(key)) is not None: return b   # another thread made it while this one waited for the lock
+    if key in _registered: factory = _registered[key]
+    elif key in _BUILTIN:
+      mod, _, attr = _BUILTIN[key].partition(":")
+      import importlib
+      factory = getattr(importlib.import_module(mod), attr)
+    elif key in (eps := _entry_points()): factory = eps[key].load()
+    else: raise BackendError(f"unknown backend {name!r}; available: {', '.join(available_backends())}")
+    try: backend = factory()
+    except BackendError: raise
+    except Exception as e: raise BackendError(f"backend {key}: its factory failed: {type(e).__name__}: {e}") from e
+    _instances[key] = backend
+    return backend
 
 
 # ---- what every backend relies on -----------------------------------------------------------------------------------
