@@ -19,13 +19,15 @@ What is the same for every backend lives here once, so no backend can forget it:
     a launch can't shift; a launch passes exactly those Buffers, and each one's backend, dtype and size is checked
     before native code runs;
   * the program cache: in-process by (backend, canonical kernel, Opts), so each kernel structure compiles once per
-    process; across processes the backend's compiler caches on disk;
+    process while it is among the most recently used (`_programs.limit` entries; an evicted one is compiled again when
+    it comes back); across processes the backend's compiler caches on disk;
   * profiling, in the convention tinygrad and PyTorch users know: UOPC_DEBUG=1 prints a line per launch to stderr
     (program, output shape, time, GFLOP/s and GB/s, with FLOPs and bytes counted once per program), =2 also each
     program's source when it is first compiled, =3 also its linearized UOps; any level prints a summary at exit.
 """
 from __future__ import annotations
-import atexit, os, sys, time, warnings
+import atexit, os, sys, threading, time, warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, MutableMapping, Sequence
@@ -171,7 +173,39 @@ class Program:
     profile.launched(self, time.perf_counter() - start)
 
 
-_programs: dict[tuple, Program] = {}   # (backend, canonical kernel or lowered SINK, its parameters, Opts or name) -> Program
+class ProgramCache:
+  """The in-process program cache: key -> Program, at most `limit` entries, the least recently used evicted first. A
+  cache that never evicts grew by about 26 KB per distinct kernel (the key holds the kernel's graph), so a process that
+  meets ever new shapes grew without end. An evicted Program stays valid for whoever holds it (a jit replay); asked for
+  again, it is compiled again (from the backend's disk cache: no C compiler runs). Safe to share between threads."""
+  def __init__(self, limit: int):
+    self.limit = limit
+    self._entries: OrderedDict[tuple, Program] = OrderedDict()
+    self._lock = threading.Lock()
+
+  def get(self, key: tuple, default: Program | None = None) -> Program | None:
+    with self._lock:
+      prog = self._entries.get(key)
+      if prog is None: return default
+      self._entries.move_to_end(key)
+      return prog
+
+  def __setitem__(self, key: tuple, prog: Program) -> None:
+    with self._lock:
+      self._entries[key] = prog
+      self._entries.move_to_end(key)
+      while len(self._entries) > self.limit: self._entries.popitem(last=False)
+
+  def __contains__(self, key: tuple) -> bool: return key in self._entries
+  def __len__(self) -> int: return len(self._entries)
+
+  def clear(self) -> None:
+    with self._lock: self._entries.clear()
+
+
+# (backend, canonical kernel or lowered SINK, its parameters, Opts or name) -> Program. A kernel compiled with the Opts
+# chosen for it has two keys (as asked, opts=None, and as chosen), so 2048 entries hold at least 1024 programs.
+_programs = ProgramCache(2048)
 
 
 def kernel_name(kernel: Kernel) -> str:
@@ -436,6 +470,6 @@ class _Profile:
 profile = _Profile()
 
 
-__all__ = ["cache_dir", "Buffer", "Program", "Param", "compile_kernel", "compile_kernels", "compile_program", "run_schedule", "run_lowered",
-           "np_dtype",
+__all__ = ["cache_dir", "Buffer", "Program", "Param", "ProgramCache", "compile_kernel", "compile_kernels", "compile_program", "run_schedule",
+           "run_lowered", "np_dtype",
            "program_buffers", "stored_slots", "check_arrays", "kernel_name", "format_linear", "debug_level", "profile"]
