@@ -157,6 +157,9 @@ MORE_ERRORS = [
   (lambda: buf(0, 4).index(0).store(UOp.const(1)), "STORE of dtypes.i32 into dtypes.f32"),
   (lambda: range_(UOp.const(1.0), 0), "RANGE end is i32"),
   (lambda: UOp(Ops.BUFFER, (), ParamArg(0, dtypes.f32, (2, 2))), "BUFFER is flat"),
+  # an ALLOC in ALU "memory" was a value whose INDEX the memory-safety proof skipped as a register's element
+  (lambda: UOp(Ops.ALLOC, (), ParamArg(0, dtypes.f32, (2,), AddrSpace.ALU)), "ALLOC lives in LOCAL or SHARED memory, got AddrSpace.ALU"),
+  (lambda: UOp(Ops.ALLOC, (), ParamArg(0, dtypes.f32, (2,), AddrSpace.GLOBAL)), "ALLOC lives in LOCAL or SHARED memory, got AddrSpace.GLOBAL"),
   (lambda: UOp(Ops.CAST, (UOp.const(1),), "f32"), "CAST needs a value dtype"),
   (lambda: UOp(Ops.CALL, (param(0) + UOp(Ops.PARAM, (), ParamArg(0, dtypes.i32, (2,))).index(0), UOp.const(1)), CallArg()),
    "CALL body has two PARAMs with slot 0"),

@@ -12,7 +12,8 @@ What is the same for every backend lives here once, so no backend can forget it:
 
   * Opts: asked from uopc.opt when none are given, validated against the kernel and the backend (GPU Opts on a CPU
     backend are an error, as is any entry lower() would have to ignore);
-  * the memory-safety proof (uopc.backends.check_memory_safety) on every program, before it is rendered;
+  * the memory-safety proof (uopc.backends.check_memory_safety, run by every LinearProgram) on every program, before
+    it is rendered, on each road here: compile_kernel, compile_kernels and run_schedule, compile_program and run_lowered;
   * one parameter list: a Program's parameters (slot, dtype, element count) are fixed when it is compiled, from the
     same LinearProgram the renderer turns into the signature. A kernel's parameters are all its buffers, in canonical
     order, even an input that lowering found unread (`Tensor.zeros(4, 0).sum(1)` reads nothing), so the arguments of
@@ -40,7 +41,7 @@ from uopc.kernelize import Kernel
 from uopc.symbolic import bounds
 from uopc.opt import Caps, choose_opts
 from uopc.gpulower import block_threads
-from uopc.backends import Backend, BackendError, LinearProgram, check_memory_safety, base_memory
+from uopc.backends import Backend, BackendError, LinearProgram, base_memory
 
 
 def cache_dir() -> Path:
@@ -291,10 +292,9 @@ class _Pending:
                start: float, keys: tuple):
     self.backend, self.name, self.params, self.opts, self.shape, self.start, self.keys = backend, name, params, opts, shape, start, keys
     self.lin = tuple(linearize(sink))
-    check_memory_safety(self.lin)                 # for every backend, before anything is rendered
     if missing := {u for u in self.lin if u.op is Ops.BUFFER} - set(params):
       raise BackendError(f"{name}: the program uses BUFFER slots {sorted(b.arg.slot for b in missing)} that are not among its parameters")
-    program = LinearProgram(name, self.lin, params)
+    program = LinearProgram(name, self.lin, params)    # the memory-safety proof, for every backend, before anything is rendered
     self.src = backend.renderer.render(program) if backend.renderer is not None else None
     self.compilable = self.src if self.src is not None else program
 
@@ -381,7 +381,8 @@ def program_buffers(program: UOp | Sequence[UOp]) -> list[UOp]:
 def stored_slots(program: UOp | Sequence[UOp]) -> set[int]:
   """The slots of the BUFFERs a lowered program stores into."""
   nodes = program.toposort() if isinstance(program, UOp) else program
-  return {m.arg.slot for u in nodes if u.op is Ops.STORE and (m := base_memory(u.src[0].src[0])).op is Ops.BUFFER}
+  # (a STORE not through an INDEX is no store into a slot: the memory-safety proof refuses it)
+  return {m.arg.slot for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and (m := base_memory(u.src[0].src[0])).op is Ops.BUFFER}
 
 
 def check_arrays(params: Sequence[UOp], arrays: dict[int, np.ndarray], written: set[int]) -> list[np.ndarray]:

@@ -452,7 +452,10 @@ def _infer_buffer(op, src, arg):
   # every address in generated code is an i32: a bigger buffer could never be indexed whole
   _check(arg.shape[0] <= I32_MAX, f"{op.name} of {arg.shape[0]} elements: an i32 index reaches at most {I32_MAX}")
   if op is Ops.BUFFER: return arg.dtype, arg.shape, AddrSpace.GLOBAL
-  return arg.dtype, arg.shape, AddrSpace.LOCAL if arg.addrspace is None else arg.addrspace
+  space = AddrSpace.LOCAL if arg.addrspace is None else arg.addrspace
+  # an ALLOC in ALU "memory" was a value that no LOAD or STORE accepts, its INDEX skipped by the memory-safety proof
+  if space is not AddrSpace.LOCAL and space is not AddrSpace.SHARED: raise UOpError(f"ALLOC lives in LOCAL or SHARED memory, got {space!r}")
+  return arg.dtype, arg.shape, space
 
 def _infer_call(op, src, arg):
   _check(len(src) >= 1, "CALL needs a body")
