@@ -72,6 +72,24 @@ def test_run_with_inputs_from_files_saves_a_times_the_row_sums_of_b(gemm_file, t
   assert f"min {out.min():.6g}, max {out.max():.6g}" in printed
 
 
+SUM_OF_ONES_UIR = """# 2**25 ones, summed
+%0 = reshape 1.0, (1,)
+%1 = expand %0, (33554432,)
+%2 = reduce %1 : op=add pop=1
+"""
+
+
+@pytest.mark.parametrize("opt", [[], ["--opt"]], ids=["plain", "opt"])
+def test_run_of_a_sum_of_2_25_ones_prints_2_25_with_or_without_opt(opt, tmp_path, capsys):
+  # without --opt the plain loops added every one into a single f32 accumulator, which stops growing at 2**24: the
+  # command printed 16777216. A long float sum adds partial sums over chunks now, on every road
+  (tmp_path / "ones.uir").write_text(SUM_OF_ONES_UIR)
+  assert cli.main(["run", str(tmp_path / "ones.uir"), *opt, "--save", str(tmp_path / "sum.npy")]) == 0
+  printed = capsys.readouterr().out
+  assert np.load(tmp_path / "sum.npy").item() == 2**25
+  assert "output 0: shape () float32, min 3.35544e+07" in printed and printed.strip().splitlines()[-1] == "3.3554432e+07"
+
+
 def test_run_with_random_inputs_prints_their_summary_and_the_output(gemm_file, tmp_path, capsys):
   saves = []
   for seed in (3, 3, 4):

@@ -4,6 +4,7 @@ and/or, 1/x, sqrt, casts among f32/i32/bool/f16, floor div/mod by constants and 
 STACK and INDEX. A failure prints the program as .uir. UOPC_FUZZ_ITERS=N draws N programs (CI: 150)."""
 import math, os
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops
@@ -109,3 +110,17 @@ def test_regressions_the_fuzzer_found_stay_fixed():
   for prog in (bools, f16):
     for opts in (Opts(), None):
       assert run_shaped(prog, [], opts=opts).tolist() == np.array(to_python(prog)).tolist(), to_uir(prog)
+
+
+@pytest.mark.parametrize("shape, pop", [((3 * 4096 + 5,), 1), ((2 * 4096 + 1,), 1), ((2, 3000), 2), ((4097, 1), 2), ((3, 2, 4103), 2)],
+                         ids=["chunks-and-a-tail", "one-last-step", "a-partial-per-row", "a-size-1-axis-inside", "per-output"])
+def test_long_float_sums_add_their_chunks_in_the_evaluators_order(shape, pop):
+  # a float sum of more than SUM_CHUNK terms adds partial sums over chunks (one accumulator stopped at 2**24): the C loops
+  # and the evaluator must split it the same way, bit for bit
+  from uopc.evaluate import SUM_CHUNK
+  from uopc.uop import buf
+  assert np.prod(shape[len(shape) - pop:]) > SUM_CHUNK
+  x = (np.random.default_rng(7).standard_normal(shape) * 1000).astype(np.float32)
+  expected = np.array(to_python(literal(x.reshape(-1).tolist(), shape, dtypes.f32).reduce(Ops.ADD, pop)), np.float32)
+  got = run_shaped(buf(0, x.size).reshape(shape).reduce(Ops.ADD, pop), [x], opts=Opts())
+  np.testing.assert_array_equal(bits(got), bits(expected.reshape(got.shape)))

@@ -203,15 +203,15 @@ def chain(n: int):
 @pytest.mark.parametrize("n", [20_000, 30_000])
 def test_a_chain_of_tens_of_thousands_of_multiplies_renders_in_linear_memory(n):
   # rendering once pasted every prefix into the next expression: 20,000 multiplies took 4.2 GB and 13 s, 30,000 a MemoryError
-  import time, tracemalloc
+  # (memory and source size are the checks, not seconds: pasting prefixes is quadratic in both)
+  import tracemalloc
   sink = lower(chain(n), buf(1, 4))
   tracemalloc.start()
-  start = time.perf_counter()
   src = render_c(sink, "chain")
-  seconds, (_, peak) = time.perf_counter() - start, tracemalloc.get_traced_memory()
+  _, peak = tracemalloc.get_traced_memory()
   tracemalloc.stop()
   assert peak < 200 << 20, f"rendering took {peak >> 20} MiB"
-  assert len(src) < 25 * n and seconds < 60
+  assert len(src) < 25 * n
   if n == 20_000:   # and the program runs (gcc takes a few seconds on it), with NumPy's answer
     a, out = np.arange(4, dtype=np.float32), f32(4)
     run_c(sink, {0: a, 1: out})

@@ -1,5 +1,6 @@
 """The backend registry (DESIGN 5.1): backends by name, case-insensitively, built in or from the entry point group
 "uopc.backends"; the C backend's five verbs end to end; and the testing helpers of DESIGN 5.6."""
+import os, subprocess, sys
 import numpy as np
 import pytest
 import uopc.backends as backends
@@ -146,3 +147,42 @@ def test_register_backend_adds_a_backend_by_name_in_this_process(monkeypatch):
 
 def test_an_empty_or_missing_backend_name_means_the_default(monkeypatch):
   assert get_backend(None) is get_backend("") is get_backend(" c ") is get_backend("C")
+
+
+# ---- threads ---------------------------------------------------------------------------------------------------------
+
+MANY_THREADS_ASK = r"""
+import sys, threading
+sys.setswitchinterval(1e-6)           # a thread switch every few bytecodes: the interleavings a busy process sees
+import os, subprocess, sys
+import numpy as np
+from uopc.backends import BackendError, get_backend
+from uopc.rangeify import lower
+from uopc.runtime import Buffer, compile_program
+from uopc.uop import buf
+N = 32
+start, made = threading.Barrier(N), [None] * N
+def ask(i):
+  start.wait()                        # every thread asks at the same moment
+  be = get_backend("C")
+  made[i] = (be, Buffer(be, 4, buf(0, 4).dtype).copyin(np.full(4, i, np.float32)))
+threads = [threading.Thread(target=ask, args=(i,)) for i in range(N)]
+for t in threads: t.start()
+for t in threads: t.join()
+prog = compile_program(lower(buf(0, 4) * 2.0, buf(1, 4)), get_backend("C"), "double")
+refused = 0
+for be, data in made:
+  try: prog([data, Buffer(be, 4, data.dtype)])
+  except BackendError: refused += 1
+print(len({id(be) for be, _ in made}), refused)
+"""
+
+
+def test_threads_asking_for_a_backend_at_once_share_one_instance(tmp_path):
+  # each thread used to build its own C backend, and memory made on the others was refused by a program compiled on
+  # the one the registry kept ("lives on backend C, the program runs on C")
+  env = {**os.environ, "UOPC_CACHE_DIR": str(tmp_path / "cache")}
+  proc = subprocess.run([sys.executable, "-c", MANY_THREADS_ASK], env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  instances, refused = map(int, proc.stdout.split())
+  assert (instances, refused) == (1, 0)

@@ -113,6 +113,33 @@ def test_compile_kernel_caches_by_canonical_kernel_and_opts():
   assert compile_kernel(k1, C, Opts(unroll=2)) is not compile_kernel(k1, C)
 
 
+def test_the_program_cache_keeps_the_most_recently_used_programs_and_compiles_an_evicted_one_again(monkeypatch):
+  # the cache never evicted: every distinct kernel a process met stayed (about 26 KB each, its graph in the key)
+  from uopc import runtime
+  cache = runtime.ProgramCache(4)
+  monkeypatch.setattr(runtime, "_programs", cache)
+  compiles = []
+  real_compile = C.compile
+  monkeypatch.setattr(C, "compile", lambda src, name: compiles.append(name) or real_compile(src, name))
+  kernels = [rowsum_kernel(rows, 4) for rows in range(1, 11)]             # ten distinct structures
+  first = compile_kernel(kernels[0], C, Opts())
+  programs = [first] + [compile_kernel(k, C, Opts()) for k in kernels[1:]]
+  assert len(compiles) == 10 and len(cache) == 4                          # bounded, in entries
+  assert compile_kernel(kernels[-1], C, Opts()) is programs[-1] and len(compiles) == 10   # a recent one is a hit
+  again = compile_kernel(kernels[0], C, Opts())                           # evicted long ago: compiled again
+  assert again is not first and len(compiles) == 11 and len(cache) == 4
+  x = np.arange(4, dtype=np.float32)
+  for prog in (again, first):                                             # and an evicted Program someone holds still runs
+    out = Buffer(C, 1, dtypes.f32)
+    prog([Buffer.from_numpy(x, C), out])
+    np.testing.assert_array_equal(out.numpy(), [x.sum()])
+  # least recently *used*, not first in: the oldest entry (kernels[-3]) is used, so the next newcomer evicts kernels[-2]
+  assert compile_kernel(kernels[-3], C, Opts()) is programs[-3]
+  compile_kernel(rowsum_kernel(11, 4), C, Opts())
+  assert compile_kernel(kernels[-3], C, Opts()) is programs[-3] and len(compiles) == 12
+  assert compile_kernel(kernels[-2], C, Opts()) is not programs[-2] and len(compiles) == 13
+
+
 def test_opts_are_values():
   assert Opts(upcast={1: 4, 0: 2}) == Opts(upcast=((0, 2), (1, 4))) and hash(Opts(upcast={0: 2})) == hash(Opts(upcast={0: 2}))
   assert Opts(upcast={0: 1}) == Opts()                         # an upcast of 1 is no upcast: one kernel, one key

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import uopc.backends.c as C
-from uopc.dtype import dtypes
-from uopc.uop import Ops, buf, range_, sink
-from uopc.rangeify import lower
+from uopc.dtype import AddrSpace, dtypes
+from uopc.uop import UOp, Ops, AxisType, ParamArg, buf, prod, range_, sink, stack
+from uopc.rangeify import Opts, lower
 from uopc.backends import BackendError, UnsafeKernelError
 from uopc.backends.c import CCompiler, CompileError, render_c, run_c, sanitize_name
 
@@ -201,3 +201,188 @@ def test_a_kernel_name_becomes_a_c_identifier_that_compiles_and_runs(name):
 
 def test_a_plain_kernel_name_is_kept_as_it_is():
   assert sanitize_name("rowsum") == "rowsum" and sanitize_name("gemm_256x256") == "gemm_256x256"
+
+
+# ---- the proof covers every address space, on every road that compiles a program ------------------------------------
+# Hand-built programs over data0 (8 f32, read) and data1 (8 f32, written), each with one access the proof must refuse,
+# and each (but the last three) with a twin of the right size that runs: the refusal is the proof's, not an accident.
+
+def local_accumulator(n: int):
+  """acc[r] = data0[r] * 2 for r < 8, then data1[q] = acc[q]: `acc` is n elements of a thread's local memory."""
+  r, q = range_(8, 0), range_(8, 1)
+  acc = UOp(Ops.ALLOC, (), ParamArg(0, dtypes.f32, (n,)))
+  fill = acc.index(r).store(buf(0, 8).index(r).load() * 2.0).end(r)
+  return sink(buf(1, 8).index(q).store(acc.after(fill).index(q).load()).end(q))
+
+
+def shared_memory(n: int):
+  """A GPU program: 2 blocks of 4 threads, each thread puts its element into the block's shared memory (n elements),
+  and after a BARRIER writes the element of the thread opposite it: each block's 4 elements reversed."""
+  g, t = range_(2, 0, AxisType.GLOBAL), range_(4, 1, AxisType.LOCAL)
+  shared = UOp(Ops.ALLOC, (), ParamArg(0, dtypes.f32, (n,), AddrSpace.SHARED))
+  put = shared.index(t).store(buf(0, 8).index(g * 4 + t).load())
+  mirrored = shared.after(UOp(Ops.BARRIER, (put,))).index(t * -1 + 3).load()
+  return sink(buf(1, 8).index(g * 4 + t).store(mirrored).end(g, t))
+
+
+def global_buffer(n: int):
+  """data1[r] = data0[r + 8 - n] for r < 8: in bounds for n = 8."""
+  r = range_(8, 0)
+  return sink(buf(1, 8).index(r).store(buf(0, 8).index(r + (8 - n)).load()).end(r))
+
+
+def stored_vector():
+  """The issue's case: four elements stored into one element of a two-element accumulator."""
+  acc = UOp(Ops.ALLOC, (), ParamArg(0, dtypes.f32, (2,)))
+  four = stack(*(buf(0, 8).index(i).load() for i in range(4)))
+  r = range_(8, 0)
+  return sink(buf(1, 8).index(r).store(acc.after(acc.index(0).store(four)).index(0).load()).end(r))
+
+
+def store_without_an_index():
+  acc = UOp(Ops.ALLOC, (), ParamArg(0, dtypes.f32, (2,)))
+  r = range_(8, 0)
+  return sink(buf(1, 8).index(r).store(acc.after(acc.store(buf(0, 8).index(0).load())).index(0).load()).end(r))
+
+
+def register_array(n: int):
+  """data1[r] = STACK(data0[0], ..., data0[n-1])[r % 4]: an element of a register array of n."""
+  r = range_(8, 0)
+  return sink(buf(1, 8).index(r).store(stack(*(buf(0, 8).index(i).load() for i in range(n))).index(r % 4)).end(r))
+
+
+def through_a_reshape():
+  r = range_(8, 0)
+  return sink(buf(1, 8).index(r).store(buf(0, 8).reshape((2, 4)).index(r).index(0).load()).end(r))
+
+
+X8 = np.arange(8, dtype=np.float32) + 1
+# name -> (the unsafe program, its safe twin or None, the twin's backend and answer, what the refusal says)
+UNSAFE = {
+  "local accumulator": (lambda: local_accumulator(2), lambda: local_accumulator(8), "C", X8 * 2, r"acc0 \(local\) has 2 elements .* 0\.\.7"),
+  "shared memory": (lambda: shared_memory(3), lambda: shared_memory(4), "PYTHON", X8.reshape(2, 4)[:, ::-1].reshape(-1),
+                    r"acc0 \(shared\) has 3 elements .* 0\.\.3"),
+  "global buffer": (lambda: global_buffer(7), lambda: global_buffer(8), "C", X8, r"data0 has 8 elements .* 1\.\.8"),
+  "register array": (lambda: register_array(2), lambda: register_array(4), "PYTHON", np.tile(X8[:4], 2),
+                     r"a STACK of shape \(2,\) is indexed on axis 0 at 0\.\.3"),
+  "4 elements stored into one": (stored_vector, None, None, None, r"acc0 \(local\): a STORE writes one element, got a value of shape \(4,\)"),
+  "a store with no index": (store_without_an_index, None, None, None, r"a STORE reaches memory only through an INDEX of one element"),
+  "an index through a reshape": (through_a_reshape, None, None, None, r"a RESHAPE of GLOBAL memory is indexed"),
+}
+
+
+@pytest.fixture
+def nothing_compiled(monkeypatch):
+  """Fails the test if any backend is asked to compile: the proof must refuse before that."""
+  from uopc.backends.python import PythonBackend
+  def refuse(*a, **kw): raise AssertionError("a backend was asked to compile an unsafe program")
+  monkeypatch.setattr(C.CBackend, "compile", refuse)
+  monkeypatch.setattr(PythonBackend, "compile", refuse)
+
+
+def refuse_on(road: str, program, backend_name: str, monkeypatch, tmp_path) -> str:
+  """Compile `program` (data0 -> data1) on one road; returns the UnsafeKernelError's message."""
+  from uopc import runtime
+  from uopc.backends import LinearProgram, get_backend
+  from uopc.backends.cuda import CUDARenderer
+  from uopc.kernelize import make_kernel
+  from uopc.linearize import linearize
+  from uopc.runtime import compile_kernel, compile_program, program_buffers, run_schedule, Buffer
+  import uopc.cli as cli
+  be = get_backend(backend_name)
+  # compile_kernel and run_schedule lower a Kernel themselves: a lowering bug is what would hand them this program
+  kernel = make_kernel(buf(0, 8) * 2.0, buf(1, 8))
+  monkeypatch.setattr(runtime, "lower", lambda *a, **kw: program)
+  with pytest.raises(UnsafeKernelError) as e:
+    if road == "render_c": render_c(program, "unsafe")
+    elif road == "compile_program": compile_program(program, be, "unsafe")
+    elif road == "run_lowered": runtime.run_lowered(program, {0: X8.copy(), 1: np.zeros(8, np.float32)}, be, "unsafe")
+    elif road == "compile_kernel": compile_kernel(kernel, be, Opts(gpu=backend_name == "PYTHON"))
+    elif road == "run_schedule": run_schedule([kernel], be, {kernel.inputs[0]: Buffer.from_numpy(X8, be)})
+    elif road == "a renderer's LinearProgram":
+      lin = tuple(linearize(program))
+      CUDARenderer().render(LinearProgram("unsafe", lin, tuple(program_buffers(lin))))
+    elif road == "uopc run":
+      from uopc.uir import to_uir
+      (tmp_path / "unsafe.uir").write_text(to_uir(program))
+      cli.main(["--debug", "run", str(tmp_path / "unsafe.uir"), "--device", backend_name])   # --debug: the error itself
+    else: raise AssertionError(road)
+  return str(e.value)
+
+
+ROADS = ["render_c", "compile_program", "run_lowered", "compile_kernel", "run_schedule", "a renderer's LinearProgram", "uopc run"]
+
+
+@pytest.mark.parametrize("road", ROADS)
+@pytest.mark.parametrize("case", list(UNSAFE))
+def test_an_out_of_bounds_access_in_any_address_space_is_refused_on_every_road(case, road, nothing_compiled, monkeypatch, tmp_path):
+  unsafe, _, backend_name, _, says = UNSAFE[case]
+  msg = refuse_on(road, unsafe(), backend_name or "C", monkeypatch, tmp_path)
+  assert re.search(says, msg), msg
+  assert "\n" not in msg
+
+
+@pytest.mark.parametrize("case", [c for c in UNSAFE if UNSAFE[c][1] is not None])
+def test_the_safe_twin_of_each_refused_program_runs(case):
+  from uopc.backends import get_backend
+  from uopc.runtime import run_lowered
+  _, safe, backend_name, want, _ = UNSAFE[case]
+  out = np.zeros(8, np.float32)
+  run_lowered(safe(), {0: X8.copy(), 1: out}, get_backend(backend_name))
+  np.testing.assert_array_equal(out, want)
+
+
+# Programs as lowering makes them, for a CPU and for a GPU (the PYTHON backend's grid), each mutated the way a lowering bug
+# would be: one ALLOC of an address space made an element too small, or a register array indexed one past its end.
+
+def rowsum(rows: int, cols: int):
+  return buf(0, rows * cols).reshape((rows, cols)).reduce(Ops.ADD, 1)
+
+
+def gemm(n: int, dtype=dtypes.f32):
+  a = buf(0, n * n, dtype).reshape((n, 1, n)).expand((n, n, n))
+  b = buf(1, n * n, dtype).reshape((n, n)).permute((1, 0)).reshape((1, n, n)).expand((n, n, n))
+  if dtype is dtypes.f16: a, b = a.cast(dtypes.f32), b.cast(dtypes.f32)
+  return (a * b).reduce(Ops.ADD, 1)
+
+
+def shrink_an_alloc(space: AddrSpace):
+  def mutate(program):
+    alloc = next(u for u in program.toposort() if u.op is Ops.ALLOC and u.addrspace is space)
+    n = alloc.arg.shape[0]
+    return program.substitute({alloc: UOp(Ops.ALLOC, (), ParamArg(alloc.arg.slot, alloc.dtype, (n - 1,), alloc.arg.addrspace))})
+  return mutate
+
+
+def past_a_register_array(program):
+  index = next(u for u in program.toposort() if u.op is Ops.INDEX and u.src[0].addrspace is AddrSpace.ALU and u.src[1].op is Ops.CONST)
+  return program.substitute({index: index.src[0].index(index.src[0].shape[0])})
+
+
+LOWERED = {   # name -> (shaped root, backend, Opts)
+  "CPU accumulator": (lambda: rowsum(4, 8), "C", Opts()),
+  "CPU vector lanes": (lambda: rowsum(4, 64), "C", Opts(reduce_vector=4)),
+  "GPU shared reduction": (lambda: rowsum(4, 64), "PYTHON", Opts(gpu=True, group=16)),
+  "GPU staged GEMM": (lambda: gemm(32), "PYTHON", Opts(gpu=True, local={0: 4, 1: 4}, upcast={0: 2, 1: 2}, stage=8)),
+  "GPU tensor cores": (lambda: gemm(32, dtypes.f16), "PYTHON", Opts(gpu=True, tc=True)),
+}
+MUTATIONS = [("CPU accumulator", "local"), ("CPU vector lanes", "local"), ("GPU shared reduction", "local"), ("GPU shared reduction", "shared"),
+             ("GPU staged GEMM", "local"), ("GPU staged GEMM", "shared"), ("GPU tensor cores", "local"), ("GPU tensor cores", "register")]
+
+
+@pytest.mark.parametrize("case, mutation", MUTATIONS, ids=[f"{c}-{m}" for c, m in MUTATIONS])
+def test_a_lowered_cpu_or_gpu_program_with_an_access_past_its_memory_is_refused_by_compile_kernel(case, mutation, monkeypatch):
+  from uopc import runtime
+  from uopc.backends import get_backend
+  from uopc.kernelize import make_kernel
+  root, backend_name, opts = LOWERED[case]
+  kernel = make_kernel(root(), buf(2, prod(root().shape)))
+  be = get_backend(backend_name)
+  assert runtime.compile_kernel(kernel, be, opts) is not None                 # as lowered, it is proven safe
+  mutate = past_a_register_array if mutation == "register" else shrink_an_alloc(AddrSpace[mutation.upper()])
+  real_lower = runtime.lower
+  monkeypatch.setattr(runtime, "lower", lambda *a, **kw: mutate(real_lower(*a, **kw)))
+  monkeypatch.setattr(runtime, "_programs", runtime.ProgramCache(16))         # not the program compiled above
+  says = r"a (STACK|WMMA) of shape \(\d+,\) is indexed on axis 0 at \d+\.\.\d+" if mutation == "register" else \
+         rf"acc\d+ \({mutation}\) has \d+ elements"
+  with pytest.raises(UnsafeKernelError, match=says): runtime.compile_kernel(kernel, be, opts)

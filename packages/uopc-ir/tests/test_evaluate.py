@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, ParamArg, CallArg, AddrSpace, UOpError, stack, buf, sink, range_
-from uopc.evaluate import run, to_python, exec_alu, cast_value, EvalError
+from uopc.evaluate import run, to_python, exec_alu, cast_value, EvalError, SUM_CHUNK
 from uopc.composite import pad, flip_axis, anti_eye, concat2
 
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
@@ -428,6 +428,31 @@ def test_f32_reduce_add_sums_left_to_right_from_zero():
   assert to_python(lit(x).reduce(Ops.ADD, 1)) == float(seq_reduce(x, Ops.ADD, 1)) == 1.0
   assert_evaluates_to(lit(np.array([-0.0, -0.0], np.float32)).reduce(Ops.ADD, 1), np.array(0.0, np.float32))   # 0.0 + -0.0 is +0.0
   assert to_python(lit(np.array([16777216.0, 1.0, 1.0], np.float32)).reduce(Ops.ADD, 1)) == 16777216.0
+
+def chunked_sum(rows: np.ndarray) -> np.ndarray:
+  """The oracle for a float sum of more than SUM_CHUNK terms (each row of `rows` one output's terms, its innermost axis
+  the row): partial sums over SUM_CHUNK terms, left to right from zero, added to the total in order, then the terms
+  that fill no chunk one by one."""
+  out = []
+  for row in rows:
+    total, full = row.dtype.type(0), len(row) - len(row) % SUM_CHUNK
+    for start in range(0, full, SUM_CHUNK): total = total + seq_reduce(row[start:start + SUM_CHUNK], Ops.ADD, 1)
+    for v in row[full:]: total = total + v
+    out.append(total)
+  return np.array(out, rows.dtype)
+
+def test_a_float_sum_of_more_than_sum_chunk_terms_adds_partial_sums_over_chunks():
+  # one accumulator for all of them stops growing at 2**24: 2**24 followed by 8193 ones summed to 2**24 (and `uopc run`
+  # of a sum of 2**25 ones printed 16777216); partials over SUM_CHUNK terms, as the lowered loops add them, keep the ones
+  x = np.array([2.0**24] + [1.0] * (2 * SUM_CHUNK + 1), np.float32)
+  assert to_python(lit(x).reduce(Ops.ADD, 1)) == float(chunked_sum(x[None])[0]) == 2.0**24 + SUM_CHUNK
+  assert float(seq_reduce(x, Ops.ADD, 1)) == 2.0**24                                  # the single accumulator's answer
+  # two reduced axes of at most SUM_CHUNK: a partial per row, the rows' partials into the total
+  y = np.random.default_rng(4).standard_normal((3, SUM_CHUNK // 2 + 3)).astype(np.float32) * 1000
+  total = np.float32(0)
+  for row in y: total = total + seq_reduce(row, Ops.ADD, 1)
+  assert_evaluates_to(lit(y).reduce(Ops.ADD, 2), np.array(total, np.float32))
+  assert_evaluates_to(lit(y).reduce(Ops.ADD, 1), seq_reduce(y, Ops.ADD, 1))        # each output alone is short: unchanged
 
 def test_i32_reduce_add_wraps():
   x = np.array([I32_MAX, 1, 5], np.int32)

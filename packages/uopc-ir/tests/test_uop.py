@@ -1,5 +1,5 @@
 """The UOp (seed chapter 1): hash consing, _argkey, the type checker and its messages, sugar, graph helpers."""
-import copy, gc, pickle
+import copy, gc, os, pickle, subprocess, sys
 import pytest
 from uopc.dtype import DType, dtypes, AddrSpace
 from uopc.uop import (UOp, Ops, ParamArg, CallArg, RangeArg, AxisType, UOpError, UNARY, BINARY, TERNARY, ALU, COMMUTATIVE, MOVEMENT,
@@ -48,6 +48,35 @@ def test_a_node_rebuilt_after_its_twin_died_is_cached_again():
   gc.collect()
   a = UOp.const(777) * UOp.const(3)
   assert a is UOp.const(777) * UOp.const(3)
+
+
+THREADS_BUILD_ONE_GRAPH = r"""
+import sys, threading
+sys.setswitchinterval(1e-6)            # a thread switch every few bytecodes: the interleavings a busy process sees
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops, ParamArg
+N, DEPTH = 32, 2000
+start, chains = threading.Barrier(N), [None] * N
+def build(i):
+  start.wait()                         # every thread builds at the same moment
+  x, nodes = UOp(Ops.PARAM, (), ParamArg(0, dtypes.i32)), []
+  for k in range(DEPTH):
+    x = x * 3 + k                      # fresh structures, built by every thread at once
+    nodes.append(x)
+  chains[i] = nodes
+threads = [threading.Thread(target=build, args=(i,)) for i in range(N)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sum(a is not b for chain in chains for a, b in zip(chain, chains[0])))
+"""
+
+
+def test_threads_building_the_same_graph_at_once_get_the_same_nodes():
+  # the cache was probed and filled without a lock: two threads missing on one key each made a node (118-663
+  # duplicates per run of the issue's reproducer, thousands with this one), and `is` stopped meaning equal
+  proc = subprocess.run([sys.executable, "-c", THREADS_BUILD_ONE_GRAPH], env=os.environ, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  assert int(proc.stdout) == 0, f"{proc.stdout.strip()} nodes differ from the first thread's twins"
 
 
 def test_pickle_and_deepcopy_give_back_the_same_node():
@@ -128,6 +157,9 @@ MORE_ERRORS = [
   (lambda: buf(0, 4).index(0).store(UOp.const(1)), "STORE of dtypes.i32 into dtypes.f32"),
   (lambda: range_(UOp.const(1.0), 0), "RANGE end is i32"),
   (lambda: UOp(Ops.BUFFER, (), ParamArg(0, dtypes.f32, (2, 2))), "BUFFER is flat"),
+  # an ALLOC in ALU "memory" was a value whose INDEX the memory-safety proof skipped as a register's element
+  (lambda: UOp(Ops.ALLOC, (), ParamArg(0, dtypes.f32, (2,), AddrSpace.ALU)), "ALLOC lives in LOCAL or SHARED memory, got AddrSpace.ALU"),
+  (lambda: UOp(Ops.ALLOC, (), ParamArg(0, dtypes.f32, (2,), AddrSpace.GLOBAL)), "ALLOC lives in LOCAL or SHARED memory, got AddrSpace.GLOBAL"),
   (lambda: UOp(Ops.CAST, (UOp.const(1),), "f32"), "CAST needs a value dtype"),
   (lambda: UOp(Ops.CALL, (param(0) + UOp(Ops.PARAM, (), ParamArg(0, dtypes.i32, (2,))).index(0), UOp.const(1)), CallArg()),
    "CALL body has two PARAMs with slot 0"),

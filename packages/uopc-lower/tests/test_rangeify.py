@@ -247,3 +247,33 @@ def test_deep_shaped_chain_lowers_without_recursion():
   mem = {0: [0.0, 1.0, 2.0, 3.0], 1: [0.0] * 4}
   run_linear(linearize(sink), mem)
   assert mem[1] == [20000.0, 20001.0, 20002.0, 20003.0]
+
+
+# ---- long float sums accumulate in chunks ----------------------------------------------------------------------------
+
+def reduce_loops(sink: UOp) -> list[int]:
+  return [r.src[0].arg for r in sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind is AxisType.REDUCE), key=lambda r: r.arg)]
+
+
+def test_a_long_float_sum_adds_partial_sums_over_chunks_then_its_tail_as_the_evaluator_does():
+  # one f32 accumulator for 2**24 + 8197 terms stops growing at 2**24 (uopc run of a sum of 2**25 ones printed 16777216)
+  from uopc.evaluate import SUM_CHUNK, to_python
+  x = np.array([2.0**24] + [1.0] * (2 * SUM_CHUNK + 5), np.float32)
+  root = buf(0, x.size).reduce(Ops.ADD, 1)
+  sink = lower(root, buf(1, 1))
+  assert reduce_loops(sink) == [2, SUM_CHUNK, 6] and sum(u.op is Ops.ALLOC for u in sink.toposort()) == 2   # chunks, steps, tail
+  got = run_lowered(root, [x])
+  lit = UOp(Ops.STACK, tuple(UOp.const(float(v)) for v in x))
+  assert got.item() == to_python(lit.reduce(Ops.ADD, 1)) == 2.0**24 + SUM_CHUNK          # the evaluator's order, bit for bit
+  # with lanes and unrolled steps, each lane's steps are chunked: 8193 steps of 4 lanes * 2 are 2 chunks and a last step
+  ones = np.ones(2 * SUM_CHUNK * 4 * 2 + 8, np.float32)
+  lanes = lower(buf(0, ones.size).reduce(Ops.ADD, 1), buf(1, 1), Ctx(opts=Opts(reduce_vector=4, unroll=2)))
+  assert reduce_loops(lanes) == [2, SUM_CHUNK]
+  assert run_lowered(buf(0, ones.size).reduce(Ops.ADD, 1), [ones], Opts(reduce_vector=4, unroll=2)).item() == ones.size
+
+
+def test_short_sums_integer_sums_and_maxima_keep_one_accumulator():
+  from uopc.evaluate import SUM_CHUNK
+  for root in (buf(0, SUM_CHUNK).reduce(Ops.ADD, 1), buf(0, 3 * SUM_CHUNK, dtypes.i32).reduce(Ops.ADD, 1), buf(0, 3 * SUM_CHUNK).reduce(Ops.MAX, 1)):
+    sink = lower(root, buf(1, 1, root.dtype))
+    assert reduce_loops(sink) == [root.src[0].shape[0]] and sum(u.op is Ops.ALLOC for u in sink.toposort()) == 1

@@ -12,20 +12,23 @@ What is the same for every backend lives here once, so no backend can forget it:
 
   * Opts: asked from uopc.opt when none are given, validated against the kernel and the backend (GPU Opts on a CPU
     backend are an error, as is any entry lower() would have to ignore);
-  * the memory-safety proof (uopc.backends.check_memory_safety) on every program, before it is rendered;
+  * the memory-safety proof (uopc.backends.check_memory_safety, run by every LinearProgram) on every program, before
+    it is rendered, on each road here: compile_kernel, compile_kernels and run_schedule, compile_program and run_lowered;
   * one parameter list: a Program's parameters (slot, dtype, element count) are fixed when it is compiled, from the
     same LinearProgram the renderer turns into the signature. A kernel's parameters are all its buffers, in canonical
     order, even an input that lowering found unread (`Tensor.zeros(4, 0).sum(1)` reads nothing), so the arguments of
     a launch can't shift; a launch passes exactly those Buffers, and each one's backend, dtype and size is checked
     before native code runs;
   * the program cache: in-process by (backend, canonical kernel, Opts), so each kernel structure compiles once per
-    process; across processes the backend's compiler caches on disk;
+    process while it is among the most recently used (`_programs.limit` entries; an evicted one is compiled again when
+    it comes back); across processes the backend's compiler caches on disk;
   * profiling, in the convention tinygrad and PyTorch users know: UOPC_DEBUG=1 prints a line per launch to stderr
     (program, output shape, time, GFLOP/s and GB/s, with FLOPs and bytes counted once per program), =2 also each
     program's source when it is first compiled, =3 also its linearized UOps; any level prints a summary at exit.
 """
 from __future__ import annotations
-import atexit, os, sys, time, warnings
+import atexit, os, sys, threading, time, warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, MutableMapping, Sequence
@@ -38,7 +41,7 @@ from uopc.kernelize import Kernel
 from uopc.symbolic import bounds
 from uopc.opt import Caps, choose_opts
 from uopc.gpulower import block_threads
-from uopc.backends import Backend, BackendError, LinearProgram, check_memory_safety, base_memory
+from uopc.backends import Backend, BackendError, LinearProgram, base_memory
 
 
 def cache_dir() -> Path:
@@ -171,7 +174,39 @@ class Program:
     profile.launched(self, time.perf_counter() - start)
 
 
-_programs: dict[tuple, Program] = {}   # (backend, canonical kernel or lowered SINK, its parameters, Opts or name) -> Program
+class ProgramCache:
+  """The in-process program cache: key -> Program, at most `limit` entries, the least recently used evicted first. A
+  cache that never evicts grew by about 26 KB per distinct kernel (the key holds the kernel's graph), so a process that
+  meets ever new shapes grew without end. An evicted Program stays valid for whoever holds it (a jit replay); asked for
+  again, it is compiled again (from the backend's disk cache: no C compiler runs). Safe to share between threads."""
+  def __init__(self, limit: int):
+    self.limit = limit
+    self._entries: OrderedDict[tuple, Program] = OrderedDict()
+    self._lock = threading.Lock()
+
+  def get(self, key: tuple, default: Program | None = None) -> Program | None:
+    with self._lock:
+      prog = self._entries.get(key)
+      if prog is None: return default
+      self._entries.move_to_end(key)
+      return prog
+
+  def __setitem__(self, key: tuple, prog: Program) -> None:
+    with self._lock:
+      self._entries[key] = prog
+      self._entries.move_to_end(key)
+      while len(self._entries) > self.limit: self._entries.popitem(last=False)
+
+  def __contains__(self, key: tuple) -> bool: return key in self._entries
+  def __len__(self) -> int: return len(self._entries)
+
+  def clear(self) -> None:
+    with self._lock: self._entries.clear()
+
+
+# (backend, canonical kernel or lowered SINK, its parameters, Opts or name) -> Program. A kernel compiled with the Opts
+# chosen for it has two keys (as asked, opts=None, and as chosen), so 2048 entries hold at least 1024 programs.
+_programs = ProgramCache(2048)
 
 
 def kernel_name(kernel: Kernel) -> str:
@@ -257,10 +292,9 @@ class _Pending:
                start: float, keys: tuple):
     self.backend, self.name, self.params, self.opts, self.shape, self.start, self.keys = backend, name, params, opts, shape, start, keys
     self.lin = tuple(linearize(sink))
-    check_memory_safety(self.lin)                 # for every backend, before anything is rendered
     if missing := {u for u in self.lin if u.op is Ops.BUFFER} - set(params):
       raise BackendError(f"{name}: the program uses BUFFER slots {sorted(b.arg.slot for b in missing)} that are not among its parameters")
-    program = LinearProgram(name, self.lin, params)
+    program = LinearProgram(name, self.lin, params)    # the memory-safety proof, for every backend, before anything is rendered
     self.src = backend.renderer.render(program) if backend.renderer is not None else None
     self.compilable = self.src if self.src is not None else program
 
@@ -347,7 +381,8 @@ def program_buffers(program: UOp | Sequence[UOp]) -> list[UOp]:
 def stored_slots(program: UOp | Sequence[UOp]) -> set[int]:
   """The slots of the BUFFERs a lowered program stores into."""
   nodes = program.toposort() if isinstance(program, UOp) else program
-  return {m.arg.slot for u in nodes if u.op is Ops.STORE and (m := base_memory(u.src[0].src[0])).op is Ops.BUFFER}
+  # (a STORE not through an INDEX is no store into a slot: the memory-safety proof refuses it)
+  return {m.arg.slot for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and (m := base_memory(u.src[0].src[0])).op is Ops.BUFFER}
 
 
 def check_arrays(params: Sequence[UOp], arrays: dict[int, np.ndarray], written: set[int]) -> list[np.ndarray]:
@@ -436,6 +471,6 @@ class _Profile:
 profile = _Profile()
 
 
-__all__ = ["cache_dir", "Buffer", "Program", "Param", "compile_kernel", "compile_kernels", "compile_program", "run_schedule", "run_lowered",
-           "np_dtype",
+__all__ = ["cache_dir", "Buffer", "Program", "Param", "ProgramCache", "compile_kernel", "compile_kernels", "compile_program", "run_schedule",
+           "run_lowered", "np_dtype",
            "program_buffers", "stored_slots", "check_arrays", "kernel_name", "format_linear", "debug_level", "profile"]

@@ -222,12 +222,35 @@ def _fold_movement(u: UOp, ctx: dict) -> UOp:
       return [at[a] for a in range(len(idx))]
   return literal(_gather(vals, x.shape, u.shape, fn), u.shape, u.dtype)
 
+# A float sum of more than SUM_CHUNK terms is summed in chunks, as the lowered loops do (uopc.rangeify): along its
+# innermost reduced axis (of more than one element), partial sums of SUM_CHUNK terms, each started from zero, are added
+# to the total in order, then the terms that fill no chunk one by one; with that axis SUM_CHUNK long or shorter, one
+# partial per run of it. One accumulator for millions of f32 terms stops growing (ones stop at 2**24).
+SUM_CHUNK = 4096
+
+def _sum_in_chunks(d: DType, vals: list, axis: int) -> float:
+  """vals (the terms of one output, row-major, their innermost reduced axis of `axis` elements) summed in chunks."""
+  total = 0.0
+  for row in range(0, len(vals), axis):
+    for start in range(row, row + axis, min(axis, SUM_CHUNK)):
+      end = min(start + SUM_CHUNK, row + axis)
+      if end - start < min(axis, SUM_CHUNK):        # the tail: no chunk of its own
+        for v in vals[start:end]: total = exec_alu(Ops.ADD, d, total, v)
+        continue
+      partial = 0.0
+      for v in vals[start:end]: partial = exec_alu(Ops.ADD, d, partial, v)
+      total = exec_alu(Ops.ADD, d, total, partial)
+  return total
+
 def _fold_reduce(u: UOp, ctx: dict) -> UOp:
   rop, n = u.arg
   x = u.src[0]
-  vals, size = _values(x, ctx), prod(x.shape[len(x.shape) - n:])
+  popped = x.shape[len(x.shape) - n:]
+  vals, size = _values(x, ctx), prod(popped)
+  axis = next((s for s in reversed(popped) if s > 1), 1)     # the innermost axis the loops walk (one of size 1 is no loop)
   out = []
   for start in range(0, prod(u.shape) * size, size) if size else range(prod(u.shape)):
+    if rop is Ops.ADD and u.dtype.is_float and size > SUM_CHUNK: out.append(_sum_in_chunks(u.dtype, vals[start:start + size], axis)); continue
     acc = identity(rop, u.dtype)
     for v in vals[start:start + size]: acc = exec_alu(rop, u.dtype, acc, v)   # left to right, as the C loop
     out.append(acc)

@@ -5,7 +5,8 @@
 Every program is a DAG of UOps, from the week-1 arithmetic circuit to the GPT training step. UOps are
 *hash consed*: constructing a UOp that is structurally identical to a live one returns the very same
 Python object. That gives O(1) structural equality (`is`), free common-subexpression elimination and
-cheap memoization keyed on nodes (equality and hashing stay object's identity versions, written in C).
+cheap memoization keyed on nodes (equality and hashing stay object's identity versions, written in C). That holds
+across threads: a node is added to the cache under a lock, after a second look.
 
 dtype, shape and addrspace are *recursive properties*: the inference rules (`_RULES`, one per op; the book's
 `_infer`) compute them from the op, the arg and the sources when the node is built. They are the type checker
@@ -15,7 +16,7 @@ Nothing here recurses on graph depth: toposort, substitute, wrap, call_params, r
 walk with explicit stacks, because chains of a million nodes happen.
 """
 from __future__ import annotations
-import math, operator, reprlib, weakref
+import math, operator, reprlib, threading, weakref
 from _weakref import _remove_dead_weakref
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -151,8 +152,14 @@ class UOp:
     except (KeyError, AttributeError, TypeError) as e: raise _malformed(op, src, e) from None
     ref = _CacheRef(ret, _evict)
     ref.key = key
-    _cache[key] = ref
-    return ret
+    # another thread may have built the same node since the probe above: look again and insert under the lock, so that
+    # one node per structure holds under threads too (without it, 16 threads building one chain made thousands of
+    # duplicates). Only a miss takes the lock, after the type checker; acquire/release as bound methods cost half of `with`.
+    _cache_acquire()
+    try:
+      if (first := _cache_setdefault(key, ref)()) is None: _cache[key], first = ref, ret   # it held a dead node, not yet evicted
+    finally: _cache_release()
+    return first
 
   # hash consing means identity *is* structural equality, so we keep object's default
   # __eq__/__hash__ (identity, implemented in C). Note __lt__ etc. build UOps instead.
@@ -277,7 +284,10 @@ for _name, _op, _swapped in [("__add__", Ops.ADD, False), ("__radd__", Ops.ADD, 
   setattr(UOp, _name, _binary_sugar(_op, _swapped))
 
 _cache = UOp._cache
-_cache_get = _cache.get
+_cache_get, _cache_setdefault = _cache.get, _cache.setdefault
+# held only to insert a new node (see __new__); the weakref callback needs none: it removes an entry only while it is dead
+_cache_lock = threading.Lock()
+_cache_acquire, _cache_release = _cache_lock.acquire, _cache_lock.release
 
 def _evict(ref: _CacheRef):
   # removes the entry only if it still holds a dead reference: a node rebuilt under the same key stays
@@ -443,7 +453,10 @@ def _infer_buffer(op, src, arg):
   # every address in generated code is an i32: a bigger buffer could never be indexed whole
   if arg.shape[0] > I32_MAX: raise UOpError(f"{op.name} of {arg.shape[0]} elements: an i32 index reaches at most {I32_MAX}")
   if op is Ops.BUFFER: return arg.dtype, arg.shape, AddrSpace.GLOBAL
-  return arg.dtype, arg.shape, AddrSpace.LOCAL if arg.addrspace is None else arg.addrspace
+  space = AddrSpace.LOCAL if arg.addrspace is None else arg.addrspace
+  # an ALLOC in ALU "memory" was a value that no LOAD or STORE accepts, its INDEX skipped by the memory-safety proof
+  if space is not AddrSpace.LOCAL and space is not AddrSpace.SHARED: raise UOpError(f"ALLOC lives in LOCAL or SHARED memory, got {space!r}")
+  return arg.dtype, arg.shape, space
 
 def _infer_call(op, src, arg):
   _check(len(src) >= 1, "CALL needs a body")

@@ -93,7 +93,7 @@ def analyze(kernel: Kernel) -> Analysis:
   root, shape = kernel.canonical_root, kernel.root.shape
   nodes = root.toposort()
   reduces = [u for u in nodes if u.op is Ops.REDUCE and u.arg[1] > 0]
-  sink = lower(root, kernel.canonical_out, Ctx())
+  sink = lower(root, kernel.canonical_out, Ctx(chunk_sums=False))   # one loop per reduced axis, a long sum's unsplit
   lin = sink.toposort()
   ranges = sorted((u for u in lin if u.op is Ops.RANGE), key=lambda r: r.arg)
   out_ranges = [r for r in ranges if r.arg.kind is AxisType.LOOP]

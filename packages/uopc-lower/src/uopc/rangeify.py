@@ -31,7 +31,7 @@ from typing import Generator, NamedTuple
 from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink, range_, prod
 from uopc.dtype import AddrSpace, DType, dtypes, I32_MAX
 from uopc.symbolic import simplify
-from uopc.evaluate import identity
+from uopc.evaluate import identity, SUM_CHUNK
 
 
 class LowerError(Exception):
@@ -113,6 +113,8 @@ class Ctx:
   memo: dict = field(default_factory=dict)               # (node, index) -> its scalar value
   reduce_ranges: dict = field(default_factory=dict)      # (REDUCE, the ranges its index uses) -> its loops
   opts: Opts = field(default_factory=Opts)
+  # a long float sum accumulates in chunks (see _reduce); uopc.opt reads a kernel's loops with it off, as the plain loops
+  chunk_sums: bool = True
   # GPU lowering (uopc.gpulower): each output axis's (tile origin, thread range, threads, elements per thread), the
   # output indices one thread stores, the LOCAL range a group of threads shares reductions over, the GEMM being
   # staged or put on tensor cores, its results by output index, and the tensor cores' layout
@@ -241,23 +243,27 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
   # inner sums run per thread, at the outer sum's elements of that thread)
   grouped = o.gpu and o.group > 1 and n > 0 and (ctx.group_lane is None or ctx.group_lane not in outer)
   if grouped and ctx.group_lane is None: ctx.group_lane = ctx.rng(o.group, AxisType.LOCAL)
-  if grouped and key not in ctx.reduce_ranges:
-    *rest, inner = popped
-    steps = inner // o.group
-    ctx.reduce_ranges[key] = [_axis_parts(ctx, size, 1, AxisType.REDUCE) for size in rest] + \
-      [_Walk(ctx.rng(steps, AxisType.REDUCE) if steps > 1 else UOp.const(0), 1, ctx.group_lane, o.group)]
   if key not in ctx.reduce_ranges:
-    # a reduction evaluated inside another one's lanes (x @ x summed in one kernel: the product's sum runs for every
-    # element of the outer sum) keeps a scalar loop: a value can't have the lanes of two vectors
-    lanes = 1 if any(r.arg.kind is AxisType.UPCAST for r in outer) else o.reduce_vector
-    # the lanes come first, so every loop of the reduction nests inside them: each lane's partial accumulator lives
-    # across all of the loops and is combined once, at the end
-    lane = ctx.rng(lanes, AxisType.UPCAST) if lanes > 1 else None
-    ctx.reduce_ranges[key] = [_axis_parts(ctx, size, o.unroll if k == n - 1 else 1, AxisType.REDUCE, *((lanes, lane) if k == n - 1 else (1, None)))
-                              for k, size in enumerate(popped)]
-  parts = ctx.reduce_ranges[key]
+    if grouped:
+      *rest, inner = popped
+      steps = inner // o.group
+      parts = [_axis_parts(ctx, size, 1, AxisType.REDUCE) for size in rest] + \
+        [_Walk(ctx.rng(steps, AxisType.REDUCE) if steps > 1 else UOp.const(0), 1, ctx.group_lane, o.group)]
+    else:
+      # a reduction evaluated inside another one's lanes (x @ x summed in one kernel: the product's sum runs for every
+      # element of the outer sum) keeps a scalar loop: a value can't have the lanes of two vectors
+      lanes = 1 if any(r.arg.kind is AxisType.UPCAST for r in outer) else o.reduce_vector
+      # the lanes come first, so every loop of the reduction nests inside them: each lane's partial accumulator lives
+      # across all of the loops and is combined once, at the end
+      lane = ctx.rng(lanes, AxisType.UPCAST) if lanes > 1 else None
+      parts = [_axis_parts(ctx, size, o.unroll if k == n - 1 else 1, AxisType.REDUCE, *((lanes, lane) if k == n - 1 else (1, None)))
+               for k, size in enumerate(popped)]
+    long_sum = ctx.chunk_sums and rop is Ops.ADD and u.dtype.is_float and 0 not in popped
+    ctx.reduce_ranges[key] = (parts, _chunk_loops(ctx, parts) if long_sum else None)
+  parts, chunks = ctx.reduce_ranges[key]
   loops = [w.base for w in parts if w.base.op is Ops.RANGE]
   lane = parts[-1].lane if parts else None
+  if chunks is not None: return (yield from _chunked_sum(u, idx, parts, chunks, outer, lane, grouped, ctx))
   terms = yield [(src, idx + c) for c in _combos(parts)]
   if 0 in popped: return UOp.const(identity(rop, u.dtype), u.dtype)     # a reduction over nothing is its identity
   # no loop left (every reduced element unrolled): still start from the identity, as the evaluator and NumPy do (a sum
@@ -271,17 +277,88 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
   inside = here.after(start, *loops)                    # in the reduce loops, once it has been initialized
   update = inside.index(0).store(_accumulate(rop, inside.index(0).load(), list(terms), o.fma))
   done = here.after(update.end(*loops))                 # read after the loops are done
+  return _reduced(u, done, outer, lane, grouped, ctx)
+
+
+def _reduced(u: UOp, done: UOp, outer: list[UOp], lane: UOp | None, grouped: bool, ctx: Ctx) -> UOp:
+  """The value of a reduction once its accumulator `done` (one per lane, or per thread of a group) has every term:
+  combined by the group's threads, or over the lanes, or read as it is."""
   if grouped:
     from uopc.gpulower import combine_group
     return combine_group(u, done.index(0).load(), outer, ctx)
   if lane is None: return done.index(0).load()
   # partial accumulators: each lane summed its own share of the axis; they are combined lane by lane, in order, into one
+  rop = u.arg[0]
   total = ctx.alloc(u.dtype)
   total_here = total.after(*outer)
-  total_start = total_here.index(0).store(zero)
+  total_start = total_here.index(0).store(UOp.const(identity(rop, u.dtype), u.dtype))
   total_in = total_here.after(total_start, lane)
   total_update = total_in.index(0).store(UOp(rop, (total_in.index(0).load(), done.index(0).load())))
   return total_here.after(total_update.end(lane)).index(0).load()
+
+
+# ---- long float sums: partial sums over chunks --------------------------------------------------------------------------
+# One f32 accumulator for millions of terms is wrong: a sum of ones stops growing at 2**24 (uopc run of a sum of 2**25
+# ones printed 16777216). So when a float sum adds more than SUM_CHUNK times into one accumulator, it adds into a
+# partial sum over at most SUM_CHUNK steps of its innermost loop (that loop is split into chunks when it is longer, its
+# last steps a tail loop of their own), and the partials into the total, in order. Every road gets it: the plain loops,
+# lanes and unrolled steps (each lane's accumulator), a GPU thread's share of a reduction. uopc.evaluate sums in the
+# same order (SUM_CHUNK is its constant), so the evaluator stays the plain loops' oracle bit for bit.
+
+class _Chunks(NamedTuple):
+  """The loops of a long float sum. Position `at` of the reduction's walks is the innermost loop's; `walk` is it over
+  one chunk (chunk * SUM_CHUNK + inner), summed into a partial over `inner`, and the partials are added to the total
+  once per iteration of `others` (the reduction's other loops) and of `chunk` (None when the innermost loop is one
+  chunk or less). `tail` is the walk over the last steps that fill no chunk (over `tail_loop`, or one step), added to
+  the total directly."""
+  at: int
+  walk: _Walk
+  inner: UOp
+  others: tuple[UOp, ...]
+  chunk: UOp | None = None
+  tail: _Walk | None = None
+  tail_loop: UOp | None = None
+
+
+def _chunk_loops(ctx: Ctx, parts: list[_Walk]) -> _Chunks | None:
+  """How a float sum over the loops of `parts` accumulates in chunks, or None when it adds SUM_CHUNK times or fewer."""
+  looped = [k for k, w in enumerate(parts) if w.base.op is Ops.RANGE]
+  if prod(parts[k].base.src[0].arg for k in looped) <= SUM_CHUNK: return None
+  at = looped[-1]
+  w = parts[at]
+  others = tuple(parts[k].base for k in looped[:-1])
+  steps = w.base.src[0].arg
+  if steps <= SUM_CHUNK: return _Chunks(at, w, w.base, others)      # a partial per run of the innermost loop
+  full, rest = divmod(steps, SUM_CHUNK)
+  chunk = ctx.rng(full, AxisType.REDUCE) if full > 1 else None
+  inner = ctx.rng(SUM_CHUNK, AxisType.REDUCE)
+  tail_loop = ctx.rng(rest, AxisType.REDUCE) if rest > 1 else None
+  walk = w._replace(base=chunk * SUM_CHUNK + inner if chunk is not None else inner)
+  tail = w._replace(base=UOp.const(full * SUM_CHUNK) + (tail_loop if tail_loop is not None else 0)) if rest else None
+  return _Chunks(at, walk, inner, others, chunk, tail, tail_loop)
+
+
+def _chunked_sum(u: UOp, idx: tuple[UOp, ...], parts: list[_Walk], c: _Chunks, outer: list[UOp], lane: UOp | None, grouped: bool,
+                 ctx: Ctx) -> Need:
+  """A long float sum (see _Chunks): partials over chunks added to the total, then the tail's terms."""
+  src, fma, d = u.src[0], ctx.opts.fma, u.dtype
+  terms = yield [(src, idx + t) for t in _combos(parts[:c.at] + [c.walk] + parts[c.at + 1:])]
+  tail_terms = (yield [(src, idx + t) for t in _combos(parts[:c.at] + [c.tail] + parts[c.at + 1:])]) if c.tail is not None else None
+  zero, per, chunk = UOp.const(0.0, d), [*outer, *([lane] if lane is not None else [])], [c.chunk] if c.chunk is not None else []
+  acc, part = ctx.alloc(d), ctx.alloc(d)
+  here = acc.after(*per)
+  start = here.index(0).store(zero)
+  part_here = part.after(*per, *c.others, *chunk)        # a fresh partial per chunk
+  part_in = part_here.after(part_here.index(0).store(zero), c.inner)
+  part_update = part_in.index(0).store(_accumulate(Ops.ADD, part_in.index(0).load(), list(terms), fma))
+  partial = part_here.after(part_update.end(c.inner)).index(0).load()
+  inside = here.after(start, *c.others, *chunk)
+  added = inside.index(0).store(inside.index(0).load() + partial).end(*chunk)
+  if c.tail is not None:
+    tail_loop = [c.tail_loop] if c.tail_loop is not None else []
+    tail_in = here.after(added, *tail_loop)
+    added = tail_in.index(0).store(_accumulate(Ops.ADD, tail_in.index(0).load(), list(tail_terms), fma)).end(*tail_loop)
+  return _reduced(u, here.after(added.end(*c.others)), outer, lane, grouped, ctx)
 
 
 def rangeify(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:

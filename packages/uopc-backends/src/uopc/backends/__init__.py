@@ -22,8 +22,9 @@ A backend is an object with a name, a renderer, the capabilities uopc.opt reads,
 
 Nothing else may be assumed: uopc.runtime is the only caller of these verbs, and it does everything that is the
 same for all backends (choosing Opts, lowering, linearizing, the memory-safety proof below, the program cache,
-checking every launch's buffers, profiling). A backend never sees a program the proof refused, and it never gets
-a parameter list that disagrees with the program it compiled: both come from the one LinearProgram.
+checking every launch's buffers, profiling). A backend never sees a program the proof refused (making a LinearProgram
+runs it), and it never gets a parameter list that disagrees with the program it compiled: both come from the one
+LinearProgram.
 
 Backends are found by name: the built-in ones (C; CUDA, uopc.backends.cuda; PYTHON, the NumPy GPU emulator of
 uopc.backends.python), those registered in-process with `register_backend(name, factory)`, and those another
@@ -36,12 +37,16 @@ threadIdx.x), and each range's coordinate is a digit of that number, the first r
 consecutive threads. Renderers and emulators compute the coordinates the same way, from this paragraph.
 
 The memory-safety proof (DESIGN 5.3): each LOAD and STORE index is proven in range from the symbolic bounds, or the
-kernel is refused with an error naming the buffer, the index and its bounds. Division by zero needs no proof: the
+kernel is refused with an error naming the memory, the index and its bounds. It covers every address space: GLOBAL
+BUFFERs, and ALLOCs in LOCAL memory (a thread's accumulators and registers) and SHARED memory (a GPU block's), on CPU
+and GPU programs alike; a LOAD or STORE reaches memory only through an INDEX of one element, and an element of a
+register array (a STACK, a WMMA fragment) is indexed inside it too. It runs where a LinearProgram is made, so no
+renderer or backend can be handed a program it refused, whichever road built it. Division by zero needs no proof: the
 renderers emit C's / and % only where bounds show a positive divisor and a non-negative dividend, and otherwise
 call helpers that give NumPy's answer (x // 0 == x % 0 == 0) instead of trapping.
 """
 from __future__ import annotations
-import importlib.metadata
+import importlib.metadata, math, threading
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 from uopc.uop import UOp, Ops
@@ -66,6 +71,8 @@ class LinearProgram:
   uops: tuple[UOp, ...]
   params: tuple[UOp, ...]
 
+  def __post_init__(self): check_memory_safety(self.uops)   # every road to a renderer or a backend passes here
+
 
 class Backend(Protocol):
   name: str
@@ -84,6 +91,10 @@ _BUILTIN: dict[str, str] = {"C": "uopc.backends.c:CBackend", "PYTHON": "uopc.bac
                             "CUDA": "uopc.backends.cuda:CUDABackend"}
 _registered: dict[str, Callable[[], Backend]] = {}
 _instances: dict[str, Backend] = {}
+# a backend is a singleton per name: memory made on one instance is refused by a program compiled on another ("lives on
+# backend C, the program runs on C"), and threads asking at once each built their own. Reentrant, so that a factory
+# may itself ask for another backend.
+_registry_lock = threading.RLock()
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:
@@ -91,8 +102,9 @@ def register_backend(name: str, factory: Callable[[], Backend]) -> None:
   if not isinstance(name, str) or not name.strip(): raise BackendError(f"a backend needs a non-empty name, got {name!r}")
   if not callable(factory): raise BackendError(f"register_backend({name!r}, ...) needs a factory (a class or a function), got {factory!r}")
   key = name.strip().upper()
-  _registered[key] = factory
-  _instances.pop(key, None)
+  with _registry_lock:
+    _registered[key] = factory
+    _instances.pop(key, None)
 
 
 def _entry_points() -> dict[str, Any]:
@@ -109,21 +121,24 @@ def available_backends() -> list[str]:
 
 def get_backend(name: str | None = "C") -> Backend:
   """The backend called `name` (case-insensitive; None or "" is the default, C): registered in this process, built in,
-  or declared under the entry point group uopc.backends."""
+  or declared under the entry point group uopc.backends. One instance per name in the process, made once even when
+  threads ask at the same time."""
   key = str(name or "C").strip().upper() or "C"
   if (b := _instances.get(key)) is not None: return b
-  if key in _registered: factory = _registered[key]
-  elif key in _BUILTIN:
-    mod, _, attr = _BUILTIN[key].partition(":")
-    import importlib
-    factory = getattr(importlib.import_module(mod), attr)
-  elif key in (eps := _entry_points()): factory = eps[key].load()
-  else: raise BackendError(f"unknown backend {name!r}; available: {', '.join(available_backends())}")
-  try: backend = factory()
-  except BackendError: raise
-  except Exception as e: raise BackendError(f"backend {key}: its factory failed: {type(e).__name__}: {e}") from e
-  _instances[key] = backend
-  return backend
+  with _registry_lock:
+    if (b := _instances.get(key)) is not None: return b   # another thread made it while this one waited for the lock
+    if key in _registered: factory = _registered[key]
+    elif key in _BUILTIN:
+      mod, _, attr = _BUILTIN[key].partition(":")
+      import importlib
+      factory = getattr(importlib.import_module(mod), attr)
+    elif key in (eps := _entry_points()): factory = eps[key].load()
+    else: raise BackendError(f"unknown backend {name!r}; available: {', '.join(available_backends())}")
+    try: backend = factory()
+    except BackendError: raise
+    except Exception as e: raise BackendError(f"backend {key}: its factory failed: {type(e).__name__}: {e}") from e
+    _instances[key] = backend
+    return backend
 
 
 # ---- what every backend relies on -----------------------------------------------------------------------------------
@@ -138,20 +153,50 @@ def memory_name(m: UOp) -> str:
   return f"data{m.arg.slot}" if m.op is Ops.BUFFER else f"acc{m.arg.slot}"
 
 
+def _where(m: UOp) -> str:
+  """The memory's name with its address space, for the proof's messages: data0, acc1 (local), acc2 (shared)."""
+  if m.op is Ops.BUFFER: return memory_name(m)
+  return f"{memory_name(m)} ({m.addrspace.name.lower()})" if m.op is Ops.ALLOC else f"a {m.op.name} of {m.addrspace.name} memory"
+
+
+def _shown(index: UOp) -> str:
+  from uopc.uir import to_uir
+  expr = to_uir(index).strip().replace("\n", "; ")
+  return expr if len(expr) < 400 else expr[:400] + " ..."
+
+
 def check_memory_safety(program: UOp | list[UOp] | tuple[UOp, ...]) -> None:
-  """Refuse a kernel with a LOAD or STORE whose index bounds aren't inside its buffer (DESIGN 5.3)."""
+  """Refuse a program with a memory access not proven inside its memory (DESIGN 5.3), in every address space: each
+  INDEX of a BUFFER or ALLOC (LOCAL or SHARED) takes one flat index whose bounds lie in the memory; each LOAD and STORE
+  goes through such an INDEX and moves one element; an INDEX of a register array (a STACK, WMMA's fragments) stays
+  inside its shape."""
   nodes = program.toposort() if isinstance(program, UOp) else program
   for u in nodes:
-    if u.op is not Ops.INDEX or u.src[0].addrspace is AddrSpace.ALU: continue   # a shaped INDEX, not an address
-    mem = base_memory(u.src[0])
-    if len(u.src) != 2: raise UnsafeKernelError(f"{memory_name(mem)}: a memory INDEX takes one flat index, got {len(u.src) - 1}")
-    n = mem.shape[0]
-    lo, hi = bounds(u.src[1])
-    if lo < 0 or hi >= n:
-      from uopc.uir import to_uir
-      expr = to_uir(u.src[1]).strip().replace("\n", "; ")
-      raise UnsafeKernelError(f"{memory_name(mem)} has {n} elements but the index can be {lo}..{hi}, "
-                              f"outside 0..{n - 1}: {expr if len(expr) < 400 else expr[:400] + ' ...'}")
+    op = u.op
+    if op is Ops.LOAD or op is Ops.STORE:
+      ptr = u.src[0]
+      if ptr.op is not Ops.INDEX or ptr.src[0].addrspace is AddrSpace.ALU:
+        raise UnsafeKernelError(f"a {op.name} reaches memory only through an INDEX of one element, got a {op.name} of {ptr.op.name} "
+                                f"({ptr.addrspace.name} {ptr.dtype.name}{list(ptr.shape)})")
+      if op is Ops.STORE and u.src[1].shape != ():
+        raise UnsafeKernelError(f"{_where(base_memory(ptr.src[0]))}: a STORE writes one element, got a value of shape {u.src[1].shape} "
+                                f"({math.prod(u.src[1].shape)} elements) at {_shown(ptr.src[1]) if len(ptr.src) > 1 else 'no index'}")
+    elif op is Ops.INDEX:
+      x = u.src[0]
+      if x.addrspace is AddrSpace.ALU:      # an element of a register array: each index inside its axis
+        for axis, (i, n) in enumerate(zip(u.src[1:], x.shape)):
+          lo, hi = bounds(i)
+          if lo < 0 or hi >= n:
+            raise UnsafeKernelError(f"a {x.op.name} of shape {x.shape} is indexed on axis {axis} at {lo}..{hi}, outside 0..{n - 1}: {_shown(i)}")
+        continue
+      mem = base_memory(x)
+      if mem.op not in (Ops.BUFFER, Ops.ALLOC):
+        raise UnsafeKernelError(f"{_where(mem)} is indexed: an address is an INDEX of a BUFFER or an ALLOC (behind AFTERs)")
+      if len(u.src) != 2: raise UnsafeKernelError(f"{_where(mem)}: a memory INDEX takes one flat index, got {len(u.src) - 1}")
+      n = mem.shape[0]
+      lo, hi = bounds(u.src[1])
+      if lo < 0 or hi >= n:
+        raise UnsafeKernelError(f"{_where(mem)} has {n} elements but the index can be {lo}..{hi}, outside 0..{n - 1}: {_shown(u.src[1])}")
 
 
 def run_on(backend: Backend, sink: UOp, buffers: dict, name: str = "kernel") -> None:

@@ -34,7 +34,7 @@ from uopc.dtype import AddrSpace, DType, dtypes, I32_MIN
 from uopc.symbolic import vmin, bounds, simplify
 from uopc.evaluate import round_f32, round_f16
 from uopc.linearize import linearize
-from uopc.backends import BackendError, LinearProgram, check_memory_safety, base_memory, memory_name
+from uopc.backends import BackendError, LinearProgram, base_memory, memory_name
 from uopc.runtime import program_buffers, run_lowered, cache_dir
 
 
@@ -485,10 +485,9 @@ class _Body:
 
 def render_c(sink: UOp, name: str = "kernel") -> str:
   """C source for the output of lower(): the prelude and one function `void name(T* restrict dataN, ...)`, one parameter
-  per BUFFER of the program in slot order. The program is linearized and proven memory-safe first."""
+  per BUFFER of the program in slot order. The program is linearized and proven memory-safe first (by its LinearProgram)."""
   if not isinstance(sink, UOp) or sink.op is not Ops.SINK: raise BackendError("render_c takes the SINK that lower() returns")
   lin = linearize(sink)
-  check_memory_safety(lin)
   return CRenderer().render(LinearProgram(name, tuple(lin), tuple(program_buffers(lin))))
 
 
