@@ -332,6 +332,7 @@ def _f16_in_f32(fn):
 
 _POW2_I32 = np.array([1 << k for k in range(31)] + [I32_MIN], np.int32)   # bit k's weight in an i32 (bit 31: -2**31)
 SORT_BY_COUNTING_MAX = 1024   # longer sorts go through a bitonic network (Tensor._sort_network)
+PROD_FUSED = 16    # prod's pairwise halvings fuse this many inputs per kernel before storing the partial products
 SCAN_BLOCK = 32   # cumulative ops scan blocks of this many elements as (b, b) squares, then the blocks' totals (Tensor._scan)
 # pi/2 as C1 + C2 + C3 (to 2e-21): C1 to 12 bits, so q * C1 is exact for the quarter-turn counts q < 2^12 that cos and tan
 # reduce by (Tensor._quarter_turns), C2 and C3 f32 roundings of what is left
@@ -1327,10 +1328,13 @@ class Tensor:
     if n == 0: return t.sum(axes, keepdim) + 1   # the empty product, with t still in the graph
     m = 1 << max(0, n - 1).bit_length()
     if m != n: x = x.pad(tuple(None for _ in rest) + ((0, m - n),), value=1)
+    fan_in = 1        # the inputs of one fused product tree: stored every 16, or 3000 products became one C expression (10 s of gcc)
     while x.shape[-1] > 1:
+      if fan_in == PROD_FUSED: x, fan_in = x.contiguous(), 1
       x = x.reshape(x.shape[:-1] + (x.shape[-1] // 2, 2))
       x = x.shrink(tuple(None for _ in x.shape[:-1]) + ((0, 1),)) * x.shrink(tuple(None for _ in x.shape[:-1]) + ((1, 2),))
       x = x.reshape(x.shape[:-1])
+      fan_in *= 2
     out = x.reshape(x.shape[:-1])
     return out.reshape(tuple(1 if a in axes else d for a, d in enumerate(t.shape))) if keepdim else out
   @_f16_in_f32
