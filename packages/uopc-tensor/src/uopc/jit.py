@@ -94,12 +94,12 @@ def _value(x) -> Any:
   return (object, id(x))
 
 
-def _out_tensors(out: Any) -> list[Tensor]:
-  """The Tensors in a function's return value (at any depth of lists, tuples and dicts)."""
+def _out_tensors(out: Any, kind: type = Tensor) -> list:
+  """The Tensors (or other `kind`) in a function's return value, at any depth of lists, tuples and dicts."""
   found, stack = [], [out]
   while stack:
     x = stack.pop()
-    if isinstance(x, Tensor): found.append(x)
+    if isinstance(x, kind): found.append(x)
     elif isinstance(x, (list, tuple)): stack.extend(x)
     elif isinstance(x, dict): stack.extend(x.values())
   return found
@@ -289,7 +289,7 @@ class JitFunction:
     template = _rebuild(out, out_spec)
 
     # how each slot is bound at a replay: read from where its value lives now, fixed, or a buffer of the plan's own
-    handed = {s for _, s, _ in publish if s is not None} | {o.value[0] for o in _outs(template) if o.kind == "slot"}
+    handed = {s for _, s, _ in publish if s is not None} | {o.value[0] for o in _out_tensors(template, _Out) if o.kind == "slot"}
     table, reads, temps, shown = [None] * len(buffers), [], {}, {}
     for s, b in enumerate(buffers):
       if s in written: (shown if s in handed else temps)[s] = (b.backend, b.size, b.dtype)
@@ -380,16 +380,6 @@ class _Out(NamedTuple):
   """Where a replay finds a captured output: ("arg", k), ("place", place), ("slot", (slot, shape, device)), ("empty", ...)."""
   kind: str
   value: Any
-
-
-def _outs(template: Any) -> list[_Out]:
-  found, stack = [], [template]
-  while stack:
-    x = stack.pop()
-    if isinstance(x, _Out): found.append(x)
-    elif isinstance(x, (list, tuple)): stack.extend(x)
-    elif isinstance(x, dict): stack.extend(x.values())
-  return found
 
 
 def _key(place: tuple) -> tuple:
