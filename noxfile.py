@@ -160,3 +160,20 @@ def demo(session: nox.Session) -> None:
   _install_chain(session, "uopc-tensor", extras="[gpt]")
   session.run("uopc", "gpt", "train", "--task", "addition", "--out", "gpt-run", *session.posargs)
   for prompt in DEMO_PROMPTS: session.run("uopc", "gpt", "sample", "gpt-run", "--prompt", prompt)
+
+
+# ---- a backend from another distribution (not part of `nox`) ----------------------------------------------------------
+
+EXAMPLE_BACKEND = "examples/uopc-example-backend"
+
+
+@nox.session(python=PYTHON, default=False)
+def example_backend(session: nox.Session) -> None:
+  """The example third-party backend, examples/uopc-example-backend: installed by pip beside uopc-tensor (from their
+  paths), found through its `uopc.backends` entry point, chosen with UOPC_DEVICE=INTERP; its tests run Tensor code on
+  it (elementwise math, reductions, a matmul, a training step under uopc.jit) against NumPy, with its own pytest
+  settings, as an outside project's would."""
+  _install_chain(session, "uopc-tensor", f"./{EXAMPLE_BACKEND}", "pytest>=8")
+  env = {"UOPC_DEVICE": "INTERP", "UOPC_CACHE_DIR": os.path.join(session.virtualenv.location, "uopc-cache")}
+  session.chdir(EXAMPLE_BACKEND)
+  session.run("python", "-m", "pytest", "-q", "-rs", *session.posargs, env=env)
