@@ -3,9 +3,18 @@
 `nox` runs the default sessions (every package's tests and lint); `nox -s demo` runs the main job.
 Each test session installs its package and the in-repo packages it depends on from their paths (not
 editable, so a file missing from a wheel fails here), plus the test tools, and runs that package's tests.
+`build`, `compat` and `example_backend` (not part of `nox`) treat the packages as separately versioned
+distributions: their wheels and metadata, uopc-tensor against the oldest dependencies its pins allow, and a
+backend from another distribution.
 """
-import os, shutil
+import ast, email.parser, io, os, re, shutil, subprocess, sys, tarfile, zipfile
 import nox
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+try: import tomllib
+except ModuleNotFoundError: import tomli as tomllib   # python 3.10: nox itself depends on tomli there
 
 nox.options.sessions = ["ir", "lower", "backends", "tensor", "torch", "cuda(arch='sm_90')", "sanitize", "lint"]
 nox.options.reuse_existing_virtualenvs = False
@@ -162,9 +171,265 @@ def demo(session: nox.Session) -> None:
   for prompt in DEMO_PROMPTS: session.run("uopc", "gpt", "sample", "gpt-run", "--prompt", prompt)
 
 
-# ---- a backend from another distribution (not part of `nox`) ----------------------------------------------------------
+# ---- packages as distributions: build, compat, example_backend (none of them part of `nox`) ---------------------------
 
+PACKAGES = list(CHAIN)          # each after the packages it depends on
 EXAMPLE_BACKEND = "examples/uopc-example-backend"
+
+
+def _project(pyproject_text: str) -> dict:
+  """The [project] table of a pyproject.toml."""
+  return tomllib.loads(pyproject_text)["project"]
+
+
+def _read(path: str) -> str:
+  with open(path) as f: return f.read()
+
+
+def _fresh_dir(session: nox.Session, name: str) -> str:
+  path = os.path.join(session.create_tmp(), name)
+  shutil.rmtree(path, ignore_errors=True)
+  os.makedirs(path)
+  return path
+
+
+def _requirements(requires: list[str]) -> set[tuple]:
+  """Requirements as comparable values: (canonical name, extras, specifier, marker), whatever their spelling."""
+  return {(canonicalize_name(r.name), tuple(sorted(r.extras)), str(r.specifier), str(r.marker or "")) for r in map(Requirement, requires)}
+
+
+def _declared(project: dict) -> list[str]:
+  """What a [project] table requires, as a wheel's Requires-Dist spells it: its dependencies, then each extra's."""
+  extras = project.get("optional-dependencies", {})
+  return list(project.get("dependencies", [])) + [f'{r}; extra == "{x}"' for x, rs in extras.items() for r in rs]
+
+
+def _changelog_versions(text: str) -> list[tuple[str, str | None]]:
+  """A CHANGELOG.md's entries, newest first: (version, the commit it names or None), from headings `## 0.2.0 (commit abc1234)`."""
+  return [(m[1], m[2]) for m in re.finditer(r"^## (\S+)(?: \(commit ([0-9a-f]{7,40})\))?\s*$", text, re.M)]
+
+
+def _wheel_metadata(wheel: str) -> tuple[email.message.Message, dict[str, str]]:
+  """A wheel's METADATA, and the source of every module it ships, by dotted name."""
+  with zipfile.ZipFile(wheel) as z:
+    meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+    modules = {n[:-3].replace("/", ".").removesuffix(".__init__"): z.read(n).decode() for n in z.namelist() if n.endswith(".py")}
+    return email.parser.Parser().parsestr(z.read(meta).decode()), modules
+
+
+def _check_metadata(package: str, wheel: str, sdist: str) -> list[str]:
+  """What is wrong with a package's wheel and sdist against its pyproject.toml and CHANGELOG.md, one line per fault."""
+  project = _project(_read(f"packages/{package}/pyproject.toml"))
+  meta, modules = _wheel_metadata(wheel)
+  faults = []
+  for field, want in (("Name", project["name"]), ("Version", project["version"]), ("Summary", project["description"])):
+    if meta[field] != want: faults.append(f"the wheel's {field} is {meta[field]!r}, pyproject.toml says {want!r}")
+  requires = meta.get_all("Requires-Dist") or []
+  if _requirements(requires) != _requirements(_declared(project)):
+    faults.append(f"the wheel requires {sorted(requires)}, pyproject.toml declares {_declared(project)}")
+  for r in map(Requirement, project.get("dependencies", [])):
+    if not any(s.operator in (">=", "==", "~=", "===") for s in r.specifier):
+      faults.append(f"{r} has no lower bound: pin the oldest version it works with")
+    if (dep := canonicalize_name(r.name)) in CHAIN:
+      current = _project(_read(f"packages/{dep}/pyproject.toml"))["version"]
+      if not r.specifier.contains(current, prereleases=True): faults.append(f"{r} refuses {dep} {current}, the repository's own")
+  if "uopc" in modules: faults.append("the wheel ships uopc/__init__.py: uopc is a namespace the four packages share")
+  entries = _changelog_versions(_read(f"packages/{package}/CHANGELOG.md"))
+  if not entries or entries[0][0] != project["version"]:
+    faults.append(f"CHANGELOG.md's first entry is {entries[0][0] if entries else 'missing'}, the version is {project['version']}")
+  with tarfile.open(sdist) as t:
+    info = t.extractfile(next(m for m in t.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")))
+    sdist_meta = email.parser.Parser().parsestr(info.read().decode())
+  for field in ("Name", "Version", "Summary"):
+    if sdist_meta[field] != meta[field]: faults.append(f"the sdist's {field} is {sdist_meta[field]!r}, the wheel's {meta[field]!r}")
+  return faults
+
+
+def _imported_modules(source: str) -> set[str]:
+  """Every absolute module name a module imports, at any depth (function-level imports too); `from a import b` gives a
+  and a.b (b may be a module)."""
+  names = set()
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Import): names.update(a.name for a in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+      names.add(node.module)
+      names.update(f"{node.module}.{a.name}" for a in node.names)
+  return names
+
+
+def _check_imports_declared(package: str, wheel: str, shipped: dict[str, str]) -> list[str]:
+  """A module of the wheel that imports another uopc package's module, or a third-party one, which the wheel doesn't
+  declare: an install of the wheel alone would miss it (a function-level import fails only when it runs)."""
+  meta, modules = _wheel_metadata(wheel)
+  declared = {canonicalize_name(Requirement(r).name) for r in meta.get_all("Requires-Dist") or []}
+  faults = []
+  for module, source in sorted(modules.items()):
+    undeclared: dict[str, set[str]] = {}     # the distribution (or top-level module) not declared -> what is imported from it
+    for name in _imported_modules(source):
+      top = name.partition(".")[0]
+      if top in sys.stdlib_module_names or name == "uopc": continue
+      if top != "uopc":
+        if canonicalize_name(top) not in declared: undeclared.setdefault(top, set()).add(top)
+        continue
+      owner = next(((shipped[m], m) for m in (name.rsplit(".", k)[0] for k in range(name.count("."))) if m in shipped), None)
+      if owner is None and name.count(".") == 1: faults.append(f"{module} imports {name}, which no uopc package ships")
+      elif owner is not None and owner[0] != package and owner[0] not in declared: undeclared.setdefault(owner[0], set()).add(owner[1])
+    for dist, names in sorted(undeclared.items()):
+      faults.append(f"{module} imports {', '.join(sorted(names))} ({dist}), which {package} does not declare")
+  return faults
+
+
+# Run in a clean environment by `build`: import every module a distribution ships and load its entry points.
+IMPORT_EVERY_MODULE = """
+import importlib, importlib.metadata as md, sys
+dist = md.distribution(sys.argv[1])
+modules = sorted({str(f)[:-3].replace("/", ".").removesuffix(".__init__") for f in dist.files or []
+                  if str(f).endswith(".py") and not str(f).startswith("..")})
+failed = []
+for m in modules:
+  try: importlib.import_module(m)
+  except Exception as e: failed.append(f"import {m}: {type(e).__name__}: {e}")
+for ep in dist.entry_points:
+  try: ep.load()
+  except Exception as e: failed.append(f"entry point {ep.group} {ep.name} = {ep.value}: {type(e).__name__}: {e}")
+others = sorted(f"{d.metadata['Name']} {d.version}" for d in md.distributions() if d.metadata["Name"] not in (dist.metadata["Name"], "pip"))
+print(f"{dist.metadata['Name']} {dist.version} alone (beside {', '.join(others) or 'nothing'}): "
+      f"imported {len(modules)} modules, loaded {len(dist.entry_points)} entry points")
+if failed: sys.exit("\\n".join(failed))
+"""
+
+
+@nox.session(python=PYTHON, default=False)
+def build(session: nox.Session) -> None:
+  """Each package's sdist and wheel, built by hatchling through `python -m build` (the sdist first, the wheel from it,
+  so a file the sdist lacks fails here) into the session's tmp/dist; `twine check --strict`; each wheel's metadata
+  against its pyproject.toml (name, version, description, dependencies with lower bounds that admit the repository's own
+  versions), its CHANGELOG.md's first entry against its version, and every uopc or third-party module it imports
+  against what it declares. Then each wheel is installed alone into a clean virtual environment with only its declared
+  dependencies (the in-repo ones from the wheels just built, third-party ones from the index), `pip check`ed, and every
+  module it ships imported and every entry point loaded."""
+  session.install("build>=1", "twine>=5")
+  dist = _fresh_dir(session, "dist")
+  for package in PACKAGES: session.run("python", "-m", "build", "--outdir", dist, f"packages/{package}", silent=True)
+  built = sorted(os.path.join(dist, f) for f in os.listdir(dist))
+  session.run("twine", "check", "--strict", *built)
+  wheels = {}
+  for package in PACKAGES:
+    stem = f"{package.replace('-', '_')}-{_project(_read(f'packages/{package}/pyproject.toml'))['version']}"
+    wheel, sdist = os.path.join(dist, f"{stem}-py3-none-any.whl"), os.path.join(dist, f"{stem}.tar.gz")
+    if not (os.path.exists(wheel) and os.path.exists(sdist)):
+      session.error(f"{package}: expected {os.path.basename(wheel)} and {os.path.basename(sdist)}, built {built}")
+    wheels[package] = wheel
+  shipped = {m: p for p, w in wheels.items() for m in _wheel_metadata(w)[1]}
+  faults = [f"{p}: {fault}" for p in PACKAGES for fault in _check_metadata(p, wheels[p], wheels[p].replace("-py3-none-any.whl", ".tar.gz"))
+            + _check_imports_declared(p, wheels[p], shipped)]
+  if faults: session.error("\n".join(faults))
+  for package, wheel in wheels.items():
+    meta = _wheel_metadata(wheel)[0]
+    print(f"{meta['Name']} {meta['Version']}: {meta['Summary']}\n  requires {', '.join(meta.get_all('Requires-Dist') or ['nothing'])}")
+  script = os.path.join(session.create_tmp(), "import_every_module.py")
+  with open(script, "w") as f: f.write(IMPORT_EVERY_MODULE)
+  for package in PACKAGES:
+    env = os.path.join(session.create_tmp(), f"alone-{package}")
+    shutil.rmtree(env, ignore_errors=True)
+    session.run("python", "-m", "venv", env)
+    python = os.path.join(env, "bin", "python")
+    session.run(python, "-m", "pip", "uninstall", "-q", "-y", "setuptools", external=True)   # older pythons' venvs come with it
+    needs = [p for p in PACKAGES if p == package or p in _in_repo_closure(package, wheels)]   # what its metadata names
+    session.run(python, "-m", "pip", "install", "-q", *(wheels[p] for p in needs), external=True)
+    session.run(python, "-m", "pip", "check", external=True)
+    session.run(python, "-I", script, package, external=True)   # -I: nothing from the checkout or the environment
+
+
+def _in_repo_closure(package: str, wheels: dict[str, str]) -> set[str]:
+  """The in-repo packages a wheel requires, directly or through another one's wheel."""
+  todo, seen = [package], set()
+  while todo:
+    for r in _wheel_metadata(wheels[todo.pop()])[0].get_all("Requires-Dist") or []:
+      req = Requirement(r)
+      if (name := canonicalize_name(req.name)) in CHAIN and name not in seen and not req.marker: seen.add(name); todo.append(name)
+  return seen
+
+
+def _git(*args: str) -> str:
+  return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout
+
+
+def _versions(package: str) -> dict[Version, str | None]:
+  """Each version the package has had, with the commit that made it (the oldest whose pyproject.toml says it); the
+  working tree's version, when no commit has it yet, maps to None."""
+  path = f"packages/{package}/pyproject.toml"
+  made: dict[Version, str | None] = {}
+  for commit in _git("log", "--reverse", "--format=%H", "--", path).split():
+    made.setdefault(Version(_project(_git("show", f"{commit}:{path}"))["version"]), commit)
+  made.setdefault(Version(_project(_read(path))["version"]), None)
+  return made
+
+
+def _pins(project: dict) -> dict[str, SpecifierSet]:
+  return {canonicalize_name(r.name): r.specifier for r in map(Requirement, project.get("dependencies", [])) if canonicalize_name(r.name) in CHAIN}
+
+
+def _oldest_allowed(session: nox.Session, package: str) -> dict[str, tuple[Version, str | None]]:
+  """For each in-repo package `package` needs, directly or through another, the oldest version that its pins and those
+  of the other chosen versions (as they were at their commits) all allow, with the commit that made it."""
+  pins = _pins(_project(_read(f"packages/{package}/pyproject.toml")))
+  chosen: dict[str, tuple[Version, str | None]] = {}
+  while True:
+    for name, spec in pins.items():
+      allowed = sorted(v for v in _versions(name) if spec.contains(v, prereleases=True))
+      if not allowed: session.error(f"no version of {name} in the history satisfies {spec} (it has {sorted(map(str, _versions(name)))})")
+      chosen[name] = (allowed[0], _versions(name)[allowed[0]])
+    wider = dict(pins)
+    for name, (version, commit) in chosen.items():
+      path = f"packages/{name}/pyproject.toml"
+      for dep, spec in _pins(_project(_git("show", f"{commit}:{path}") if commit else _read(path))).items():
+        wider[dep] = wider[dep] & spec if dep in wider else spec
+    if wider == pins: return chosen
+    pins = wider
+
+
+def _export(commit: str, path: str, dest: str) -> None:
+  """`path` as it was at `commit`, written under `dest` (git archive, so nothing in the checkout changes)."""
+  archive = subprocess.run(["git", "archive", "--format=tar", commit, path], capture_output=True, check=True).stdout
+  with tarfile.open(fileobj=io.BytesIO(archive)) as t: t.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+
+
+@nox.session(python=PYTHON, default=False)
+def compat(session: nox.Session) -> None:
+  """uopc-tensor's tests against the oldest uopc-ir, uopc-lower and uopc-backends its pins allow. Each such version is
+  built from the commit that made it (the first whose pyproject.toml has it; its CHANGELOG.md entry must name the same
+  commit, when it names one), exported with git archive; the current uopc-tensor is installed over them without its
+  dependencies, `pip check` proves its pins accept them, and its tests run. Needs the git history (not a shallow clone)."""
+  if _git("rev-parse", "--is-shallow-repository").strip() == "true":
+    session.error("compat builds old versions from the git history, and this clone is shallow: git fetch --unshallow")
+  oldest = _oldest_allowed(session, "uopc-tensor")
+  work = _fresh_dir(session, "compat")
+  sources = []
+  for name, (version, commit) in oldest.items():
+    recorded = dict(_changelog_versions(_read(f"packages/{name}/CHANGELOG.md")))
+    if str(version) not in recorded: session.error(f"{name} {version}: its CHANGELOG.md has no entry for it")
+    if recorded[str(version)] and not (commit or "").startswith(recorded[str(version)]):
+      session.error(f"{name} {version}: CHANGELOG.md says it was made at commit {recorded[str(version)]}, but its pyproject.toml "
+                    f"got that version at {commit or 'no commit yet (the working tree)'}")
+    if commit is None:
+      sources.append(f"./packages/{name}")
+      session.log(f"{name} {version}: not committed yet, built from the working tree")
+    else:
+      _export(commit, f"packages/{name}", os.path.join(work, commit[:12]))
+      sources.append(os.path.join(work, commit[:12], "packages", name))
+      session.log(f"{name} {version}: built from commit {commit[:12]}, where that version was made")
+  session.install(*sources)      # each one's pins on the others are resolved among these, third-party ones from the index
+  tensor = _project(_read("packages/uopc-tensor/pyproject.toml"))
+  session.install("--no-deps", "./packages/uopc-tensor")
+  session.install(*TEST_TOOLS, "safetensors", *tensor.get("optional-dependencies", {}).get("gpt", []))
+  session.run("python", "-m", "pip", "check")
+  names = ["uopc-tensor", *oldest]
+  got = session.run("python", "-I", "-c", f"import importlib.metadata as m; print(*(m.version(n) for n in {names!r}))", silent=True).split()
+  want = [tensor["version"], *(str(v) for v, _ in oldest.values())]
+  if got != want: session.error(f"installed {dict(zip(names, got))}, meant {dict(zip(names, want))}")
+  session.log("testing " + ", ".join(f"{n} {v}" for n, v in zip(names, got)))
+  _pytest(session, "packages/uopc-tensor/tests")
 
 
 @nox.session(python=PYTHON, default=False)
