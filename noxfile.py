@@ -285,17 +285,17 @@ import importlib, importlib.metadata as md, sys
 dist = md.distribution(sys.argv[1])
 modules = sorted({str(f)[:-3].replace("/", ".").removesuffix(".__init__") for f in dist.files or []
                   if str(f).endswith(".py") and not str(f).startswith("..")})
-failed = []
+failed, broken = [], []
 for m in modules:
   try: importlib.import_module(m)
   except Exception as e: failed.append(f"import {m}: {type(e).__name__}: {e}")
 for ep in dist.entry_points:
   try: ep.load()
-  except Exception as e: failed.append(f"entry point {ep.group} {ep.name} = {ep.value}: {type(e).__name__}: {e}")
+  except Exception as e: broken.append(f"entry point {ep.group} {ep.name} = {ep.value}: {type(e).__name__}: {e}")
 others = sorted(f"{d.metadata['Name']} {d.version}" for d in md.distributions() if d.metadata["Name"] not in (dist.metadata["Name"], "pip"))
-print(f"{dist.metadata['Name']} {dist.version} alone (beside {', '.join(others) or 'nothing'}): "
-      f"imported {len(modules)} modules, loaded {len(dist.entry_points)} entry points")
-if failed: sys.exit("\\n".join(failed))
+print(f"{dist.metadata['Name']} {dist.version} alone (beside {', '.join(others) or 'nothing'}): imported {len(modules) - len(failed)} "
+      f"of {len(modules)} modules, loaded {len(dist.entry_points) - len(broken)} of {len(dist.entry_points)} entry points")
+if failed or broken: sys.exit("\\n".join(failed + broken))
 """
 
 
