@@ -353,8 +353,8 @@ def test_sort_puts_nan_last_and_keeps_signed_zeros_stable():
 @pytest.mark.parametrize("descending", [False, True])
 def test_long_sorts_go_through_a_bitonic_network_with_the_same_results(descending, monkeypatch):
   # the network takes over above SORT_BY_COUNTING_MAX elements; lowered here so rows of 5 to 7 (8 after padding) use it
-  import uopc.tensor
-  monkeypatch.setattr(uopc.tensor, "SORT_BY_COUNTING_MAX", 4)
+  import uopc.tensor.sorting
+  monkeypatch.setattr(uopc.tensor.sorting, "SORT_BY_COUNTING_MAX", 4)
   x = np.random.default_rng(60).integers(-3, 3, (3, 7)).astype(np.float32)   # ties: still stable
   x[0, ::3], x[1, 2], x[2, 5] = NAN, -INF, INF
   forward(lambda t: tuple(t.sort(1, descending)), lambda t: tuple(t.sort(dim=1, descending=descending, stable=True)), x)

@@ -8,7 +8,8 @@ loads into the same shapes. Sizes and hyperparameters are checked where a layer 
 from __future__ import annotations
 import math
 import numpy as np
-from uopc.tensor import Tensor, TensorError, _check_window_args
+from uopc.tensor import Tensor, TensorError
+from uopc.tensor.args import check_window_args
 from uopc.nn.optim import hyperparameter
 
 
@@ -62,7 +63,7 @@ class Conv2d:
   def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride=1, padding=0, dilation=1,
                groups: int = 1, bias: bool = True):
     _sizes("Conv2d", in_channels=in_channels, out_channels=out_channels)
-    _check_window_args("Conv2d", kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    check_window_args("Conv2d", kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, groups=groups)
     kh, kw = (kernel_size, kernel_size) if not isinstance(kernel_size, (tuple, list)) else kernel_size
     if in_channels % groups or out_channels % groups:
       raise TensorError(f"Conv2d: channels {in_channels}->{out_channels} not divisible by groups={groups}")
