@@ -159,8 +159,8 @@ class ElementwiseMixin:
   def maximum(self, x) -> TensorCore: return self._binop(Ops.MAX, x)
   def minimum(self, x) -> TensorCore:
     a, b, parents = self._operands(x)   # promote first: minimum(bool tensor, 3) compares integers, as torch does
-    return self._new(a, *parents)._inverse().maximum(self._new(b, *parents)._inverse())._inverse()
-  def _inverse(self) -> TensorCore:
+    return self._new(a, *parents)._order_reversed().maximum(self._new(b, *parents)._order_reversed())._order_reversed()
+  def _order_reversed(self) -> TensorCore:
     """An order-reversing bijection, its own inverse: -x on floats, ~x = -1 - x on integers (-x overflows at INT_MIN), not
     on bools. min is max under it, argmin is argmax."""
     if self.dtype.is_float: return -self

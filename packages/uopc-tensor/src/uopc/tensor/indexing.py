@@ -128,7 +128,7 @@ class IndexingMixin:
     idx, vals = index.transpose(d, -1), src.transpose(d, -1)                       # (..., I)
     hit = idx.unsqueeze(-2).eq(type(self).arange(n, device=self.device).unsqueeze(-1))  # (..., n, I)
     return d, hit, vals.unsqueeze(-2)._broadcast_to(hit.shape)
-  def _as_1d(self, fn, dim, index, src) -> TensorCore:
+  def _scatter_as_1d(self, fn, dim, index, src) -> TensorCore:
     """A scatter into a 0-d tensor (torch takes it as one element): fn on (1,)-shaped self, index and src, back to 0-d."""
     self._dim(dim)
     index = self._tensor_arg(index, "scatter: index")
@@ -145,7 +145,7 @@ class IndexingMixin:
     if reduce not in (None, "add", "multiply"):
       raise TensorTypeError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
     if reduce is not None: return self.scatter_reduce(dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
-    if self.ndim == 0: return self._as_1d(lambda t, i, v: t.scatter(0, i, v), dim, index, src)
+    if self.ndim == 0: return self._scatter_as_1d(lambda t, i, v: t.scatter(0, i, v), dim, index, src)
     d, hit, vals = self._scatter_parts(dim, index, src)
     I = hit.shape[-1]
     last = hit.where(type(self).arange(1, I + 1, device=self.device), 0).max(-1, keepdim=True)   # 1 + the last i that writes t
@@ -157,13 +157,13 @@ class IndexingMixin:
     own value unless include_self is False); positions nothing is scattered to keep self's value."""
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
       raise TensorTypeError(f"scatter_reduce: reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
-    if self.ndim == 0: return self._as_1d(lambda t, i, v: t.scatter_reduce(0, i, v, reduce, include_self), dim, index, src)
+    if self.ndim == 0: return self._scatter_as_1d(lambda t, i, v: t.scatter_reduce(0, i, v, reduce, include_self), dim, index, src)
     d, hit, vals = self._scatter_parts(dim, index, src)
     base = self.transpose(d, -1).shrink(tuple((0, s) for s in hit.shape[:-1]))   # self over the region
     touched = hit.any(-1)
     if reduce in ("amax", "amin"):
-      v = vals if reduce == "amax" else vals._inverse()
-      b = base if reduce == "amax" else base._inverse()
+      v = vals if reduce == "amax" else vals._order_reversed()
+      b = base if reduce == "amax" else base._order_reversed()
       r = hit.where(v, dtypes.min(v.dtype)).max(-1)
       r = r.maximum(b) if include_self else r
       if r.requires_grad and r.dtype.is_float:
@@ -177,7 +177,7 @@ class IndexingMixin:
         count = tie.int().sum(-1) + self_tie.int()
         if include_self: share = share + self_tie.where(b - b._stop_gradient(), 0.0)
         r = rd + share / count.maximum(1)
-      region = r if reduce == "amax" else r._inverse()
+      region = r if reduce == "amax" else r._order_reversed()
     elif reduce == "prod":
       r = hit.where(vals, 1).prod(-1)
       region = r * base if include_self else r

@@ -16,25 +16,26 @@ class LossMixin:
   """Losses of predictions (self) against targets."""
   __slots__ = ()
 
-  def _reduced(self, reduction: str, what: str) -> TensorCore:
+  def _apply_reduction(self, reduction: str, what: str) -> TensorCore:
+    """Per-element losses reduced as torch's `reduction=` asks: "none" keeps them, "sum" adds them, "mean" averages."""
     if reduction == "none": return self
     if reduction == "sum": return self.sum()
     if reduction == "mean": return self.mean()
     raise TensorTypeError(f"{what}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
   @f16_in_f32
-  def mse_loss(self, target: TensorCore, reduction: str = "mean") -> TensorCore: return ((self - target) ** 2)._reduced(reduction, "mse_loss")
+  def mse_loss(self, target: TensorCore, reduction: str = "mean") -> TensorCore: return ((self - target) ** 2)._apply_reduction(reduction, "mse_loss")
   @f16_in_f32
-  def l1_loss(self, target: TensorCore, reduction: str = "mean") -> TensorCore: return (self - target).abs()._reduced(reduction, "l1_loss")
+  def l1_loss(self, target: TensorCore, reduction: str = "mean") -> TensorCore: return (self - target).abs()._apply_reduction(reduction, "l1_loss")
   @f16_in_f32
   def smooth_l1_loss(self, target: TensorCore, reduction: str = "mean", beta: float = 1.0) -> TensorCore:
     """0.5 d^2 / beta where |d| < beta, |d| - beta / 2 beyond (the L1 loss for beta 0)."""
     d = (self - target).abs()
     loss = d if beta == 0 else (d < beta).where(0.5 * d * d / beta, d - 0.5 * beta)
-    return loss._reduced(reduction, "smooth_l1_loss")
+    return loss._apply_reduction(reduction, "smooth_l1_loss")
   @f16_in_f32
   def huber_loss(self, target: TensorCore, reduction: str = "mean", delta: float = 1.0) -> TensorCore:
     d = (self - target).abs()
-    return (d < delta).where(0.5 * d * d, delta * (d - 0.5 * delta))._reduced(reduction, "huber_loss")
+    return (d < delta).where(0.5 * d * d, delta * (d - 0.5 * delta))._apply_reduction(reduction, "huber_loss")
   @f16_in_f32
   def kl_div(self, target: TensorCore, reduction: str = "mean", log_target: bool = False) -> TensorCore:
     """target * (log target - self) with self the log-probabilities (0 where target is 0); "batchmean" divides the sum by
@@ -42,7 +43,7 @@ class LossMixin:
     if log_target: loss = target.exp() * (target - self)
     else: loss = target.eq(0).where(0.0, target * target.eq(0).where(1.0, target).log()) - target * self
     if reduction == "batchmean": return loss.sum() / (self.shape[0] if self.ndim else 1)
-    return loss._reduced(reduction, "kl_div")
+    return loss._apply_reduction(reduction, "kl_div")
   @f16_in_f32
   def binary_cross_entropy(self, target: TensorCore, weight: TensorCore | None = None, reduction: str = "mean") -> TensorCore:
     """-(t log p + (1 - t) log(1 - p)) of probabilities p = self, each log clamped at -100, with torch's gradients:
@@ -51,7 +52,7 @@ class LossMixin:
     p, t = self._stop_gradient(), target._stop_gradient()
     loss = -(t * p.log().clip(min_=-100) + (1 - t) * (-p).log1p().clip(min_=-100))
     loss = loss._with_gradient((self, (p - t) / (p * (1 - p)).clip(min_=1e-12)), (target, (-p).log1p() - p.log()))
-    return (loss * weight if weight is not None else loss)._reduced(reduction, "binary_cross_entropy")
+    return (loss * weight if weight is not None else loss)._apply_reduction(reduction, "binary_cross_entropy")
   @f16_in_f32
   def binary_cross_entropy_with_logits(self, target: TensorCore, weight: TensorCore | None = None, reduction: str = "mean",
                                        pos_weight: TensorCore | None = None) -> TensorCore:
@@ -59,7 +60,7 @@ class LossMixin:
     with softplus(-x) = log(1 + e^-|x|) + max(-x, 0), which never overflows."""
     lw = 1 + (pos_weight - 1) * target if pos_weight is not None else 1
     loss = (1 - target) * self + lw * ((-self.abs()).exp().log1p() + (-self).clip(min_=0))
-    return (loss * weight if weight is not None else loss)._reduced(reduction, "binary_cross_entropy_with_logits")
+    return (loss * weight if weight is not None else loss)._apply_reduction(reduction, "binary_cross_entropy_with_logits")
   binary_crossentropy, binary_crossentropy_logits = binary_cross_entropy, binary_cross_entropy_with_logits   # tinygrad's names
   def _class_last(self) -> TensorCore:
     """Scores (N, C, d...) as (N * d..., C), and (C,) as (1, C): the class axis last, one row per prediction."""
@@ -105,7 +106,7 @@ class LossMixin:
       if target.shape != self.shape: raise TensorError(f"cross_entropy: probabilities {target.shape} for logits {self.shape}")
       p = target * (1 - label_smoothing) + label_smoothing / C if label_smoothing else target
       loss = -(logp * p * (weight.reshape(wshape) if weight is not None else 1)).sum(cdim)
-      return loss._reduced(reduction, "cross_entropy")
+      return loss._apply_reduction(reduction, "cross_entropy")
     target = self._class_targets(target, "cross_entropy", ignore_index)
     nll = logp._nll(target, weight, ignore_index, "none")
     if not label_smoothing: return nll if reduction == "none" else logp._nll(target, weight, ignore_index, reduction)

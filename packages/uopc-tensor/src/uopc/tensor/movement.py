@@ -233,13 +233,14 @@ class MovementMixin:
       cut = lambda b, e: t.shrink(tuple((b, e) if i == d else None for i in range(t.ndim)))
       t = type(self).cat(cut(n - k, n), cut(0, n - k), dim=d)
     return t
-  def _tri(self, diagonal: int, upper: bool) -> TensorCore:
+  def _triangle(self, diagonal: int, upper: bool) -> TensorCore:
+    """triu (upper) or tril: on the last two axes, the elements on and above (below) `diagonal` kept, the rest 0 (False)."""
     if self.ndim < 2: raise TensorError(f"{'triu' if upper else 'tril'} needs at least 2 dimensions, got shape {self.shape}")
     r, c = self.shape[-2:]
     keep = (np.triu if upper else np.tril)(np.ones((r, c), dtype=bool), diagonal)
     return type(self)(keep, device=self.device).where(self, False if self.dtype is dtypes.bool else 0)
-  def triu(self, diagonal: int = 0) -> TensorCore: return self._tri(diagonal, True)
-  def tril(self, diagonal: int = 0) -> TensorCore: return self._tri(diagonal, False)
+  def triu(self, diagonal: int = 0) -> TensorCore: return self._triangle(diagonal, True)
+  def tril(self, diagonal: int = 0) -> TensorCore: return self._triangle(diagonal, False)
   def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> TensorCore:
     """The diagonal of the (dim1, dim2) planes (offset above or below it) as a new last axis: the plane flattened and read
     with a stride of n + 1, movement ops only."""

@@ -39,10 +39,10 @@ class ReduceMixin:
   # over an empty axis max and min give their identities (-inf and inf, INT_MIN and INT_MAX), as every reduction does
   # here and in tinygrad (NumPy and PyTorch raise instead)
   def max(self, axis=None, keepdim: bool = False) -> TensorCore: return self._reduce(Ops.MAX, axis, keepdim)
-  def min(self, axis=None, keepdim: bool = False) -> TensorCore: return self._inverse()._reduce(Ops.MAX, axis, keepdim)._inverse()
-  def _valued(self, what: str, axis) -> TensorCore:
-    """An argmax or argmin over nothing has no value (the index INT_MIN would be made up): refused as NumPy and PyTorch
-    refuse it."""
+  def min(self, axis=None, keepdim: bool = False) -> TensorCore: return self._order_reversed()._reduce(Ops.MAX, axis, keepdim)._order_reversed()
+  def _checked_nonempty(self, what: str, axis) -> TensorCore:
+    """self, once it has elements over `axis`: an argmax or argmin over nothing has no value (the index INT_MIN would be
+    made up), refused as NumPy and PyTorch refuse it."""
     if self.numel() == 0 and prod(self.shape[a] for a in self._axes(axis)) == 0:
       raise TensorError(f"{what} over an axis of size 0 (shape {self.shape}) has no value")
     return self
@@ -105,14 +105,15 @@ class ReduceMixin:
   def argmax(self, axis=None, keepdim: bool = False) -> TensorCore:
     """The index of the (first) maximum, as i32; over the flattened tensor when axis is None."""
     if axis is None: return self.reshape(-1).argmax(0)
-    ax = self._valued("argmax", axis)._dim(axis)
+    ax = self._checked_nonempty("argmax", axis)._dim(axis)
     if self.ndim == 0: return type(self).zeros(dtype=dtypes.i32, device=self.device)
     n = self.shape[ax]
     hit = self.eq(self.max(ax, keepdim=True))
     if self.dtype.is_float: hit = hit | self.ne(self)   # a NaN is the maximum, as in NumPy and torch: the first NaN wins
     rev = type(self)(np.arange(n, 0, -1, dtype=np.int32), device=self.device).reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
     return (n - hit.where(rev, 0).max(ax, keepdim)).cast(dtypes.i32)
-  def argmin(self, axis=None, keepdim: bool = False) -> TensorCore: return self._valued("argmin", axis)._inverse().argmax(axis, keepdim)
+  def argmin(self, axis=None, keepdim: bool = False) -> TensorCore:
+    return self._checked_nonempty("argmin", axis)._order_reversed().argmax(axis, keepdim)
   # a bool MAX starts from False: through i32 an empty any() started from INT_MIN, which is True
   def any(self, axis=None, keepdim: bool = False) -> TensorCore: return self.bool()._reduce(Ops.MAX, axis, keepdim)
   def all(self, axis=None, keepdim: bool = False) -> TensorCore: return self.bool().logical_not().any(axis, keepdim).logical_not()
@@ -164,8 +165,8 @@ class ReduceMixin:
     holds = self.eq(values) | self.isnan() if self.dtype.is_float else self.eq(values)   # a NaN is its own running max
     return ValuesIndices(values, holds.where(pos, -1)._scan(d, "max"))
   def cummin(self, axis: int = 0, *, dim: int | None = None) -> ValuesIndices:
-    values, indices = self._inverse().cummax(axis, dim=dim)
-    return ValuesIndices(values._inverse(), indices)
+    values, indices = self._order_reversed().cummax(axis, dim=dim)
+    return ValuesIndices(values._order_reversed(), indices)
   @f16_in_f32
   def logcumsumexp(self, axis: int = 0, *, dim: int | None = None) -> TensorCore:
     """log(cumsum(exp(self))): the blocked scan with logaddexp as its combine (associative, identity -inf), each step
