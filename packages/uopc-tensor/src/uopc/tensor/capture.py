@@ -4,10 +4,11 @@ uopc.jit replays a function's kernel launches without running its body. To know 
 current in its thread (`with Capture(strict) as cap:`) and runs the function once: while the capture is current,
 realize() appends every launch it makes, assign() every tensor whose value it replaces, the random functions every
 batch they draw, and index checks every check, each where the plain call does it (one `capturing()` test on each of
-those roads; nothing else in the frontend knows a capture exists). A replay then binds buffers itself, so it must
-know where a tensor's value lives and name memory of its own: the rest of this module's __all__ is that surface
-(re-exported from uopc.tensor.storage). uopc.jit uses nothing else of the frontend but Tensor with its public
-attributes (uop, grad, device, requires_grad) and methods, and JitError.
+those roads, and numpy() refuses to read a value inside a strict capture; nothing else in the frontend knows a
+capture exists). A replay then binds buffers itself, so it must know where a tensor's value lives and name memory of
+its own: the rest of this module's __all__ is that surface (re-exported from uopc.tensor.storage). uopc.jit uses
+nothing else of the frontend but Tensor with its public attributes (uop, grad, device, requires_grad) and methods,
+and JitError.
 """
 from __future__ import annotations
 import threading

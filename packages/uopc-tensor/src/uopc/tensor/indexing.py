@@ -14,7 +14,7 @@ from uopc.tensor.errors import TensorError, TensorIndexError, TensorTypeError
 from uopc.tensor.args import broadcast_shape, index_array
 from uopc.tensor.capture import check_indices
 from uopc.tensor.core import TensorCore
-from uopc.tensor import sorting
+import uopc.tensor.sorting as sorting
 
 
 class IndexingMixin:
