@@ -1,7 +1,7 @@
 """uopc.tensor.creation: new tensors from shapes and values (full, zeros, arange, eye, ...) and from the random generator.
 
 A constant tensor is one CONST expanded to the shape (nothing is stored until it is used); arange, linspace and eye are
-made on the host by NumPy, in NumPy's order of rounding. Random tensors are drawn on the host from one generator
+computed on the host with NumPy and copied in. Random tensors are drawn on the host from one generator
 (storage.generator, reset by manual_seed) and copied in: `_drawn` records each draw under a uopc.jit capture, so a
 replay draws the same numbers a plain call would. dropout is here too: it is a random mask.
 """

@@ -1,8 +1,8 @@
 """uopc.tensor.matmul: matrix products (matmul, dot, linear, @) and einsum.
 
-A matrix product is a broadcast multiply and a sum over the shared axis: (n, 1, k) * (1, m, k) summed over k, which
-the lowering turns into a GEMM (tiles, and tensor cores for f16 on CUDA). f16 products are summed in f32 and rounded
-once, as every BLAS does. einsum aligns its operands on one order of letters, multiplies them and sums the letters the
+A matrix product is a broadcast multiply and a sum over the shared axis: (n, 1, k) * (1, m, k) summed over k, a
+reduction like any other to the kernelizer (on CUDA, uopc.gpulower tiles it, on tensor cores for f16). f16 products
+are summed in f32 and rounded once, as every BLAS does. einsum aligns its operands on one order of letters, multiplies them and sums the letters the
 output doesn't keep.
 """
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """uopc.tensor.movement: reshape, permute, expand, shrink, pad, flip and what is built from them (cat, stack, split,
 repeat, roll, diagonal, tril, unfold, ...).
 
-Movement ops change how elements are addressed, never their values: each is a free index map in the IR (RESHAPE,
-PERMUTE, EXPAND, SHRINK, the PAD composite, flip_axis), so a chain of them fuses into the index arithmetic of the
-kernel that reads it. cat of equal pieces is a STACK, of unequal ones a sum of padded pieces; a strided slice is a
+Movement ops change how elements are addressed, never their values: RESHAPE, PERMUTE, EXPAND and SHRINK are index
+maps in the IR, and pad and flip are composites of them (uopc.composite), so a chain of them fuses into the index
+arithmetic of the kernel that reads it. cat of equal pieces is a STACK, of unequal ones a sum of padded pieces; a strided slice is a
 shrink, a pad to a multiple of the step and a reshape that splits the step off; reflect/replicate/circular padding
 concatenates pieces of the axis itself.
 """
