@@ -28,7 +28,8 @@ class ActivationMixin:
   def leaky_relu(self, neg_slope: float = 0.01) -> TensorCore: return (self > 0).where(self, self * neg_slope)
   @f16_in_f32
   def gelu(self, approximate: str = "tanh") -> TensorCore:
-    """GELU: the tanh approximation by default (DESIGN 6.2), x * Phi(x) through erf with approximate="none"."""
+    """GELU: the tanh approximation by default (uopc.tensor's convention, and tinygrad's), x * Phi(x) through erf with
+    approximate="none"."""
     if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
     if approximate != "tanh": raise TensorTypeError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
     # 0.5 x (1 + tanh(u)) as x sigmoid(2u), the same function: 1 + tanh(u) cancelled for negative x (gelu(-5.5) was 0)
