@@ -42,11 +42,12 @@ def test_a_replay_launches_kernels_and_nothing_else(monkeypatch):
   fast, calls, _ = mlp_trainer(True)
   x, y = Tensor(data(0, 16, 3)), Tensor((np.arange(16) % 2).astype(np.int32))
   fast(x, y), fast(x, y)
-  import uopc.tensor, uopc.runtime
+  import uopc.tensor.core, uopc.runtime
   def forbidden(*a, **k): raise AssertionError("a replay built, kernelized, compiled or realized a graph")
   # the names the Tensor road really calls (a replay that ran the body would reach each of them)
-  for module, name in [(uopc.tensor, "kernelize_cached"), (uopc.tensor, "kernelize"), (uopc.tensor, "run_schedule"),
-                       (uopc.tensor, "grad_of"), (uopc.runtime, "compile_kernel"), (uopc.runtime, "compile_kernels")]:
+  core = uopc.tensor.core
+  for module, name in [(core, "kernelize_cached"), (core, "kernelize"), (core, "run_schedule"),
+                       (core, "grad_of"), (uopc.runtime, "compile_kernel"), (uopc.runtime, "compile_kernels")]:
     monkeypatch.setattr(module, name, forbidden)
   monkeypatch.setattr(Tensor, "realize", forbidden)
   monkeypatch.setattr(Tensor, "_new", forbidden)

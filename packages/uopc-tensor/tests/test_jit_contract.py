@@ -326,7 +326,7 @@ def test_detach_needs_no_gradient_and_keeps_no_graph():
 
 
 def test_detached_losses_kept_over_a_training_loop_hold_numbers_not_models():
-  from uopc.tensor import _storage
+  from uopc.tensor.storage import buffers
   lin = nn.Linear(32, 32)
   opt = nn.SGD([lin.weight, lin.bias], lr=0.01)
   x = Tensor(data(0, 8, 32))
@@ -337,7 +337,7 @@ def test_detached_losses_kept_over_a_training_loop_hold_numbers_not_models():
     loss.backward()
     opt.step()
     history.append(loss.detach())                          # each step's parameters stayed alive behind it (+1 MB/step)
-    if step in (9, 39): sizes.append(sum(b.nbytes for b in set(_storage.values())))
+    if step in (9, 39): sizes.append(sum(b.nbytes for b in set(buffers.values())))
   assert sizes[1] - sizes[0] < 30 * 64, f"{sizes[1] - sizes[0]} bytes more live after 30 more steps"
   assert all(np.isfinite(h.item()) for h in history)
 

@@ -1,10 +1,11 @@
-"""Tensor forward results against NumPy, and the API around them (creation, dtypes, conventions, error messages).
+"""Tensor forward results against NumPy, and the API around them: creation, the elementwise ops, dtypes, conventions
+and error messages. Reductions, movement and indexing are in test_tensor_shapes, matmul, convolution, pooling, the
+losses and attention in test_tensor_functional; both take their data and check() from here.
 
 Every numeric result has NumPy as its oracle: the same operation in NumPy, or for convolution, pooling, attention
 and the losses a direct NumPy loop or formula. Shapes are reused across tests because kernels compile once per
 structure. Gradients are tested elsewhere; here only backward()'s argument check appears.
 """
-import math
 import numpy as np
 import pytest
 from uopc.dtype import dtypes
@@ -16,6 +17,7 @@ X234 = RNG.standard_normal((2, 3, 4)).astype(np.float32)
 X34 = RNG.standard_normal((3, 4)).astype(np.float32)
 POS34 = (RNG.random((3, 4)) * 4 + 0.25).astype(np.float32)   # strictly positive, for log/sqrt/pow
 I34 = RNG.integers(-9, 10, (3, 4)).astype(np.int32)
+A24 = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
 
 
 def check(t: Tensor, expected, rtol: float = 1e-6, atol: float = 1e-6, dtype=None):
@@ -361,6 +363,26 @@ def test_logical_ops_on_bools():
   check(Tensor(a).logical_not(), ~a)
 
 
+def test_torch_names_of_the_logic_bit_and_shift_operators():
+  a, b = I34, I34[::-1].copy()
+  check(Tensor(a).bitwise_and(Tensor(b)), np.bitwise_and(a, b), dtype=dtypes.i32)
+  check(Tensor(a).bitwise_or(Tensor(b)), np.bitwise_or(a, b), dtype=dtypes.i32)
+  check(Tensor(a).bitwise_xor(Tensor(b)), np.bitwise_xor(a, b), dtype=dtypes.i32)
+  s = np.abs(b) % 8
+  for name in ("lshift", "bitwise_left_shift"):
+    check(getattr(Tensor(a), name)(Tensor(s)), np.left_shift(a, s), dtype=dtypes.i32)
+    check(getattr(Tensor(a), name)(3), np.left_shift(a, 3), dtype=dtypes.i32)
+  for name in ("rshift", "bitwise_right_shift"):
+    check(getattr(Tensor(a), name)(Tensor(s)), np.right_shift(a, s), dtype=dtypes.i32)
+    check(getattr(Tensor(a), name)(2), np.right_shift(a, 2), dtype=dtypes.i32)
+  m = X34 > 0   # the logical ops take any dtype as truth values, and a python bool
+  check(Tensor(X34).logical_and(Tensor(I34)), np.logical_and(X34, I34), dtype=dtypes.bool)
+  check(Tensor(m).logical_or(Tensor(I34)), np.logical_or(m, I34), dtype=dtypes.bool)
+  check(Tensor(I34).logical_xor(Tensor(m)), np.logical_xor(I34, m), dtype=dtypes.bool)
+  check(Tensor(I34).logical_and(True), np.logical_and(I34, True), dtype=dtypes.bool)
+  check(Tensor(m).logical_xor(True), np.logical_xor(m, True), dtype=dtypes.bool)
+
+
 @pytest.mark.parametrize("x, to", [
   (np.array([-1.7, -0.5, 0.0, 0.5, 1.7, 2.99], np.float32), dtypes.i32),
   (np.array([-1.7, -0.0, 0.0, 0.5, 3.0], np.float32), dtypes.bool),
@@ -403,6 +425,14 @@ def test_integer_floordiv_and_mod_with_tensor_divisors():
   check(Tensor(INT_A) % Tensor(b), np.mod(INT_A, b), dtype=dtypes.i32)
   check(17 // Tensor(b), np.floor_divide(17, b), dtype=dtypes.i32)
   check(-17 % Tensor(b), np.mod(-17, b), dtype=dtypes.i32)
+
+
+def test_divide_is_div_with_its_rounding_modes():
+  check(Tensor(X34).divide(Tensor(POS34)), X34 / POS34, rtol=1e-6, dtype=dtypes.f32)
+  check(Tensor(X34).divide(Tensor(POS34), rounding_mode="floor"), np.floor_divide(X34, POS34), dtype=dtypes.f32)
+  check(Tensor(X34).divide(0.75, rounding_mode="trunc"), np.trunc(X34 / np.float32(0.75)), dtype=dtypes.f32)
+  check(Tensor(INT_A).divide(-3, rounding_mode="trunc"), np.trunc(INT_A / -3).astype(np.int32), dtype=dtypes.i32)
+  check(Tensor(INT_A).divide(-3, rounding_mode="floor"), np.floor_divide(INT_A, -3), dtype=dtypes.i32)
 
 
 def test_float_floordiv_and_mod_floor_like_numpy():
@@ -473,453 +503,6 @@ def test_python_scalars_adopt_the_tensor_dtype():
   r = np.array([1.0, 2.0], np.float32) + f
   assert isinstance(r, Tensor)
   check(r, [2.5, 0.0], dtype=dtypes.f32)
-
-
-# ---- reductions -----------------------------------------------------------------------------------------------------
-
-AXES = [None, 0, 1, -1, (0, 2), (-1, 0), (0, 1, 2)]
-REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
-
-
-@pytest.mark.parametrize("axis", AXES)
-@pytest.mark.parametrize("keepdim", [False, True])
-@pytest.mark.parametrize("name", REDUCE)
-def test_reductions_match_numpy(name, axis, keepdim):
-  got = getattr(Tensor(X234), name)(axis, keepdim=keepdim)
-  check(got, REDUCE[name](X234, axis=axis, keepdims=keepdim), rtol=1e-5, atol=1e-6, dtype=dtypes.f32)
-
-
-@pytest.mark.parametrize("axis", [None, 0, -1, (0, 1)])
-def test_integer_reductions(axis):
-  check(Tensor(I34).sum(axis), I34.sum(axis), dtype=dtypes.i32)
-  check(Tensor(I34).max(axis), I34.max(axis), dtype=dtypes.i32)
-  check(Tensor(I34).min(axis), I34.min(axis), dtype=dtypes.i32)
-  check(Tensor(I34).mean(axis), I34.mean(axis), rtol=1e-6, dtype=dtypes.f32)
-
-
-def test_sum_of_bools_counts_as_i32():
-  m = X234 > 0
-  check(Tensor(m).sum(), m.sum(), dtype=dtypes.i32)
-  check(Tensor(m).sum(1), m.sum(1), dtype=dtypes.i32)
-  check(Tensor(m).sum(dtype=dtypes.f32), np.float32(m.sum()), dtype=dtypes.f32)
-
-
-@pytest.mark.parametrize("axis", [None, 1, -1, (0, 2)])
-@pytest.mark.parametrize("correction", [1, 0])
-@pytest.mark.parametrize("keepdim", [False, True])
-def test_var_and_std_match_numpy_with_ddof(axis, correction, keepdim):
-  check(Tensor(X234).var(axis, keepdim=keepdim, correction=correction), np.var(X234, axis=axis, ddof=correction, keepdims=keepdim),
-        rtol=1e-5, atol=1e-6)
-  check(Tensor(X234).std(axis, keepdim=keepdim, correction=correction), np.std(X234, axis=axis, ddof=correction, keepdims=keepdim),
-        rtol=1e-5, atol=1e-6)
-
-
-def test_var_defaults_to_the_unbiased_estimate():
-  check(Tensor(X34).var(), np.var(X34, ddof=1), rtol=1e-5)
-  check(Tensor(X34).std(1), np.std(X34, axis=1, ddof=1), rtol=1e-5)
-
-
-# axis=None with keepdim is left out: NumPy keeps every axis there, torch's answer has changed between versions
-@pytest.mark.parametrize("axis, keepdim", [(None, False)] + [(a, k) for a in (0, 1, -1, 2) for k in (False, True)])
-def test_argmax_and_argmin_match_numpy(axis, keepdim):
-  amax, amin = Tensor(X234).argmax(axis, keepdim=keepdim), Tensor(X234).argmin(axis, keepdim=keepdim)
-  check(amax, np.argmax(X234, axis=axis, keepdims=keepdim), dtype=dtypes.i32)
-  check(amin, np.argmin(X234, axis=axis, keepdims=keepdim), dtype=dtypes.i32)
-
-
-def test_argmax_and_argmin_pick_the_first_of_ties():
-  x = np.array([[1, 3, 3, 0], [2, 2, 1, 1], [5, 5, 5, 5]], np.float32)
-  check(Tensor(x).argmax(1), [1, 0, 0])
-  check(Tensor(x).argmin(1), [3, 2, 0])
-  check(Tensor(x).argmax(0), [2, 2, 2, 2])
-  check(Tensor(x).argmax(), 8)
-  check(Tensor(x.astype(np.int32)).argmin(), 3)
-
-
-# ---- movement -------------------------------------------------------------------------------------------------------
-
-A24 = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
-
-
-@pytest.mark.parametrize("shape", [(6, 4), (-1,), (4, -1), (2, -1, 3), (24,), (1, 2, 1, 12), (3, 8)])
-def test_reshape_and_view(shape):
-  check(Tensor(A24).reshape(shape), A24.reshape(shape))
-  check(Tensor(A24).reshape(*shape), A24.reshape(shape))
-  check(Tensor(A24).view(*shape), A24.reshape(shape))
-
-
-@pytest.mark.parametrize("order", [(0, 1, 2), (2, 0, 1), (1, 0, 2), (2, 1, 0), (-1, 0, 1)])
-def test_permute(order):
-  check(Tensor(A24).permute(order), A24.transpose(order))
-  check(Tensor(A24).permute(*order), A24.transpose(order))
-
-
-def test_transpose_and_T():
-  check(Tensor(A24).transpose(0, 2), np.swapaxes(A24, 0, 2))
-  check(Tensor(A24).transpose(), np.swapaxes(A24, -2, -1))
-  check(Tensor(A24).transpose(-1, 0), np.swapaxes(A24, -1, 0))
-  check(Tensor(X34).T, X34.T)
-  check(Tensor(A24).T, A24.T)
-
-
-def test_expand_and_broadcast_to():
-  x = np.arange(3, dtype=np.float32).reshape(3, 1)
-  check(Tensor(x).expand(3, 4), np.broadcast_to(x, (3, 4)))
-  check(Tensor(x).expand(2, 3, 4), np.broadcast_to(x, (2, 3, 4)))
-  check(Tensor(x).expand(-1, 5), np.broadcast_to(x, (3, 5)))
-  check(Tensor(x).broadcast_to((2, 3, 4)), np.broadcast_to(x, (2, 3, 4)))
-  check(Tensor(3.0).expand(2, 2), np.full((2, 2), 3.0))
-
-
-def test_squeeze_unsqueeze_flatten():
-  x = np.arange(6, dtype=np.float32).reshape(1, 3, 1, 2)
-  check(Tensor(x).squeeze(), x.squeeze())
-  check(Tensor(x).squeeze(0), x.squeeze(0))
-  check(Tensor(x).squeeze(-2), x.squeeze(-2))
-  check(Tensor(x).squeeze(1), x)   # not of size 1: unchanged, as in torch
-  check(Tensor(X34).unsqueeze(0), X34[None])
-  check(Tensor(X34).unsqueeze(1), X34[:, None])
-  check(Tensor(X34).unsqueeze(-1), X34[..., None])
-  check(Tensor(X34).unsqueeze(2), X34[:, :, None])
-  check(Tensor(A24).flatten(), A24.reshape(-1))
-  check(Tensor(A24).flatten(1), A24.reshape(2, 12))
-  check(Tensor(A24).flatten(0, 1), A24.reshape(6, 4))
-  check(Tensor(3.0).flatten(), [3.0])
-
-
-def test_shrink():
-  check(Tensor(A24).shrink(((0, 1), (1, 3), (0, 4))), A24[0:1, 1:3, 0:4])
-  check(Tensor(A24).shrink((None, (2, 3), (1, 2))), A24[:, 2:3, 1:2])
-  check(Tensor(A24).shrink((None, (1, 1), None)), A24[:, 1:1, :])
-
-
-@pytest.mark.parametrize("pads, value", [
-  (((1, 2), (0, 1)), 0.0), (((0, 0), (3, 0)), 0.0), (((1, 1), (1, 1)), -2.5), ((None, (2, 2)), 1.0),
-  (((-1, 0), (1, -2)), 0.0), (((-1, 1), (-1, -1)), 4.0), (((0, -3), None), 0.0),
-])
-def test_pad_like_numpy_pad_with_negative_pads_cropping(pads, value):
-  full = tuple((0, 0) if p is None else p for p in pads)
-  crop = tuple(slice(max(0, -b), X34.shape[i] - max(0, -a)) for i, (b, a) in enumerate(full))
-  grow = tuple((max(0, b), max(0, a)) for b, a in full)
-  expected = np.pad(X34[crop], grow, constant_values=value)
-  check(Tensor(X34).pad(pads, value=value), expected)
-
-
-def test_pad_on_ints_and_bools():
-  check(Tensor(I34).pad(((1, 0), (0, 2)), value=7), np.pad(I34, ((1, 0), (0, 2)), constant_values=7), dtype=dtypes.i32)
-  m = X34 > 0
-  check(Tensor(m).pad(((1, 1), (0, 0))), np.pad(m, ((1, 1), (0, 0))), dtype=dtypes.bool)
-
-
-@pytest.mark.parametrize("axis", [0, 1, -1, (0, 2), (0, 1, 2)])
-def test_flip(axis):
-  check(Tensor(A24).flip(axis), np.flip(A24, axis))
-
-
-def test_cat_with_equal_and_unequal_sizes():
-  a, b, c = A24, A24 * 2, np.ones((2, 1, 4), np.float32)
-  check(Tensor.cat(Tensor(a), Tensor(b), dim=1), np.concatenate([a, b], 1))
-  check(Tensor(a).cat(Tensor(b), dim=1), np.concatenate([a, b], 1))
-  check(Tensor(a).cat(Tensor(c), dim=1), np.concatenate([a, c], 1))
-  check(Tensor.cat(Tensor(c), Tensor(a), Tensor(c), dim=-2), np.concatenate([c, a, c], -2))
-  check(Tensor.cat(Tensor(a), Tensor(b)), np.concatenate([a, b], 0))
-  check(Tensor.cat(Tensor(a), Tensor(b), dim=2), np.concatenate([a, b], 2))
-  check(Tensor.cat(Tensor(I34), Tensor(I34[:1])), np.concatenate([I34, I34[:1]]), dtype=dtypes.i32)
-  check(Tensor.cat(Tensor(I34), Tensor(X34), dim=1), np.concatenate([I34, X34], 1), dtype=dtypes.f32)
-
-
-@pytest.mark.parametrize("dim", [0, 1, 2, -1, 3])
-def test_stack(dim):
-  a, b, c = A24, A24 + 100, -A24
-  check(Tensor.stack(Tensor(a), Tensor(b), Tensor(c), dim=dim), np.stack([a, b, c], axis=dim))
-  check(Tensor(a).stack(Tensor(b), dim=dim), np.stack([a, b], axis=dim))
-
-
-def test_split_and_chunk():
-  parts = Tensor(A24).split(2, dim=2)
-  for p, e in zip(parts, np.split(A24, 2, axis=2)): check(p, e)
-  parts = Tensor(A24).split([1, 2], dim=1)
-  assert [p.shape for p in parts] == [(2, 1, 4), (2, 2, 4)]
-  for p, e in zip(parts, np.split(A24, [1], axis=1)): check(p, e)
-  parts = Tensor(np.arange(7, dtype=np.float32)).split(3)
-  assert [p.tolist() for p in parts] == [[0, 1, 2], [3, 4, 5], [6]]
-  parts = Tensor(np.arange(7, dtype=np.float32)).chunk(3)   # torch.chunk: pieces of ceil(7/3)
-  assert [p.tolist() for p in parts] == [[0, 1, 2], [3, 4, 5], [6]]
-  parts = Tensor(A24).chunk(2, dim=-1)
-  for p, e in zip(parts, np.split(A24, 2, axis=-1)): check(p, e)
-
-
-@pytest.mark.parametrize("reps", [(2, 1, 1), (1, 2, 3), (2, 2, 2, 1), (3, 1, 1, 1)])
-def test_repeat_tiles_like_numpy_tile(reps):
-  check(Tensor(A24).repeat(reps), np.tile(A24, reps))
-  check(Tensor(A24).repeat(*reps), np.tile(A24, reps))
-
-
-# ---- indexing -------------------------------------------------------------------------------------------------------
-
-B = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
-IDX = [
-  (1,), (-1,), (1, 2), (-1, -2, -3), (slice(1, 3),), (slice(None, None, 2),), (slice(None, None, -1),), (slice(3, 0, -2),),
-  (slice(None), slice(4, None, -3)), (slice(5, 1),), (slice(-2, None),), (None,), (None, 1, None), (Ellipsis, 2), (Ellipsis,),
-  (1, Ellipsis, None), (slice(None), None, slice(1, 3)), (slice(10, 20),), (slice(-100, 100, 3),), (slice(1, -1), slice(None), 0),
-  (0, slice(None, None, -1), slice(1, None, 4)),
-  ([0, 2],), ([-1, 0, 0],), (slice(None), [4, 0, 1]), (Ellipsis, [5, -6]), ([0, 2], [1, 3]), ([[0], [3]], [1, 2, 4]),
-  ([0, 2], slice(None), [1, 3]), (slice(None), [1, 3], [0, 5]), ([1, 2], None, [0, 1]), (slice(1, 3), [[0, 1], [2, 3]]),
-  ([0, 1], slice(None, None, -2), [[2], [3]]), (None, [1], slice(None), [2, 3]), (slice(None), slice(None), [[0, 1], [5, 4]]),
-]
-
-
-def _idx_id(idx) -> str: return ",".join(":" if i == slice(None) else repr(i) for i in idx).replace(" ", "")
-
-
-@pytest.mark.parametrize("idx", IDX, ids=_idx_id)
-def test_indexing_matches_numpy(idx):
-  check(Tensor(B)[idx if len(idx) > 1 else idx[0]], B[idx])
-
-
-def test_indexing_with_integer_tensors_and_numpy_arrays():
-  check(Tensor(B)[Tensor([0, 3])], B[[0, 3]])
-  check(Tensor(B)[Tensor([[1, -1]]), 2], B[[[1, -1]], 2])
-  check(Tensor(B)[:, Tensor([0, 4]), Tensor([[1], [5]])], B[:, [0, 4], [[1], [5]]])
-  check(Tensor(B)[np.array([2, 1])], B[np.array([2, 1])])
-  check(Tensor(I34)[Tensor([2, 0])], I34[[2, 0]], dtype=dtypes.i32)
-  m = B > 50
-  check(Tensor(m)[Tensor([3, 0]), 1], m[[3, 0], 1], dtype=dtypes.bool)
-
-
-def test_an_int_beside_index_tensors_selects_first_like_torch():
-  # NumPy counts an int as an advanced index, so B[0, :, [1, 2]] moves the gathered axis first (shape (2, 5)); torch
-  # and uopc select with the int first and index what is left, so the axes stay in order
-  check(Tensor(B)[0, :, [1, 2]], B[0][:, [1, 2]])
-  check(Tensor(B)[[1, 2], :, 3], B[:, :, 3][[1, 2], :])
-  check(Tensor(B)[:, [1, 2], 0], B[:, [1, 2], 0])   # adjacent: NumPy agrees
-
-
-def _random_index(rng: np.random.Generator, shape: tuple[int, ...]) -> tuple:
-  idx, axis, used_ellipsis = [], 0, False
-  while axis < len(shape) and rng.random() < 0.8:
-    n, r = shape[axis], rng.random()
-    if r < 0.1: idx.append(None); continue
-    if r < 0.17 and not used_ellipsis:
-      idx.append(Ellipsis); used_ellipsis = True
-      axis = len(shape) - int(rng.integers(0, len(shape) - axis + 1))   # the Ellipsis stands for some of the axes left
-      continue
-    if r < 0.35: idx.append(int(rng.integers(-n, n)))
-    elif r < 0.6:
-      pick = lambda: None if rng.random() < 0.3 else int(rng.integers(-n - 2, n + 3))
-      step = None if rng.random() < 0.3 else int(rng.choice([1, 2, 3, -1, -2, -3]))
-      idx.append(slice(pick(), pick(), step))
-    else:
-      ishape = [(), (2,), (3,), (2, 1), (1, 3)][rng.integers(0, 5)]
-      idx.append(rng.integers(-n, n, ishape).tolist() if ishape else [int(rng.integers(-n, n))])
-    axis += 1
-  return tuple(idx)
-
-
-def _numpy_oracle(x: np.ndarray, idx: tuple) -> np.ndarray:
-  """x[idx] in NumPy; when ints and index arrays are mixed, ints select first (torch's rule, see the test above)."""
-  if not (any(isinstance(i, int) for i in idx) and any(isinstance(i, list) for i in idx)): return x[idx]
-  n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
-  full = []
-  for i in idx: full.extend([slice(None)] * (x.ndim - n_real) if i is Ellipsis else [i])
-  full += [slice(None)] * (x.ndim - n_real) if Ellipsis not in idx else []
-  first = tuple(i if isinstance(i, int) else slice(None) for i in full if i is not None)
-  return x[first][tuple(i for i in full if not isinstance(i, int))]
-
-
-@pytest.mark.parametrize("seed", range(48))
-def test_random_index_tuples_match_numpy(seed):
-  rng = np.random.default_rng(seed)
-  shape = [(4, 5, 6), (3, 4), (2, 3, 2, 3)][seed % 3]
-  x = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
-  while True:
-    idx = _random_index(rng, shape)
-    try: expected = _numpy_oracle(x, idx)
-    except IndexError: continue   # index arrays that don't broadcast together: draw again
-    break
-  check(Tensor(x)[idx], expected)
-
-
-# ---- linear algebra and nn ------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("sa, sb", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
-                                    ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((2, 3, 4), (4,)), ((4,), (2, 4, 5)), ((1, 1), (1, 1))])
-def test_matmul_matches_numpy(sa, sb):
-  a = RNG.standard_normal(sa).astype(np.float32)
-  b = RNG.standard_normal(sb).astype(np.float32)
-  check(Tensor(a) @ Tensor(b), a @ b, rtol=1e-5, atol=1e-5)
-  check(Tensor(a).matmul(Tensor(b)), a @ b, rtol=1e-5, atol=1e-5)
-
-
-def test_matmul_on_ints_and_mixed_dtypes():
-  a, b = I34, I34.T.copy()
-  check(Tensor(a) @ Tensor(b), a @ b, dtype=dtypes.i32)
-  check(Tensor(a) @ Tensor(X34.T.copy()), a @ X34.T, rtol=1e-5, atol=1e-5, dtype=dtypes.f32)
-  check(Tensor(X34) @ X34.T, X34 @ X34.T, rtol=1e-5, atol=1e-5)
-
-
-def test_linear_uses_weight_out_by_in():
-  x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
-  w, b = RNG.standard_normal((5, 4)).astype(np.float32), RNG.standard_normal(5).astype(np.float32)
-  check(Tensor(x).linear(Tensor(w)), x @ w.T, rtol=1e-5, atol=1e-5)
-  check(Tensor(x).linear(Tensor(w), Tensor(b)), x @ w.T + b, rtol=1e-5, atol=1e-5)
-
-
-def conv2d_ref(x, w, b=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-  """Cross-correlation by direct loops over the output pixels, as torch.nn.functional.conv2d defines it."""
-  N, C, H, W = x.shape
-  O, Cg, KH, KW = w.shape
-  (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-  xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-  Ho, Wo = (H + 2 * ph - dh * (KH - 1) - 1) // sh + 1, (W + 2 * pw - dw * (KW - 1) - 1) // sw + 1
-  out = np.zeros((N, O, Ho, Wo), np.float64)
-  per_group = O // groups
-  for o in range(O):
-    g = o // per_group
-    for i in range(Ho):
-      for j in range(Wo):
-        patch = xp[:, g * Cg:(g + 1) * Cg, i * sh:i * sh + dh * (KH - 1) + 1:dh, j * sw:j * sw + dw * (KW - 1) + 1:dw]
-        out[:, o, i, j] = (patch * w[o]).sum((1, 2, 3))
-  return out + b.reshape(1, O, 1, 1) if b is not None else out
-
-
-@pytest.mark.parametrize("wshape, kw", [
-  ((6, 4, 3, 3), {}), ((6, 4, 3, 3), {"stride": 2, "padding": 1}), ((6, 4, 3, 3), {"dilation": 2}),
-  ((6, 2, 3, 3), {"groups": 2}), ((4, 1, 3, 3), {"groups": 4, "padding": 1}), ((6, 4, 2, 3), {"stride": (2, 1), "padding": (1, 0)}),
-  ((5, 4, 1, 1), {}), ((6, 2, 3, 2), {"groups": 2, "stride": 2, "dilation": (1, 2), "padding": 2}), ((3, 4, 7, 6), {}),
-])
-@pytest.mark.parametrize("bias", [False, True])
-def test_conv2d_matches_a_direct_loop(wshape, kw, bias):
-  x = RNG.standard_normal((2, 4, 7, 6)).astype(np.float32)
-  w = RNG.standard_normal(wshape).astype(np.float32)
-  b = RNG.standard_normal(wshape[0]).astype(np.float32) if bias else None
-  pair = lambda v: (v, v) if isinstance(v, int) else v
-  ref = conv2d_ref(x, w, b, pair(kw.get("stride", 1)), pair(kw.get("padding", 0)), pair(kw.get("dilation", 1)), kw.get("groups", 1))
-  got = Tensor(x).conv2d(Tensor(w), Tensor(b) if bias else None, **kw)
-  check(got, ref, rtol=1e-4, atol=1e-4)
-
-
-def pool_ref(x, kernel, stride, padding, reduce, pad_value):
-  (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
-  xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=pad_value)
-  Ho, Wo = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
-  out = np.zeros(x.shape[:2] + (Ho, Wo), np.float64)
-  for i in range(Ho):
-    for j in range(Wo): out[:, :, i, j] = reduce(xp[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw], axis=(2, 3))
-  return out
-
-
-@pytest.mark.parametrize("kernel, stride, padding", [(2, None, 0), (3, 2, 1), ((2, 3), (1, 2), 0), (3, 1, 0), (2, 3, (1, 0))])
-def test_pooling_matches_a_direct_loop(kernel, stride, padding):
-  x = RNG.standard_normal((2, 3, 7, 6)).astype(np.float32)
-  pair = lambda v: (v, v) if isinstance(v, int) else v
-  k, s, p = pair(kernel), pair(stride if stride is not None else kernel), pair(padding)
-  check(Tensor(x).max_pool2d(kernel, stride, padding), pool_ref(x, k, s, p, np.max, -np.inf))
-  # avg counts the zero padding in the window, as torch's default count_include_pad=True
-  check(Tensor(x).avg_pool2d(kernel, stride, padding), pool_ref(x, k, s, p, np.mean, 0.0), rtol=1e-5, atol=1e-6)
-
-
-def np_log_softmax(x, axis):
-  s = x - x.max(axis, keepdims=True)
-  return s - np.log(np.exp(s).sum(axis, keepdims=True))
-
-
-@pytest.mark.parametrize("axis", [-1, 0, 1])
-def test_softmax_and_log_softmax(axis):
-  x = X234 * 5
-  check(Tensor(x).softmax(axis), np.exp(np_log_softmax(x.astype(np.float64), axis)), rtol=1e-5, atol=1e-7)
-  check(Tensor(x).log_softmax(axis), np_log_softmax(x.astype(np.float64), axis), rtol=1e-5, atol=1e-5)
-
-
-def test_softmax_is_stable_for_large_logits():
-  x = np.array([[1000.0, 1001.0, 1002.0], [-1000.0, -1000.0, -1000.0]], np.float32)
-  check(Tensor(x).softmax(), np.exp(np_log_softmax(x.astype(np.float64), -1)), rtol=1e-5, atol=1e-7)
-  check(Tensor(x).log_softmax(), np_log_softmax(x.astype(np.float64), -1), rtol=1e-5, atol=1e-5)
-
-
-def cross_entropy_ref(logits, target, reduction="mean", ignore_index=-100, label_smoothing=0.0):
-  C = logits.shape[1]
-  logp = np_log_softmax(logits.astype(np.float64), 1)
-  keep = target != ignore_index
-  q = np.eye(C)[np.where(keep, target, 0)] * (1 - label_smoothing) + label_smoothing / C
-  nll = -(logp * q).sum(1) * keep
-  if reduction == "none": return nll
-  if reduction == "sum": return nll.sum()
-  return nll.sum() / keep.sum()
-
-
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("ignore, smoothing", [(False, 0.0), (True, 0.0), (False, 0.1), (True, 0.2)])
-def test_cross_entropy_matches_the_formula(reduction, ignore, smoothing):
-  logits = RNG.standard_normal((6, 5)).astype(np.float32) * 3
-  target = np.array([0, 4, 2, 2, 1, 3], np.int32)
-  kw = {"reduction": reduction, "label_smoothing": smoothing}
-  if ignore:
-    target[[1, 4]] = -1
-    kw["ignore_index"] = -1
-  check(Tensor(logits).cross_entropy(Tensor(target), **kw), cross_entropy_ref(logits, target, **kw), rtol=1e-5, atol=1e-6)
-
-
-def test_cross_entropy_ignores_minus_100_by_default_and_takes_spatial_logits():
-  logits = RNG.standard_normal((2, 4, 3)).astype(np.float32)   # (N, C, d)
-  target = np.array([[0, 3, -100], [1, 1, 2]], np.int32)
-  flat_logits = logits.transpose(0, 2, 1).reshape(-1, 4)
-  check(Tensor(logits).cross_entropy(Tensor(target)), cross_entropy_ref(flat_logits, target.reshape(-1)), rtol=1e-5)
-  check(Tensor(logits).cross_entropy(Tensor(target), reduction="none"),
-        cross_entropy_ref(flat_logits, target.reshape(-1), reduction="none").reshape(2, 3), rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("axis", [-1, (1, 2)])
-def test_layernorm_normalizes_without_affine(axis):
-  x = X234 * 3 + 1
-  mean = x.mean(axis, keepdims=True)
-  expected = (x - mean) / np.sqrt(x.var(axis, keepdims=True) + 1e-5)
-  check(Tensor(x).layernorm(axis), expected, rtol=1e-4, atol=1e-5)
-  check(Tensor(x).layernorm(axis, eps=1.0), (x - mean) / np.sqrt(x.var(axis, keepdims=True) + 1.0), rtol=1e-4, atol=1e-5)
-
-
-def test_embedding_picks_rows_of_the_weight():
-  weight = RNG.standard_normal((5, 4)).astype(np.float32)
-  idx = np.array([[0, 3], [2, 2], [4, 1]], np.int32)
-  check(Tensor(idx).embedding(Tensor(weight)), weight[idx])
-  check(Tensor([1, 0, 4]).embedding(Tensor(weight)), weight[[1, 0, 4]])
-
-
-def test_dropout():
-  x = Tensor(np.ones((40, 50), np.float32))
-  check(x.dropout(0.0), np.ones((40, 50)))
-  check(x.dropout(0.5, training=False), np.ones((40, 50)))
-  check(x.dropout(1.0), np.zeros((40, 50)))
-  Tensor.manual_seed(3)
-  d = x.dropout(0.5).numpy()
-  assert set(np.unique(d).tolist()) <= {0.0, 2.0}
-  assert 0.4 < (d == 0).mean() < 0.6
-  d = Tensor(np.full((40, 50), 3.0, np.float32)).dropout(0.25).numpy()
-  assert set(np.unique(d).tolist()) <= {0.0, 4.0} and 0.15 < (d == 0).mean() < 0.35
-
-
-def attention_ref(q, k, v, is_causal=False, mask=None):
-  s = q.astype(np.float64) @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
-  if is_causal: s = np.where(np.tril(np.ones((q.shape[-2], k.shape[-2]), bool)), s, -np.inf)
-  if mask is not None: s = np.where(mask, s, -np.inf)
-  return np.exp(np_log_softmax(s, -1)) @ v
-
-
-@pytest.mark.parametrize("L, S", [(5, 5), (4, 6)])
-@pytest.mark.parametrize("is_causal", [False, True])
-def test_scaled_dot_product_attention(L, S, is_causal):
-  q = RNG.standard_normal((2, 3, L, 4)).astype(np.float32)
-  k = RNG.standard_normal((2, 3, S, 4)).astype(np.float32)
-  v = RNG.standard_normal((2, 3, S, 3)).astype(np.float32)
-  got = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=is_causal)
-  check(got, attention_ref(q, k, v, is_causal), rtol=1e-4, atol=1e-5)
-
-
-def test_scaled_dot_product_attention_with_a_boolean_mask():
-  q, k, v = (RNG.standard_normal((2, 4, 3)).astype(np.float32) for _ in range(3))
-  mask = np.array([[True, False, True, True], [True, True, False, False], [False, True, True, True], [True, True, True, False]])
-  got = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=Tensor(mask))
-  check(got, attention_ref(q, k, v, mask=mask), rtol=1e-4, atol=1e-5)
 
 
 # ---- errors name the shapes -----------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ UNARY = {
   "sigmoid": (lambda x: x.sigmoid(), torch.sigmoid, randn),
   "relu": (lambda x: x.relu(), torch.relu, randn),
   "leaky_relu": (lambda x: x.leaky_relu(0.1), lambda t: F.leaky_relu(t, 0.1), randn),
-  "gelu": (lambda x: x.gelu(), lambda t: F.gelu(t, approximate="tanh"), randn),   # uopc's gelu is the tanh form (DESIGN 6.2)
+  "gelu": (lambda x: x.gelu(), lambda t: F.gelu(t, approximate="tanh"), randn),   # uopc's gelu is the tanh form by default
   "silu": (lambda x: x.silu(), F.silu, randn),
   "abs": (lambda x: x.abs(), torch.abs, away_from_zero),
   "square": (lambda x: x.square(), torch.square, randn),

@@ -47,10 +47,9 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 from uopc.dtype import DType, dtypes
 from uopc.runtime import Buffer, debug_level, np_dtype
-from uopc.uop import Ops
-from uopc.tensor import Tensor, JitError, Capture, capturing, name_buffer, named, realize_lazy_state, _realized, _storage, _names
+from uopc.tensor import Tensor, JitError
+from uopc.tensor.capture import Capture, capturing, name_buffer, named, buffer_of, is_realized, realize_lazy_state, grad_leaves, generator
 
-_RESHAPE, _BUFFER = Ops.RESHAPE, Ops.BUFFER
 MAX_CAPTURES = 8   # captures one function keeps (one per aliasing and gradient case); more means the calls differ too much
 
 
@@ -109,7 +108,7 @@ def _realize_all(ts: list[Tensor]) -> None:
   """Realize the tensors, in one schedule per device (so they share work), each into a buffer of its own."""
   by_device: dict[str, list[Tensor]] = {}
   for t in ts:
-    if not _realized(t.uop): by_device.setdefault(t.device, []).append(t)
+    if not is_realized(t.uop): by_device.setdefault(t.device, []).append(t)
   for group in by_device.values(): group[0].realize(*group[1:])
 
 
@@ -150,7 +149,7 @@ class _Held:
     if sys.getrefcount(self.uop) > _UOP_REFS + len(self.views): return False
     for v in self.views.values():
       if sys.getrefcount(v) > _VIEW_REFS: return False
-    return not (_names and named(self.buffer))
+    return not named(self.buffer)
 
 
 @dataclass
@@ -210,34 +209,34 @@ class JitFunction:
   def _run(self, args: tuple, kwargs: dict, tensors: list[Tensor], cap: Capture, before: list[Tensor] | None = None):
     """Run the function under `cap`, then realize what it returns, every tensor it assigned and every .grad it set, in one
     schedule: state left lazy would be computed inside the next call's kernels (and a capture would bake it in)."""
-    grads = {id(t): t.grad for t in _leaves()}
+    grads = {id(t): t.grad for t in grad_leaves()}
     with cap:
       out = self.fn(*args, **kwargs)
       todo = _out_tensors(out) + [t for t, _ in cap.assigned]
-      todo += [t.grad for t in _leaves() if t.grad is not None and t.grad is not grads.get(id(t))]
+      todo += [t.grad for t in grad_leaves() if t.grad is not None and t.grad is not grads.get(id(t))]
       if before is not None:   # a capture also realizes the tensors the call made and left somewhere visible
         gc.collect()
         seen = {id(t) for t in before}
-        todo += [t for t in _live_tensors() if id(t) not in seen and not _realized(t.uop)]
+        todo += [t for t in _live_tensors() if id(t) not in seen and not is_realized(t.uop)]
       _realize_all(todo)
     return out
 
   # ---- capture
   def _capture(self, args: tuple, kwargs: dict, tensors: list[Tensor], others: tuple, objects: list):
     before = _live_tensors()                   # held (strongly) until the capture is built: no id is reused meanwhile
-    leaves = _leaves()
+    leaves = grad_leaves()
     grad_before = {id(t): t.grad for t in leaves}
     arg_index = {id(t): k for k, t in enumerate(tensors)}
     def place(t: Tensor, attr: str | None = None) -> tuple:
       return ("arg", arg_index[id(t)], attr) if id(t) in arg_index else ("obj", weakref.ref(t), attr)
     holders: dict[int, list[tuple]] = {}       # id(Buffer) -> the places that held it when the call began
     for k, t in enumerate(tensors):
-      if (b := t._buffer()) is not None: holders.setdefault(id(b), []).append(("arg", k, None))
+      if (b := buffer_of(t.uop)) is not None: holders.setdefault(id(b), []).append(("arg", k, None))
     grad_objects = {id(t.grad) for t in leaves if t.grad is not None}
     for t in leaves:
-      if t.grad is not None and (b := t.grad._buffer()) is not None: holders.setdefault(id(b), []).append(place(t, "grad"))
+      if t.grad is not None and (b := buffer_of(t.grad.uop)) is not None: holders.setdefault(id(b), []).append(place(t, "grad"))
     for t in before:
-      if id(t) not in arg_index and id(t) not in grad_objects and (b := t._buffer()) is not None:
+      if id(t) not in arg_index and id(t) not in grad_objects and (b := buffer_of(t.uop)) is not None:
         holders.setdefault(id(b), []).append(place(t))
 
     cap = Capture(strict=True)
@@ -264,20 +263,20 @@ class JitFunction:
     for t, _ in cap.assigned:
       if id(t) in shown or t.numel() == 0: continue
       shown[id(t)] = place(t)
-      publish.append((shown[id(t)], slot(t._buffer()), t.shape))
-    for t in _leaves():
+      publish.append((shown[id(t)], slot(buffer_of(t.uop)), t.shape))
+    for t in grad_leaves():
       if id(t) not in grad_before or t.grad is grad_before[id(t)]: continue
       grad_guards.append((place(t), grad_before[id(t)] is None))
       if t.grad is None: publish.append((place(t, "grad"), None, t.shape))
       elif t.grad.numel():
         shown[id(t.grad)] = place(t, "grad")
-        publish.append((shown[id(t.grad)], slot(t.grad._buffer()), t.shape))
+        publish.append((shown[id(t.grad)], slot(buffer_of(t.grad.uop)), t.shape))
     outs = _out_tensors(out)
     out_ids = {id(t) for t in outs}
     live = _live_tensors()
     containers = _containers(out) | {id(outs), id(live), id(before)}   # and this function's own lists
     for t in live:
-      if id(t) in shown or (b := t._buffer()) is None or slots.get(id(b)) not in written: continue
+      if id(t) in shown or (b := buffer_of(t.uop)) is None or slots.get(id(b)) not in written: continue
       if id(t) in out_ids and not _held_elsewhere(t, containers): continue   # returned only: a replay returns a new tensor
       shown[id(t)] = place(t)
       publish.append((shown[id(t)], slots[id(b)], t.shape))
@@ -285,7 +284,7 @@ class JitFunction:
       if id(t) in arg_index: return _Out("arg", arg_index[id(t)])
       if id(t) in shown: return _Out("place", shown[id(t)])
       if t.numel() == 0: return _Out("empty", (t.shape, t.dtype, t.device))
-      return _Out("slot", (slot(t._buffer()), t.shape, t.device))
+      return _Out("slot", (slot(buffer_of(t.uop)), t.shape, t.device))
     template = _rebuild(out, out_spec)
 
     # how each slot is bound at a replay: read from where its value lives now, fixed, or a buffer of the plan's own
@@ -321,10 +320,7 @@ class JitFunction:
       found = None
       for p in places:
         if (t := _resolve(p, tensors)) is None: continue
-        u = t.uop
-        base = u.src[0] if u.op is _RESHAPE else u
-        if base.op is not _BUFFER or (b := _storage.get(base)) is None or b.size != size:
-          b = t.realize()._buffer()                                              # state nobody computed yet
+        if (b := buffer_of(t.uop)) is None or b.size != size: b = buffer_of(t.realize().uop)   # state nobody computed yet
         if found is None: found = b
         elif b is not found: return None      # places that shared one buffer when captured no longer do
       if found is None: return None           # every tensor that held the value is gone (or a .grad read is None now)
@@ -343,7 +339,7 @@ class JitFunction:
           break
       else: pool.append(h := _Held(Buffer(backend, size, dtype)))
       held[s], table[s] = h, h.buffer
-    for s, draw, dtype in plan.draws: table[s].copyin(np.asarray(draw(Tensor._rng)).astype(np_dtype(dtype)))
+    for s, draw, dtype in plan.draws: table[s].copyin(np.asarray(draw(generator())).astype(np_dtype(dtype)))
     done = 0
     for at, s, check in plan.checks:   # each check where the capture made it, on the buffer its slot holds now
       _launch(plan.launches[done:at], table)
@@ -364,10 +360,6 @@ class JitFunction:
       s, shape, device = o.value
       return _tensor(view(s, shape), device)
     return _rebuild(plan.out, output, _Out)
-
-
-def _leaves() -> list[Tensor]:
-  return [t for r in list(Tensor._grad_leaves.values()) if (t := r()) is not None]
 
 
 def _tensor(uop, device: str) -> Tensor:

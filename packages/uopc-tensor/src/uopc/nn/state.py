@@ -1,211 +1,18 @@
-"""nn: layers, optimizers and state dicts on top of Tensor.
+"""uopc.nn.state: naming a model's tensors (state dicts) and moving them in and out of safetensors files.
 
-Layers are plain objects whose Tensor attributes are their parameters (PyTorch's layouts and initializations:
-Linear's weight is (out, in), Conv2d's (out, in/groups, kh, kw)); calling one runs its forward. An optimizer
-holds a list of parameters; `step()` computes every update lazily and realizes them in one schedule, so the
-kernels of all parameters (and the forward work they share) run together, and `zero_grad()` clears the grads.
-
-State: `get_state_dict(obj)` walks attributes, lists, tuples and dicts and names each Tensor by its dotted path
+`get_state_dict(obj)` walks attributes, lists, tuples and dicts and names each Tensor by its dotted path
 (`layers.0.weight`); `load_state_dict` checks names and shapes before copying anything in. `safe_save` and
 `safe_load` write and read the safetensors format (an 8-byte little-endian header length, a JSON header of
 dtype/shape/data_offsets per tensor, then the raw little-endian data), with NumPy and json alone, so the files
 interchange with the `safetensors` library.
 """
 from __future__ import annotations
-import json, math, os, stat, struct, tempfile, warnings
+import json, math, os, stat, struct, tempfile
 from pathlib import Path
 from typing import Any
 import numpy as np
-from uopc.tensor import Tensor, TensorError, _check_window_args
+from uopc.tensor import Tensor, TensorError
 
-
-def _sizes(layer: str, **sizes) -> None:
-  """A layer's sizes are non-negative ints (a negative one gave "math domain error" from the initializer's square root)."""
-  for name, v in sizes.items():
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-      raise TensorError(f"{layer}: {name} must be a non-negative int, got {v!r}")
-
-
-def _kaiming_uniform(shape: tuple[int, ...], fan_in: int) -> Tensor:
-  bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
-  return Tensor.uniform(*shape, low=-bound, high=bound, requires_grad=True)
-
-
-class Linear:
-  """y = x @ weight.T + bias, weight (out_features, in_features), both initialized U(-1/sqrt(in), 1/sqrt(in)) as in torch."""
-  def __init__(self, in_features: int, out_features: int, bias: bool = True):
-    _sizes("Linear", in_features=in_features, out_features=out_features)
-    self.weight = _kaiming_uniform((out_features, in_features), in_features)
-    self.bias = _kaiming_uniform((out_features,), in_features) if bias else None
-  def __call__(self, x: Tensor) -> Tensor: return x.linear(self.weight, self.bias)
-
-
-class Embedding:
-  """Rows of weight (num_embeddings, embedding_dim), initialized N(0, 1), picked by integer indices."""
-  def __init__(self, num_embeddings: int, embedding_dim: int):
-    _sizes("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
-    self.weight = Tensor.randn(num_embeddings, embedding_dim, requires_grad=True)
-  def __call__(self, idx: Tensor) -> Tensor: return idx.embedding(self.weight)
-
-
-class LayerNorm:
-  """layernorm over the last len(normalized_shape) axes, then * weight + bias (ones and zeros at first)."""
-  def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True):
-    if not isinstance(normalized_shape, (int, tuple, list)):
-      raise TensorError(f"LayerNorm: normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}")
-    self.shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    _sizes("LayerNorm", **{f"normalized_shape[{i}]": n for i, n in enumerate(self.shape)})
-    self.eps = _hyper("eps", eps)
-    self.weight = Tensor.ones(*self.shape, requires_grad=True) if elementwise_affine else None
-    self.bias = Tensor.zeros(*self.shape, requires_grad=True) if elementwise_affine else None
-  def __call__(self, x: Tensor) -> Tensor:
-    if x.shape[-len(self.shape):] != self.shape: raise TensorError(f"LayerNorm{self.shape} applied to a tensor of shape {x.shape}")
-    y = x.layernorm(tuple(range(-len(self.shape), 0)), self.eps)
-    return y * self.weight + self.bias if self.weight is not None else y
-
-
-class Conv2d:
-  """torch.nn.Conv2d: weight (out, in/groups, kh, kw) and bias initialized U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
-  def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride=1, padding=0, dilation=1,
-               groups: int = 1, bias: bool = True):
-    _sizes("Conv2d", in_channels=in_channels, out_channels=out_channels)
-    _check_window_args("Conv2d", kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, groups=groups)
-    kh, kw = (kernel_size, kernel_size) if not isinstance(kernel_size, (tuple, list)) else kernel_size
-    if in_channels % groups or out_channels % groups:
-      raise TensorError(f"Conv2d: channels {in_channels}->{out_channels} not divisible by groups={groups}")
-    self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-    fan_in = in_channels // groups * kh * kw
-    self.weight = _kaiming_uniform((out_channels, in_channels // groups, kh, kw), fan_in)
-    self.bias = _kaiming_uniform((out_channels,), fan_in) if bias else None
-  def __call__(self, x: Tensor) -> Tensor:
-    return x.conv2d(self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
-
-
-class Dropout:
-  """Zero each element with probability p while `training`, scaling the rest by 1/(1-p)."""
-  def __init__(self, p: float = 0.5):
-    self.p, self.training = p, True
-  def __call__(self, x: Tensor) -> Tensor: return x.dropout(self.p, self.training)
-
-
-# ---- optimizers ------------------------------------------------------------------------------------------------------
-
-class Optimizer:
-  """The parameters and the state of an optimizer are Tensors updated with assign: every step is the same graph over the
-  same tensors, so it compiles once, and uopc.jit can capture a whole training step and replay it. Scalars that change
-  from step to step (the learning rate, Adam's bias corrections) are state tensors too, never python constants baked
-  into a kernel (a new constant is a new kernel structure: a compile every step, and a frozen value in a replay)."""
-  def __init__(self, params: list[Tensor], lr: float):
-    if isinstance(params, Tensor) or not hasattr(params, "__iter__"):
-      raise TensorError(f"an optimizer takes a list of parameters (Tensors), got {type(params).__name__}")
-    _hyper("lr", lr)
-    self.params = list(params)
-    if not self.params: raise TensorError("an optimizer needs at least one parameter")
-    for p in self.params:
-      if not isinstance(p, Tensor): raise TensorError(f"optimizer parameters must be Tensors, got {type(p).__name__}")
-      if not p.requires_grad: p.requires_grad_(True)
-    if len({id(p) for p in self.params}) != len(self.params):   # each copy would be stepped: twice the update (torch warns too)
-      warnings.warn("optimizer: a parameter is given more than once, so each step updates it once per copy", UserWarning, stacklevel=3)
-    self._lr = self._scalar(lr)
-
-  @property
-  def lr(self) -> float: return float(self._lr.item())
-  @lr.setter
-  def lr(self, value: float) -> None: self._lr._write(np.full(self._lr.shape, _hyper("lr", value), np.float32))   # in place: a jit sees it
-
-  def zero_grad(self) -> None:
-    for p in self.params: p.grad = None
-
-  def step(self) -> None:
-    """Apply one update to every parameter with a gradient, all realized in one schedule."""
-    if ts := self.update(): ts[0].realize(*ts[1:])
-
-  def update(self) -> list[Tensor]:
-    """Give every parameter with a gradient its updated value, lazily (nothing runs), and return the tensors a step
-    realizes: the parameters and the optimizer's state. step() is update() and one realize."""
-    todo = [(i, p) for i, p in enumerate(self.params) if p.grad is not None]
-    if not todo: return []
-    state = self._step_state()
-    for i, p in todo:
-      value, own = self._update(i, p, p.grad._stop_gradient())
-      p.assign(value.cast(p.dtype))
-      state += own
-    return [p for _, p in todo] + state
-
-  def _step_state(self) -> list[Tensor]: return []
-  def _update(self, i: int, p: Tensor, g: Tensor) -> tuple[Tensor, list[Tensor]]:
-    raise NotImplementedError
-
-  def _scalar(self, v: float) -> Tensor: return Tensor(np.array(v, dtype=np.float32), device=self.params[0].device)
-  def _zeros(self) -> list[Tensor]: return [Tensor.zeros(*p.shape, device=p.device).realize() for p in self.params]
-
-
-def _hyper(name: str, v, low: float = 0.0, high: float = math.inf) -> float:
-  """A hyperparameter: a number in [low, high) (torch refuses a negative learning rate, a beta of 1, ...)."""
-  if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not low <= v < high:
-    raise TensorError(f"{name} must be a number in [{low}, {high}), got {v!r}")
-  return float(v)
-
-
-class SGD(Optimizer):
-  """p -= lr * v, with v = momentum * v + (g + weight_decay * p) (torch's SGD, nesterov optional)."""
-  def __init__(self, params: list[Tensor], lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False):
-    super().__init__(params, lr)
-    self.momentum, self.weight_decay, self.nesterov = _hyper("momentum", momentum), _hyper("weight_decay", weight_decay), nesterov
-    self.buf = self._zeros() if momentum else []          # torch's first step sets v = g, which is 0 * momentum + g
-
-  def _update(self, i, p, g):
-    if self.weight_decay: g = g + self.weight_decay * p._stop_gradient()
-    state = []
-    if self.momentum:
-      v = self.buf[i].assign(self.buf[i] * self.momentum + g)
-      state.append(v)
-      g = g + self.momentum * v if self.nesterov else v
-    return p._stop_gradient() - self._lr * g, state
-
-
-class Adam(Optimizer):
-  """Adam (weight_decay adds weight_decay * p to the gradient, as torch's Adam); AdamW decays the weights directly.
-  The bias corrections 1/(1 - b**t) come from state kept as 1 - b**t, updated as s*b + (1 - b): no cancellation in
-  1 - 0.999**t for small t, as computing b**t in f32 would give."""
-  decoupled = False
-
-  def __init__(self, params: list[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-               weight_decay: float = 0.0):
-    super().__init__(params, lr)
-    if not isinstance(betas, (tuple, list)) or len(betas) != 2: raise TensorError(f"betas must be a pair of numbers, got {betas!r}")
-    self.b1, self.b2 = _hyper("betas[0]", betas[0], 0.0, 1.0), _hyper("betas[1]", betas[1], 0.0, 1.0)
-    self.eps, self.weight_decay = _hyper("eps", eps), _hyper("weight_decay", weight_decay)
-    self.t = 0
-    self.m, self.v = self._zeros(), self._zeros()
-    self._s1, self._s2 = self._scalar(0.0), self._scalar(0.0)       # 1 - b1**t and 1 - b2**t
-
-  def _step_state(self) -> list[Tensor]:
-    self.t += 1
-    self._s1.assign(self._s1 * self.b1 + (1 - self.b1))
-    self._s2.assign(self._s2 * self.b2 + (1 - self.b2))
-    return [self._s1, self._s2]
-
-  def _update(self, i, p, g):
-    w = p._stop_gradient()
-    if self.weight_decay and not self.decoupled: g = g + self.weight_decay * w
-    if self.weight_decay and self.decoupled: w = w * (1 - self._lr * self.weight_decay)
-    m = self.m[i].assign(self.m[i] * self.b1 + g * (1 - self.b1))
-    v = self.v[i].assign(self.v[i] * self.b2 + g * g * (1 - self.b2))
-    mhat, vhat = m / self._s1, v / self._s2
-    return w - self._lr * mhat / (vhat.sqrt() + self.eps), [m, v]
-
-
-class AdamW(Adam):
-  """Adam with decoupled weight decay: p *= 1 - lr * weight_decay before the Adam step (torch's AdamW, default 0.01)."""
-  decoupled = True
-
-  def __init__(self, params: list[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-               weight_decay: float = 0.01):
-    super().__init__(params, lr, betas, eps, weight_decay)   # (checked by Adam)
-
-
-# ---- state dicts and safetensors ----------------------------------------------------------------------------------------
 
 def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
   """Every Tensor reachable from obj through attributes, lists, tuples and dicts, named by its dotted path."""
@@ -392,7 +199,3 @@ def safe_load(path: str | Path, with_metadata: bool = False) -> dict[str, Tensor
   if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
     raise SafetensorsError(f"{path}: __metadata__ must map strings to strings")
   return out, meta
-
-
-__all__ = ["Linear", "Embedding", "LayerNorm", "Conv2d", "Dropout", "Optimizer", "SGD", "Adam", "AdamW", "get_state_dict",
-           "load_state_dict", "safe_save", "safe_load", "SafetensorsError"]

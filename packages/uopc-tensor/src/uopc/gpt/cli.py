@@ -1,0 +1,187 @@
+"""uopc.gpt.cli: the `uopc gpt` command (train, sample), registered through uopc-tensor's uopc.commands entry point.
+
+    uopc gpt train [--task addition | --data FILE] ...      train, save DIR/model.safetensors and DIR/loss.png
+    uopc gpt sample DIR --prompt "12+34="                    continue a prompt with a trained model
+
+`register` adds the subcommands to uopc's parser; `cmd_train` runs the jitted training step under the learning rate
+schedule, evaluates as it goes and saves a checkpoint and a plot; `cmd_sample` continues a prompt from a checkpoint.
+"""
+from __future__ import annotations
+import argparse, math, os, sys, time
+from pathlib import Path
+import numpy as np
+from uopc.tensor import Tensor, TensorError
+from uopc.jit import jit
+from uopc import nn
+from uopc.gpt.model import GPT, GPTConfig, training_step, generate
+from uopc.gpt.tasks import AdditionTask, TextTask, data_rng, TRAIN_STREAM, VAL_STREAM
+from uopc.gpt.checkpoint import CheckpointError, save, load
+from uopc.gpt.plot import plot_history
+
+
+def _whole(name: str, low: int = 1):
+  def parse(v: str) -> int:
+    try: n = int(v)
+    except ValueError: raise argparse.ArgumentTypeError(f"{name} takes a whole number, got {v!r}") from None
+    if n < low: raise argparse.ArgumentTypeError(f"{name} must be at least {low}, got {n}")
+    return n
+  return parse
+
+
+def learning_rate(peak: float, step: int, total: int) -> float:
+  """The schedule: a linear warmup over the first 5% of the steps (at most 100), then a cosine decay to a tenth."""
+  warm = max(1, min(100, total // 20))
+  if step < warm: return peak * (step + 1) / warm
+  t = (step - warm) / max(1, total - warm)
+  return peak * (0.1 + 0.45 * (1 + math.cos(math.pi * t)))
+
+
+def _number(name: str, low: float, inclusive: bool):
+  def parse(v: str) -> float:
+    try: x = float(v)
+    except ValueError: raise argparse.ArgumentTypeError(f"{name} takes a number, got {v!r}") from None
+    if not math.isfinite(x) or x < low or (x == low and not inclusive):
+      raise argparse.ArgumentTypeError(f"{name} must be {'at least' if inclusive else 'above'} {low:g}, got {v}")
+    return x
+  return parse
+
+
+def cmd_train(args) -> int:
+  if args.device: os.environ["UOPC_DEVICE"] = args.device
+  Tensor.manual_seed(args.seed)
+  history: list = []
+  shape = {k: getattr(args, k) for k in ("layers", "width", "heads", "context")}
+  if args.data and args.digits is not None: raise TensorError(f"--digits {args.digits} is for the addition task, not for --data {args.data}")
+  if args.resume:
+    src = Path(args.resume) / "model.safetensors"
+    ckpt = load(src)
+    model, spec = ckpt.model, ckpt.task
+    for k, v in shape.items():
+      if v is not None and v != getattr(model.cfg, k):
+        raise TensorError(f"--resume {args.resume}: the checkpoint has {k} {getattr(model.cfg, k)}, but --{k} {v} was given")
+    for k in ("digits", "data"):      # a resumed run keeps its task: a different one asked for is an error, not ignored
+      if (v := getattr(args, k)) is not None and v != spec.get(k):
+        learns = f"additions of {spec['digits']}-digit numbers" if spec["task"] == "addition" else f"the text {spec['data']}"
+        raise TensorError(f"--resume {args.resume}: the checkpoint learns {learns}, but --{k} {v} was given")
+    if spec["task"] == "addition": task = AdditionTask(spec["digits"], spec["seed"])
+    else:
+      try: task = TextTask(spec["data"], model.cfg.context, spec["seed"], spec["vocab"])
+      except TensorError as e: raise CheckpointError(f"{src}: its training text can't be read again ({e})") from None
+    if model.cfg.context < task.length - 1:
+      raise CheckpointError(f"{src}: its context {model.cfg.context} is shorter than an example of its task ({task.length - 1} tokens)")
+    start, history = ckpt.step, ckpt.history
+  else:
+    if args.data: task = TextTask(args.data, shape["context"] or 64, args.seed)
+    else: task = AdditionTask(2 if args.digits is None else args.digits, args.seed)
+    context = shape["context"] or (max(16, task.length - 1) if isinstance(task, AdditionTask) else 64)
+    if context < task.length - 1: raise TensorError(f"--context {context} is shorter than an example ({task.length - 1} tokens)")
+    model = GPT(GPTConfig(vocab=len(task.vocab), context=context, layers=shape["layers"] or 2, width=shape["width"] or 128,
+                          heads=shape["heads"] or 4))
+    start = 0
+  peak = args.lr if args.lr is not None else ckpt.lr if args.resume else 3e-3
+  opt = nn.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
+  rng = data_rng(args.seed, TRAIN_STREAM, start)        # a resumed run draws new batches, not the first run's again
+  if args.resume and ckpt.optimizer is None:
+    print(f"uopc: warning: {src} has no optimizer state: AdamW starts afresh (zero moments, bias correction from step 1)", file=sys.stderr)
+  elif args.resume: nn.load_state_dict(opt, ckpt.optimizer, strict=False)
+  out = Path(args.out or args.resume or "gpt-run")
+  out.mkdir(parents=True, exist_ok=True)
+
+  train_step = training_step(model, opt)
+
+  # evaluation: the loss on a fixed held-out batch (both tasks), and for addition the exact-answer accuracy
+  vx, vy = task.batch(data_rng(args.seed, VAL_STREAM), args.batch, "val")
+  val_step = jit(lambda x, y: model.loss(x, y, training=False))
+  addition = isinstance(task, AdditionTask)
+  def evaluate(final: bool = False) -> tuple[float, float | None]:
+    val = float(val_step(Tensor(vx), Tensor(vy)).item())
+    return val, (task.accuracy(model, limit=None if final else 500) if addition else None)
+  every = max(1, args.steps // 10)
+  try: from tqdm import tqdm
+  except ImportError: tqdm = None
+  bar = tqdm(total=args.steps, desc="uopc gpt train", unit="step", file=sys.stderr, dynamic_ncols=True) if tqdm else None
+  tokens_per_step = args.batch * (task.length - 1)          # positions the model reads per step
+  total = start + args.steps
+  t0, loss_value, val, acc = time.perf_counter(), float("nan"), None, None
+  for step in range(start, total):
+    opt.lr = learning_rate(peak, step, total)
+    x, y = task.batch(rng, args.batch)
+    if (y == -100).all():     # its loss is 0/0: a NaN that says nothing about the run, and a step that would spoil the weights
+      if bar is not None: bar.close()
+      raise TensorError(f"the training batch of step {step + 1} has no token to predict ({type(task).__name__} drew {len(y)} examples "
+                        "with every target ignored): nothing to train on")
+    loss_value = float(train_step(Tensor(x), Tensor(y)).item())
+    if not math.isfinite(loss_value):
+      if bar is not None: bar.close()
+      raise TensorError(f"the training loss became {loss_value} at step {step + 1}: the run diverged (try a smaller --lr than {peak:g})")
+    entry = [step + 1, loss_value, None, None]
+    if (step + 1 - start) % every == 0 and step + 1 < total: val, acc = entry[2], entry[3] = evaluate()
+    history.append(entry)
+    rate = (step + 1 - start) * tokens_per_step / max(time.perf_counter() - t0, 1e-9)
+    post = {"loss": f"{loss_value:.4f}"}
+    if val is not None: post["val"] = f"{val:.4f}"
+    if acc is not None: post["acc"] = f"{acc:.1%}"
+    post["tok/s"] = f"{rate:,.0f}"
+    if bar is not None:
+      bar.update(1)
+      bar.set_postfix(post, refresh=False)
+    elif (step + 1 - start) % every == 0: print(f"step {step + 1}: " + ", ".join(f"{k} {v}" for k, v in post.items()), file=sys.stderr)
+  if bar is not None: bar.close()
+  val, acc = evaluate(final=True)
+  if history: history[-1][2:] = [val, acc]
+  save(out / "model.safetensors", model, opt, task, total, history, peak)
+  plot = plot_history(history, out / "loss.png", addition)
+  print(f"saved {out / 'model.safetensors'}" + (f" and the plot {plot}" if plot else " (no plot: matplotlib is not installed)"))
+  what = f"validation loss {val:.4f}"
+  if addition: what += f", accuracy {acc:.1%} on {len(task.heldout)} held-out additions of numbers below {10 ** task.digits}"
+  print(f"final loss {loss_value:.4f}, {what}")
+  return 0
+
+
+def cmd_sample(args) -> int:
+  if args.device: os.environ["UOPC_DEVICE"] = args.device
+  ckpt = load(Path(args.dir) / "model.safetensors")
+  model, spec = ckpt.model, ckpt.task
+  vocab = spec["vocab"]
+  prompt = args.prompt
+  if missing := sorted(set(prompt) - set(vocab)):
+    raise TensorError(f"--prompt has characters the model never saw: {''.join(missing)!r} (its vocabulary: {vocab!r})")
+  if not prompt: raise TensorError("--prompt is empty: give the model something to continue")
+  ids = np.array([[vocab.index(c) for c in prompt]], np.int32)
+  out = generate(model, ids, args.tokens, temperature=args.temperature, top_k=args.top_k, rng=np.random.default_rng(args.seed))[0]
+  text = "".join(vocab[i] for i in out)
+  if spec["task"] == "addition" and "\n" in text: text = text[:text.index("\n")]   # an answer ends with its line
+  print(prompt + text)
+  return 0
+
+
+def register(subparsers) -> None:
+  """The `uopc gpt` subcommands (the uopc.commands entry point of uopc-tensor)."""
+  g = subparsers.add_parser("gpt", help="train a GPT on additions or a text file, and sample from it")
+  sub = g.add_subparsers(dest="gpt_command", metavar="train|sample")
+  t = sub.add_parser("train", help="train a GPT (addition by default, or --data FILE)")
+  t.add_argument("--task", choices=["addition"], default="addition", help="the built-in task (default: addition)")
+  t.add_argument("--data", metavar="FILE", help="train on this UTF-8 text file, character by character, instead")
+  t.add_argument("--digits", type=_whole("--digits"), help="digits of each operand for addition (default 2)")
+  t.add_argument("--steps", type=_whole("--steps"), default=3000, help="training steps (default 3000)")
+  t.add_argument("--batch", type=_whole("--batch"), default=64, help="examples per step (default 64)")
+  t.add_argument("--context", type=_whole("--context"), help="tokens the model sees (default 16 for addition, 64 for text)")
+  t.add_argument("--layers", type=_whole("--layers"), help="transformer blocks (default 2)")
+  t.add_argument("--width", type=_whole("--width"), help="embedding width (default 128)")
+  t.add_argument("--heads", type=_whole("--heads"), help="attention heads (default 4; must divide --width)")
+  t.add_argument("--lr", type=_number("--lr", 0, False), help="peak AdamW learning rate (default 3e-3; warmup, then cosine decay)")
+  t.add_argument("--seed", type=_whole("--seed", 0), default=0, help="seed of the data and the initial weights (default 0)")
+  t.add_argument("--device", help="backend (default: $UOPC_DEVICE, or C)")
+  t.add_argument("--out", metavar="DIR", help="where model.safetensors and loss.png go (default: gpt-run, or the --resume DIR)")
+  t.add_argument("--resume", metavar="DIR", help="continue training the checkpoint in DIR (a fresh AdamW, with a warning, if it has none)")
+  t.set_defaults(func=cmd_train)
+  s = sub.add_parser("sample", help="continue a prompt with a trained GPT")
+  s.add_argument("dir", metavar="DIR", help="the directory `uopc gpt train --out` wrote")
+  s.add_argument("--prompt", default="\n", help='the text to continue (for addition: "12+34=")')
+  s.add_argument("--tokens", type=_whole("--tokens"), default=32, help="tokens to generate (default 32; past the context, a sliding window)")
+  s.add_argument("--temperature", type=_number("--temperature", 0, True), default=0.0, help="0 is greedy (the default); higher is more random")
+  s.add_argument("--top-k", type=_whole("--top-k"), help="sample among the k likeliest tokens only")
+  s.add_argument("--seed", type=_whole("--seed", 0), default=0, help="seed of the sampling (default 0)")
+  s.add_argument("--device", help="backend (default: $UOPC_DEVICE, or C)")
+  s.set_defaults(func=cmd_sample)
+  g.set_defaults(func=lambda args: g.print_help() or 2)

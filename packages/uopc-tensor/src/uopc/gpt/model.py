@@ -1,0 +1,219 @@
+"""uopc.gpt.model: the course GPT, a decoder-only transformer built from Tensor ops, and how it generates.
+
+    GPT(GPTConfig(vocab=65, context=64, layers=2, width=128, heads=4))(tokens) -> logits (B, T, vocab)
+
+The model: token and position embeddings, then `layers` pre-LayerNorm blocks (causal self-attention, then a GELU MLP
+four times as wide, each added back to the residual stream), a final LayerNorm and the head (its own weights, or the
+token embedding's when the head is tied). Everything is ordinary Tensor code, so the forward pass, its gradients and
+the optimizer step are shaped UOp graphs that kernelize and compile like any other; the training step is captured
+once by uopc.jit and replayed (`training_step`).
+
+Generation is incremental: `GPT.decode` feeds one token per sequence and keeps each layer's keys and values in a cache
+of the full context (fixed shapes: the new position is a one-hot row and attention masks the positions not written
+yet), so a token costs one position's work and the step is a jit replay. Past the context it goes on with a sliding
+window, as nanoGPT does: each new token is conditioned on the last `context` tokens, each at its place in the window.
+The window's position embeddings move with every token, so no cached key or value stays valid: `GPT.window_logits` is
+a full forward pass of the window (a jit replay too), the cache rebuilt in effect. `generate` drives both.
+
+State dict names are stable (`wte.weight`, `blocks.0.attn.weight`, `lnf.bias`, `head.weight`, ...): the attribute
+paths nn.get_state_dict walks; `parameter_shapes` lists them from a config alone.
+"""
+from __future__ import annotations
+import math
+from dataclasses import dataclass
+import numpy as np
+from uopc.tensor import Tensor, TensorError
+from uopc.jit import jit
+from uopc import nn
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+  vocab: int = 65
+  context: int = 64
+  layers: int = 2
+  width: int = 128
+  heads: int = 4
+  dropout: float = 0.0
+  tied_head: bool = False       # the head reuses the token embedding's weight
+
+  def __post_init__(self):
+    for name in ("vocab", "context", "layers", "width", "heads"):
+      v = getattr(self, name)
+      if type(v) is not int or v < 1: raise TensorError(f"GPTConfig.{name} must be a positive integer, got {v!r}")
+    if self.width % self.heads: raise TensorError(f"GPTConfig: width {self.width} is not divisible by heads {self.heads}")
+    if type(self.dropout) not in (int, float) or not 0 <= self.dropout < 1:
+      raise TensorError(f"GPTConfig.dropout must be a number in [0, 1), got {self.dropout!r}")
+    if type(self.tied_head) is not bool: raise TensorError(f"GPTConfig.tied_head must be True or False, got {self.tied_head!r}")
+
+
+class Block:
+  """x + attn(ln1(x)), then + mlp(ln2(x)): causal multi-head self-attention and a 4x GELU MLP, pre-LayerNorm."""
+  def __init__(self, cfg: GPTConfig):
+    self.cfg = cfg
+    c = cfg.width
+    self.ln1, self.ln2 = nn.LayerNorm(c), nn.LayerNorm(c)
+    self.attn, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)        # q, k and v in one matmul
+    self.fc, self.out = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+
+  def _heads(self, t: Tensor) -> Tensor:   # (B, T, C) -> (B, H, T, C/H)
+    B, T, C = t.shape
+    return t.reshape(B, T, self.cfg.heads, C // self.cfg.heads).transpose(1, 2)
+
+  def _mlp(self, x: Tensor, training: bool) -> Tensor:
+    return x + self.out(self.fc(self.ln2(x)).gelu()).dropout(self.cfg.dropout, training)
+
+  def __call__(self, x: Tensor, training: bool = False) -> Tensor:
+    B, T, C = x.shape
+    q, k, v = (self._heads(t) for t in self.attn(self.ln1(x)).split(C, dim=-1))
+    y = q.scaled_dot_product_attention(k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+    return self._mlp(x + self.proj(y).dropout(self.cfg.dropout, training), training)
+
+  def decode(self, x: Tensor, at: Tensor, seen: Tensor, cache: tuple[Tensor, Tensor]) -> Tensor:
+    """One position per sequence: x (B, 1, C); `at` (1, 1, T, 1) is the position one-hot, `seen` (1, 1, 1, T) the
+    positions written so far (this one included). The new key and value are written into the caches at `at`."""
+    B, _, C = x.shape
+    q, k, v = (self._heads(t) for t in self.attn(self.ln1(x)).split(C, dim=-1))   # (B, H, 1, C/H)
+    K, V = cache
+    K.assign(at.where(k, K))
+    V.assign(at.where(v, V))
+    att = (q @ K.transpose(-1, -2)) * (1 / math.sqrt(C // self.cfg.heads))         # (B, H, 1, T)
+    y = seen.where(att, float("-inf")).softmax(-1) @ V
+    return self._mlp(x + self.proj(y.transpose(1, 2).reshape(B, 1, C)), False)
+
+
+class _Decoders:
+  """Batch size -> (the jitted decode step, its key/value caches), and batch size -> the jitted forward pass of a full
+  window. Scratch, not parameters: a class with __slots__ and no __dict__, so nn.get_state_dict (which walks attributes,
+  lists and dicts) never sees the caches."""
+  __slots__ = ("by_batch", "windows")
+  def __init__(self): self.by_batch, self.windows = {}, {}
+
+
+class GPT:
+  def __init__(self, cfg: GPTConfig):
+    self.cfg = cfg
+    self.wte, self.wpe = nn.Embedding(cfg.vocab, cfg.width), nn.Embedding(cfg.context, cfg.width)
+    for e in (self.wte, self.wpe): e.weight.assign(e.weight * 0.02).realize()      # GPT-2's N(0, 0.02) embeddings
+    self.blocks = [Block(cfg) for _ in range(cfg.layers)]
+    self.lnf = nn.LayerNorm(cfg.width)
+    self.head = None if cfg.tied_head else nn.Linear(cfg.width, cfg.vocab, bias=False)
+    self._decoders = _Decoders()
+
+  def _logits(self, x: Tensor) -> Tensor:
+    x = self.lnf(x)
+    return x.linear(self.wte.weight) if self.head is None else self.head(x)
+
+  def _hidden(self, tokens: Tensor, training: bool) -> Tensor:
+    """The residual stream (B, T, width) after the last block."""
+    if tokens.ndim != 2: raise TensorError(f"GPT takes tokens of shape (batch, time), got {tokens.shape}")
+    T = tokens.shape[1]
+    if T > self.cfg.context: raise TensorError(f"GPT: {T} tokens exceed the context of {self.cfg.context}")
+    pos = Tensor(np.arange(T, dtype=np.int32), device=tokens.device)
+    x = (self.wte(tokens) + self.wpe(pos)).dropout(self.cfg.dropout, training)
+    for block in self.blocks: x = block(x, training)
+    return x
+
+  def __call__(self, tokens: Tensor, training: bool = False) -> Tensor:
+    """Logits (B, T, vocab) for integer tokens (B, T), T <= context."""
+    return self._logits(self._hidden(tokens, training))
+
+  def parameters(self) -> list[Tensor]: return list(nn.get_state_dict(self).values())
+
+  def loss(self, tokens: Tensor, targets: Tensor, training: bool = True) -> Tensor:
+    """Mean cross-entropy of the next-token predictions; a target of -100 is not predicted (a prompt's digits)."""
+    logits = self(tokens, training)
+    return logits.reshape(-1, self.cfg.vocab).cross_entropy(targets.reshape(-1), ignore_index=-100)
+
+  def decode(self, tokens: np.ndarray, position: int) -> np.ndarray:
+    """Logits (B, vocab) for the next token after feeding `tokens` (B,) at `position`, every earlier position of these B
+    sequences having been fed before (in order, from 0). A jit replay per call after the first two of a batch size."""
+    B, T, C = len(tokens), self.cfg.context, self.cfg.width
+    if not 0 <= position < T: raise TensorError(f"GPT.decode: position {position} is outside the context of {T}")
+    decoders = self._decoders.by_batch
+    if B not in decoders:
+      H = self.cfg.heads
+      caches = [(Tensor.zeros(B, H, T, C // H).realize(), Tensor.zeros(B, H, T, C // H).realize()) for _ in self.blocks]
+      def step(tok: Tensor, at: Tensor, seen: Tensor) -> Tensor:
+        x = self.wte(tok) + (at.reshape(1, T) @ self.wpe.weight).reshape(1, 1, C)
+        for block, cache in zip(self.blocks, caches): x = block.decode(x, at.reshape(1, 1, T, 1), seen.reshape(1, 1, 1, T), cache)
+        return self._logits(x).reshape(B, self.cfg.vocab)
+      decoders[B] = (jit(step), caches)
+    step, _ = decoders[B]
+    onehot = np.zeros(T, np.float32)
+    onehot[position] = 1
+    logits = step(Tensor(np.asarray(tokens, np.int32).reshape(B, 1)), Tensor(onehot), Tensor(np.arange(T) <= position))
+    return logits.numpy()
+
+  def window_logits(self, tokens: np.ndarray) -> np.ndarray:
+    """Logits (B, vocab) for the next token after a full window `tokens` (B, context): what generation past the context
+    conditions on. A full forward pass (the head on the last position only), jitted by batch size: sliding the window
+    moves every token's position embedding, so the decode caches can't be shifted, only rebuilt, and this is that."""
+    B, T = np.shape(tokens)
+    if T != self.cfg.context: raise TensorError(f"GPT.window_logits takes a window of the context's {self.cfg.context} tokens, got {T}")
+    windows = self._decoders.windows
+    if B not in windows: windows[B] = jit(lambda t: self._logits(self._hidden(t, False)[:, -1]))
+    return windows[B](Tensor(np.asarray(tokens, np.int32))).numpy()
+
+
+def training_step(model: GPT, opt: nn.Optimizer):
+  """The training step under uopc.jit: (tokens, next tokens) -> the loss, after one step of `opt` (captured on its second
+  call, replayed after that)."""
+  @jit
+  def step(x: Tensor, y: Tensor) -> Tensor:
+    opt.zero_grad()
+    loss = model.loss(x, y)
+    loss.backward()
+    opt.step()
+    return loss
+  return step
+
+
+def parameter_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
+  """The state dict names of GPT(cfg) and their shapes, in its order, from the config alone: load checks a checkpoint's
+  tensors against them before it builds a model (a damaged width of 10**9 must not allocate first)."""
+  c, v = cfg.width, cfg.vocab
+  shapes = {"wte.weight": (v, c), "wpe.weight": (cfg.context, c)}
+  for i in range(cfg.layers):
+    linears = {"attn": (3 * c, c), "proj": (c, c), "fc": (4 * c, c), "out": (c, 4 * c)}      # nn.Linear's (out, in)
+    for name in ("ln1", "ln2", "attn", "proj", "fc", "out"):
+      out_in = linears.get(name, (c,))
+      shapes[f"blocks.{i}.{name}.weight"], shapes[f"blocks.{i}.{name}.bias"] = out_in, out_in[:1]
+  shapes["lnf.weight"], shapes["lnf.bias"] = (c,), (c,)
+  if not cfg.tied_head: shapes["head.weight"] = (v, c)
+  return shapes
+
+
+def parameter_count(cfg: GPTConfig) -> int:
+  """The number of parameters of GPT(cfg), from the config alone."""
+  return sum(math.prod(shape) for shape in parameter_shapes(cfg).values())
+
+
+def generate(model: GPT, prompts: np.ndarray, tokens: int, temperature: float = 1.0, top_k: int | None = None,
+             rng: np.random.Generator | None = None) -> np.ndarray:
+  """`tokens` new tokens after each prompt (B, L) (all prompts the same length). While the sequence fits the context,
+  one position at a time through the decode cache; past it, each token is conditioned on the last `context` tokens (a
+  sliding window, GPT.window_logits), as is a prompt longer than the context. temperature 0 is greedy; top_k keeps the
+  k likeliest tokens before sampling."""
+  if np.ndim(prompts) != 2 or 0 in np.shape(prompts):
+    raise TensorError(f"generate takes prompts of shape (batch, length >= 1), got {np.shape(prompts)}")
+  if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 0:
+    raise TensorError(f"generate: tokens must be an int >= 0, got {tokens!r}")
+  (B, L), T = prompts.shape, model.cfg.context
+  rng = rng or np.random.default_rng(0)
+  seq = np.zeros((B, L + tokens), np.int32)
+  seq[:, :L] = prompts
+  if L <= T:
+    for pos in range(L): logits = model.decode(seq[:, pos], pos)
+  else: logits = model.window_logits(seq[:, L - T:L])
+  for n in range(L, L + tokens):           # n: the position of the token being chosen
+    if temperature <= 0: seq[:, n] = logits.argmax(-1)
+    else:
+      z = logits.astype(np.float64) / temperature
+      if top_k: z = np.where(z >= np.sort(z, -1)[:, -min(top_k, z.shape[-1]), None], z, -np.inf)
+      p = np.exp(z - z.max(-1, keepdims=True))
+      p /= p.sum(-1, keepdims=True)
+      seq[:, n] = [rng.choice(len(q), p=q) for q in p]
+    if n + 1 == L + tokens: break
+    logits = model.decode(seq[:, n], n) if n < T else model.window_logits(seq[:, n + 1 - T:n + 1])
+  return seq[:, L:]

@@ -1,0 +1,44 @@
+"""uopc.tensor.attention: scaled dot-product attention, softmax(q @ k^T * scale + mask) @ v, as torch's.
+
+Ordinary Tensor ops (two matmuls, a masked softmax, dropout), so its forward and backward passes are graphs the
+kernelizer fuses like any other. f16 inputs are computed in f32 and rounded once: f16 scores rounded
+before the softmax were 10x further off. With enable_gqa, key and value heads are shared by groups of query heads.
+"""
+from __future__ import annotations
+import math
+import numpy as np
+from uopc.dtype import dtypes
+from uopc.tensor.errors import TensorError
+from uopc.tensor.args import promote
+from uopc.tensor.core import TensorCore
+
+
+class AttentionMixin:
+  """scaled_dot_product_attention."""
+  __slots__ = ()
+
+  def scaled_dot_product_attention(self, key: TensorCore, value: TensorCore, attn_mask: TensorCore | None = None, dropout_p: float = 0.0,
+                                   is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> TensorCore:
+    """softmax(q @ k^T * scale + mask) @ v, with q = self (..., L, E), key (..., S, E), value (..., S, Ev). With enable_gqa,
+    key and value may have fewer heads (axis -3) than the query, each shared by a group of query heads."""
+    key, value = self._tensor_arg(key, "attention: key"), self._tensor_arg(value, "attention: value")
+    if promote(self.dtype, key.dtype, value.dtype) is dtypes.f16:   # in f32, rounded once (see f16_in_f32): f16 scores
+      f32 = self.float().scaled_dot_product_attention(key.float(), value.float(), attn_mask, dropout_p, is_causal, scale, enable_gqa)
+      return f32.half()                                               # rounded before the softmax were 10x further off
+    if attn_mask is not None: attn_mask = self._tensor_arg(attn_mask, "attention: attn_mask")
+    if is_causal and attn_mask is not None: raise TensorError("attention: give attn_mask or is_causal, not both (as torch)")
+    if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+      raise TensorError(f"attention: query {self.shape}, key {key.shape}, value {value.shape} must be at least 2-D")
+    if enable_gqa and self.ndim >= 3 and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:
+      hq, hk = self.shape[-3], key.shape[-3]
+      if hk == 0 or hq % hk or value.shape[-3] != hk:
+        raise TensorError(f"attention: {hq} query heads can't share {hk} key heads ({value.shape[-3]} value heads)")
+      key, value = key.repeat_interleave(hq // hk, -3), value.repeat_interleave(hq // hk, -3)
+    if self.shape[-1] != key.shape[-1]: raise TensorError(f"attention: query {self.shape} and key {key.shape} disagree on the last axis")
+    L, S = self.shape[-2], key.shape[-2]
+    s = (self @ key.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(self.shape[-1]))
+    if is_causal:
+      causal = type(self)(np.tril(np.ones((L, S), dtype=bool)), device=self.device)
+      s = causal.where(s, float("-inf"))
+    if attn_mask is not None: s = attn_mask.where(s, float("-inf")) if attn_mask.dtype is dtypes.bool else s + attn_mask
+    return s.softmax(-1).dropout(dropout_p) @ value

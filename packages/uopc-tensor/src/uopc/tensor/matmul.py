@@ -1,0 +1,98 @@
+"""uopc.tensor.matmul: matrix products (matmul, dot, linear, @) and einsum.
+
+A matrix product is a broadcast multiply and a sum over the shared axis: (n, 1, k) * (1, m, k) summed over k, a
+reduction like any other to the kernelizer (on CUDA, uopc.gpulower tiles it, on tensor cores for f16). f16 products
+are summed in f32 and rounded once, as every BLAS does. einsum aligns its operands on one order of letters, multiplies them and sums the letters the
+output doesn't keep.
+"""
+from __future__ import annotations
+from uopc.dtype import dtypes
+from uopc.tensor.errors import TensorError, TensorIndexError
+from uopc.tensor.args import broadcast_shape, promote
+from uopc.tensor.core import TensorCore
+
+
+class MatmulMixin:
+  """self @ w with NumPy's rules, linear layers' x @ W.T + b, and Einstein summation."""
+  __slots__ = ()
+
+  def __matmul__(self, x): return self.matmul(x)
+  def __rmatmul__(self, x): return type(self)(x, device=self.device).matmul(self)
+
+  def dot(self, w: TensorCore) -> TensorCore: return self.matmul(w)
+
+  def matmul(self, w: TensorCore) -> TensorCore:
+    """self @ w with NumPy's rules: batched over leading axes (broadcast), a 1-D operand a vector."""
+    w = w if isinstance(w, TensorCore) else type(self)(w, device=self.device)
+    if self.ndim == 0 or w.ndim == 0: raise TensorError(f"matmul: {self.shape} @ {w.shape}: both operands need at least one dimension")
+    x, y = (self.unsqueeze(0) if self.ndim == 1 else self), (w.unsqueeze(-1) if w.ndim == 1 else w)
+    if x.shape[-1] != y.shape[-2]:
+      raise TensorError(f"matmul: {self.shape} @ {w.shape}: inner dimensions {x.shape[-1]} and {y.shape[-2]} differ")
+    try: batch = broadcast_shape(x.shape[:-2], y.shape[:-2])
+    except TensorError:
+      raise TensorError(f"matmul: {self.shape} @ {w.shape}: batch dimensions {x.shape[:-2]} and {y.shape[:-2]} don't broadcast") from None
+    d = promote(x.dtype, y.dtype)
+    acc = dtypes.f32 if d is dtypes.f16 else d   # f16 products are summed in f32, as every BLAS does (f16 sums drift)
+    n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
+    a = x.cast(d).cast(acc).reshape(x.shape[:-2] + (n, 1, k))._broadcast_to(batch + (n, m, k))
+    b = y.cast(d).cast(acc).transpose(-1, -2).reshape(y.shape[:-2] + (1, m, k))._broadcast_to(batch + (n, m, k))
+    out = (a * b).sum(-1).cast(d)
+    if self.ndim == 1: out = out.squeeze(-2)
+    if w.ndim == 1: out = out.squeeze(-1)
+    return out
+
+  def linear(self, weight: TensorCore, bias: TensorCore | None = None) -> TensorCore:
+    """self @ weight.T + bias, with weight (out_features, in_features) as in torch."""
+    weight = self._tensor_arg(weight, "linear: weight")
+    out = self.matmul(weight.T)
+    return out + bias if bias is not None else out
+
+  @staticmethod
+  def einsum(formula: str, *operands) -> TensorCore:
+    """Einstein summation, as torch.einsum: "ij,jk->ik", an implicit output (the letters used once, sorted; the ellipsis
+    first), "..." for broadcast leading axes, and a repeated letter in one operand for its diagonal. The operands are
+    aligned on one order of letters, multiplied, and summed over the letters the output doesn't keep."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)): operands = tuple(operands[0])
+    if not operands or not all(isinstance(t, TensorCore) for t in operands): raise TensorError("einsum takes a formula and Tensors")
+    lhs, arrow, rhs = formula.replace(" ", "").partition("->")
+    specs = lhs.split(",")
+    if len(specs) != len(operands): raise TensorError(f"einsum: {formula!r} names {len(specs)} operands, got {len(operands)}")
+    ell = [t.ndim - len(sp.replace("...", "")) if "..." in sp else 0 for sp, t in zip(specs, operands)]
+    n_ell = max(ell)
+    ell_letters = [chr(0x3B1 + k) for k in range(n_ell)]   # greek letters stand for the ellipsis axes, right-aligned
+    labels = []
+    for sp, t, k in zip(specs, operands, ell):
+      if sp.count("...") > 1: raise TensorIndexError(f"einsum: {sp!r} has more than one ellipsis")
+      if any(not (c.isascii() and c.isalpha()) for c in sp.replace("...", "")): raise TensorError(f"einsum: {sp!r}: subscripts are letters a-z, A-Z")
+      if k < 0 or ("..." not in sp and len(sp) != t.ndim):
+        raise TensorError(f"einsum: {sp!r} names {len(sp.replace('...', ''))} axes of an operand of shape {t.shape}")
+      head, _, tail = sp.partition("...")
+      labels.append(list(head) + ell_letters[n_ell - k:] + list(tail))
+    counts = {c: sum(lab.count(c) for lab in labels) for lab in labels for c in lab}
+    if arrow: out = [c for c in rhs.replace("...", "".join(ell_letters))]
+    else: out = ell_letters + sorted(c for c, n in counts.items() if n == 1 and c not in ell_letters)
+    if len(set(out)) != len(out) or any(c not in counts for c in out): raise TensorError(f"einsum: bad output subscripts in {formula!r}")
+    ts = []
+    for lab, t in zip(labels, operands):
+      while len(set(lab)) != len(lab):   # a repeated letter: its diagonal, as a new last axis
+        c = next(c for c in lab if lab.count(c) > 1)
+        a, b = lab.index(c), lab.index(c, lab.index(c) + 1)
+        if t.shape[a] != t.shape[b]: raise TensorError(f"einsum: the diagonal of {c!r} needs equal sizes, got {t.shape[a]} and {t.shape[b]}")
+        t, lab = t.diagonal(0, a, b), [x for k, x in enumerate(lab) if k not in (a, b)] + [c]
+      ts.append((lab, t))
+    order = out + sorted({c for lab, _ in ts for c in lab} - set(out))
+    sizes: dict[str, int] = {}
+    for lab, t in ts:   # a size of 1 broadcasts, as in torch
+      for c, n in zip(lab, t.shape):
+        if n != 1 and sizes.setdefault(c, n) != n: raise TensorError(f"einsum: subscript {c!r} has sizes {sizes[c]} and {n} in {formula!r}")
+    full = tuple(sizes.get(c, 1) for c in order)
+    # f16 operands are multiplied and summed in f32 and rounded once, as matmul's
+    f16 = promote(*(t.dtype for _, t in ts)) is dtypes.f16
+    if f16: ts = [(lab, t.float()) for lab, t in ts]
+    prod_t = None
+    for lab, t in ts:
+      t = t.permute([lab.index(c) for c in order if c in lab]).reshape(tuple(t.shape[lab.index(c)] if c in lab else 1 for c in order))
+      t = t._broadcast_to(full)
+      prod_t = t if prod_t is None else prod_t * t
+    out_t = prod_t.sum(tuple(range(len(out), len(order)))) if len(order) > len(out) else prod_t
+    return out_t.half() if f16 else out_t

@@ -1,0 +1,216 @@
+"""Tensor's functional pieces against NumPy: matmul and linear, conv2d and pooling against direct loops, softmax,
+the losses against their formulas, layernorm, embedding, dropout and scaled dot-product attention.
+
+The data and check() come from test_tensor_ops (NumPy is the oracle, shapes are reused so kernels compile once).
+"""
+import math
+import numpy as np
+import pytest
+from uopc.dtype import dtypes
+from uopc.tensor import Tensor
+from test_tensor_ops import RNG, X234, X34, I34, check
+
+
+# ---- linear algebra and nn ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sa, sb", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
+                                    ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((2, 3, 4), (4,)), ((4,), (2, 4, 5)), ((1, 1), (1, 1))])
+def test_matmul_matches_numpy(sa, sb):
+  a = RNG.standard_normal(sa).astype(np.float32)
+  b = RNG.standard_normal(sb).astype(np.float32)
+  check(Tensor(a) @ Tensor(b), a @ b, rtol=1e-5, atol=1e-5)
+  check(Tensor(a).matmul(Tensor(b)), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_on_ints_and_mixed_dtypes():
+  a, b = I34, I34.T.copy()
+  check(Tensor(a) @ Tensor(b), a @ b, dtype=dtypes.i32)
+  check(Tensor(a) @ Tensor(X34.T.copy()), a @ X34.T, rtol=1e-5, atol=1e-5, dtype=dtypes.f32)
+  check(Tensor(X34) @ X34.T, X34 @ X34.T, rtol=1e-5, atol=1e-5)
+
+
+def test_dot_of_vectors_and_matrices_is_numpys():
+  check(Tensor(X34[0]).dot(Tensor(X34[1])), np.dot(X34[0], X34[1]), rtol=1e-5, atol=1e-6)
+  check(Tensor(X34).dot(Tensor(X34.T.copy())), np.dot(X34, X34.T), rtol=1e-5, atol=1e-5)
+  check(Tensor(I34).dot(Tensor(I34[0])), np.dot(I34, I34[0]), dtype=dtypes.i32)
+
+
+def test_linear_uses_weight_out_by_in():
+  x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+  w, b = RNG.standard_normal((5, 4)).astype(np.float32), RNG.standard_normal(5).astype(np.float32)
+  check(Tensor(x).linear(Tensor(w)), x @ w.T, rtol=1e-5, atol=1e-5)
+  check(Tensor(x).linear(Tensor(w), Tensor(b)), x @ w.T + b, rtol=1e-5, atol=1e-5)
+
+
+def conv2d_ref(x, w, b=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+  """Cross-correlation by direct loops over the output pixels, as torch.nn.functional.conv2d defines it."""
+  N, C, H, W = x.shape
+  O, Cg, KH, KW = w.shape
+  (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+  xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+  Ho, Wo = (H + 2 * ph - dh * (KH - 1) - 1) // sh + 1, (W + 2 * pw - dw * (KW - 1) - 1) // sw + 1
+  out = np.zeros((N, O, Ho, Wo), np.float64)
+  per_group = O // groups
+  for o in range(O):
+    g = o // per_group
+    for i in range(Ho):
+      for j in range(Wo):
+        patch = xp[:, g * Cg:(g + 1) * Cg, i * sh:i * sh + dh * (KH - 1) + 1:dh, j * sw:j * sw + dw * (KW - 1) + 1:dw]
+        out[:, o, i, j] = (patch * w[o]).sum((1, 2, 3))
+  return out + b.reshape(1, O, 1, 1) if b is not None else out
+
+
+@pytest.mark.parametrize("wshape, kw", [
+  ((6, 4, 3, 3), {}), ((6, 4, 3, 3), {"stride": 2, "padding": 1}), ((6, 4, 3, 3), {"dilation": 2}),
+  ((6, 2, 3, 3), {"groups": 2}), ((4, 1, 3, 3), {"groups": 4, "padding": 1}), ((6, 4, 2, 3), {"stride": (2, 1), "padding": (1, 0)}),
+  ((5, 4, 1, 1), {}), ((6, 2, 3, 2), {"groups": 2, "stride": 2, "dilation": (1, 2), "padding": 2}), ((3, 4, 7, 6), {}),
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv2d_matches_a_direct_loop(wshape, kw, bias):
+  x = RNG.standard_normal((2, 4, 7, 6)).astype(np.float32)
+  w = RNG.standard_normal(wshape).astype(np.float32)
+  b = RNG.standard_normal(wshape[0]).astype(np.float32) if bias else None
+  pair = lambda v: (v, v) if isinstance(v, int) else v
+  ref = conv2d_ref(x, w, b, pair(kw.get("stride", 1)), pair(kw.get("padding", 0)), pair(kw.get("dilation", 1)), kw.get("groups", 1))
+  got = Tensor(x).conv2d(Tensor(w), Tensor(b) if bias else None, **kw)
+  check(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def pool_ref(x, kernel, stride, padding, reduce, pad_value):
+  (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+  xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=pad_value)
+  Ho, Wo = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
+  out = np.zeros(x.shape[:2] + (Ho, Wo), np.float64)
+  for i in range(Ho):
+    for j in range(Wo): out[:, :, i, j] = reduce(xp[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw], axis=(2, 3))
+  return out
+
+
+@pytest.mark.parametrize("kernel, stride, padding", [(2, None, 0), (3, 2, 1), ((2, 3), (1, 2), 0), (3, 1, 0), (2, 3, (1, 0))])
+def test_pooling_matches_a_direct_loop(kernel, stride, padding):
+  x = RNG.standard_normal((2, 3, 7, 6)).astype(np.float32)
+  pair = lambda v: (v, v) if isinstance(v, int) else v
+  k, s, p = pair(kernel), pair(stride if stride is not None else kernel), pair(padding)
+  check(Tensor(x).max_pool2d(kernel, stride, padding), pool_ref(x, k, s, p, np.max, -np.inf))
+  # avg counts the zero padding in the window, as torch's default count_include_pad=True
+  check(Tensor(x).avg_pool2d(kernel, stride, padding), pool_ref(x, k, s, p, np.mean, 0.0), rtol=1e-5, atol=1e-6)
+
+
+def np_log_softmax(x, axis):
+  s = x - x.max(axis, keepdims=True)
+  return s - np.log(np.exp(s).sum(axis, keepdims=True))
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_softmax_and_log_softmax(axis):
+  x = X234 * 5
+  check(Tensor(x).softmax(axis), np.exp(np_log_softmax(x.astype(np.float64), axis)), rtol=1e-5, atol=1e-7)
+  check(Tensor(x).log_softmax(axis), np_log_softmax(x.astype(np.float64), axis), rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_is_stable_for_large_logits():
+  x = np.array([[1000.0, 1001.0, 1002.0], [-1000.0, -1000.0, -1000.0]], np.float32)
+  check(Tensor(x).softmax(), np.exp(np_log_softmax(x.astype(np.float64), -1)), rtol=1e-5, atol=1e-7)
+  check(Tensor(x).log_softmax(), np_log_softmax(x.astype(np.float64), -1), rtol=1e-5, atol=1e-5)
+
+
+def cross_entropy_ref(logits, target, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+  C = logits.shape[1]
+  logp = np_log_softmax(logits.astype(np.float64), 1)
+  keep = target != ignore_index
+  q = np.eye(C)[np.where(keep, target, 0)] * (1 - label_smoothing) + label_smoothing / C
+  nll = -(logp * q).sum(1) * keep
+  if reduction == "none": return nll
+  if reduction == "sum": return nll.sum()
+  return nll.sum() / keep.sum()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("ignore, smoothing", [(False, 0.0), (True, 0.0), (False, 0.1), (True, 0.2)])
+def test_cross_entropy_matches_the_formula(reduction, ignore, smoothing):
+  logits = RNG.standard_normal((6, 5)).astype(np.float32) * 3
+  target = np.array([0, 4, 2, 2, 1, 3], np.int32)
+  kw = {"reduction": reduction, "label_smoothing": smoothing}
+  if ignore:
+    target[[1, 4]] = -1
+    kw["ignore_index"] = -1
+  check(Tensor(logits).cross_entropy(Tensor(target), **kw), cross_entropy_ref(logits, target, **kw), rtol=1e-5, atol=1e-6)
+
+
+def test_cross_entropy_ignores_minus_100_by_default_and_takes_spatial_logits():
+  logits = RNG.standard_normal((2, 4, 3)).astype(np.float32)   # (N, C, d)
+  target = np.array([[0, 3, -100], [1, 1, 2]], np.int32)
+  flat_logits = logits.transpose(0, 2, 1).reshape(-1, 4)
+  check(Tensor(logits).cross_entropy(Tensor(target)), cross_entropy_ref(flat_logits, target.reshape(-1)), rtol=1e-5)
+  check(Tensor(logits).cross_entropy(Tensor(target), reduction="none"),
+        cross_entropy_ref(flat_logits, target.reshape(-1), reduction="none").reshape(2, 3), rtol=1e-5, atol=1e-6)
+
+
+def test_tinygrads_loss_names_are_the_same_losses():
+  p = (1 / (1 + np.exp(-X34))).astype(np.float32)
+  t = (X34[::-1] > 0).astype(np.float32)
+  bce = -(t * np.log(p.astype(np.float64)) + (1 - t) * np.log1p(-p.astype(np.float64)))
+  check(Tensor(p).binary_crossentropy(Tensor(t)), bce.mean(), rtol=1e-5)
+  check(Tensor(X34).binary_crossentropy_logits(Tensor(t), reduction="sum"), bce.sum(), rtol=1e-4)
+  # sparse_categorical_crossentropy: the classes on the last axis of (..., C), and -1 ignored unless told otherwise
+  logits = RNG.standard_normal((2, 3, 5)).astype(np.float32)
+  target = np.array([[4, -1, 0], [2, 2, 1]], np.int32)
+  flat = (logits.reshape(-1, 5), target.reshape(-1))
+  check(Tensor(logits).sparse_categorical_crossentropy(Tensor(target)), cross_entropy_ref(*flat, ignore_index=-1), rtol=1e-5)
+  check(Tensor(logits).sparse_categorical_crossentropy(Tensor(target), label_smoothing=0.1, reduction="none"),
+        cross_entropy_ref(*flat, reduction="none", ignore_index=-1, label_smoothing=0.1).reshape(2, 3), rtol=1e-5, atol=1e-6)
+  check(Tensor(logits).sparse_categorical_crossentropy(Tensor(np.abs(target)), ignore_index=0, reduction="sum"),
+        cross_entropy_ref(flat[0], np.abs(flat[1]), reduction="sum", ignore_index=0), rtol=1e-5)
+
+
+@pytest.mark.parametrize("axis", [-1, (1, 2)])
+def test_layernorm_normalizes_without_affine(axis):
+  x = X234 * 3 + 1
+  mean = x.mean(axis, keepdims=True)
+  expected = (x - mean) / np.sqrt(x.var(axis, keepdims=True) + 1e-5)
+  check(Tensor(x).layernorm(axis), expected, rtol=1e-4, atol=1e-5)
+  check(Tensor(x).layernorm(axis, eps=1.0), (x - mean) / np.sqrt(x.var(axis, keepdims=True) + 1.0), rtol=1e-4, atol=1e-5)
+
+
+def test_embedding_picks_rows_of_the_weight():
+  weight = RNG.standard_normal((5, 4)).astype(np.float32)
+  idx = np.array([[0, 3], [2, 2], [4, 1]], np.int32)
+  check(Tensor(idx).embedding(Tensor(weight)), weight[idx])
+  check(Tensor([1, 0, 4]).embedding(Tensor(weight)), weight[[1, 0, 4]])
+
+
+def test_dropout():
+  x = Tensor(np.ones((40, 50), np.float32))
+  check(x.dropout(0.0), np.ones((40, 50)))
+  check(x.dropout(0.5, training=False), np.ones((40, 50)))
+  check(x.dropout(1.0), np.zeros((40, 50)))
+  Tensor.manual_seed(3)
+  d = x.dropout(0.5).numpy()
+  assert set(np.unique(d).tolist()) <= {0.0, 2.0}
+  assert 0.4 < (d == 0).mean() < 0.6
+  d = Tensor(np.full((40, 50), 3.0, np.float32)).dropout(0.25).numpy()
+  assert set(np.unique(d).tolist()) <= {0.0, 4.0} and 0.15 < (d == 0).mean() < 0.35
+
+
+def attention_ref(q, k, v, is_causal=False, mask=None):
+  s = q.astype(np.float64) @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+  if is_causal: s = np.where(np.tril(np.ones((q.shape[-2], k.shape[-2]), bool)), s, -np.inf)
+  if mask is not None: s = np.where(mask, s, -np.inf)
+  return np.exp(np_log_softmax(s, -1)) @ v
+
+
+@pytest.mark.parametrize("L, S", [(5, 5), (4, 6)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_scaled_dot_product_attention(L, S, is_causal):
+  q = RNG.standard_normal((2, 3, L, 4)).astype(np.float32)
+  k = RNG.standard_normal((2, 3, S, 4)).astype(np.float32)
+  v = RNG.standard_normal((2, 3, S, 3)).astype(np.float32)
+  got = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=is_causal)
+  check(got, attention_ref(q, k, v, is_causal), rtol=1e-4, atol=1e-5)
+
+
+def test_scaled_dot_product_attention_with_a_boolean_mask():
+  q, k, v = (RNG.standard_normal((2, 4, 3)).astype(np.float32) for _ in range(3))
+  mask = np.array([[True, False, True, True], [True, True, False, False], [False, True, True, True], [True, True, True, False]])
+  got = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=Tensor(mask))
+  check(got, attention_ref(q, k, v, mask=mask), rtol=1e-4, atol=1e-5)
