@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from uopc.uop import UOp, Ops, buf
 from uopc.dtype import dtypes
-from uopc.rangeify import Opts, Ctx, lower, LowerError
+from uopc.rangeify import Opts, Ctx, lower, LowerError, gemm_pattern
 from uopc.linearize import linearize
-from uopc.gpulower import gemm_pattern, wmma_a, wmma_b, wmma_c
+from uopc.gpulower import wmma_a, wmma_b, wmma_c
 from uopc.symbolic import simplify
 from uopc.backends import get_backend, LinearProgram, check_memory_safety
 from uopc.backends.python import RaceError, wmma

@@ -26,11 +26,13 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
 Every choice is checked by check_opts like any user's Opts, so the heuristics can only pick valid ones.
 """
 from __future__ import annotations
-import math
+import dataclasses, math
 from dataclasses import dataclass
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, AxisType, MOVEMENT, prod
-from uopc.rangeify import Opts, Ctx, lower, check_opts, LowerError
+from uopc.lowering import Opts, Ctx, LowerError
+from uopc.rangeify import lower, check_opts, gemm_pattern
+from uopc.gpulower import block_threads
 from uopc.kernelize import Kernel
 from uopc.symbolic import simplify
 
@@ -142,7 +144,6 @@ def _divisor(n: int, want: int) -> int:
 
 def _first_valid(root: UOp, caps: Caps, choices: list[Opts]) -> Opts | None:
   """The first of `choices` that fits the kernel and the machine's blocks."""
-  from uopc.gpulower import block_threads
   for o in choices:
     if block_threads(o) > caps.max_local or (o.tc and not caps.tensor_cores): continue
     try:
@@ -160,7 +161,6 @@ def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
   * another GEMM: 16x16 threads per block, each with a 4x4 register tile, operand tiles 16 deep in shared memory;
   * a long reduction (its innermost axis 64 or more): a block per output element, its threads sharing the reduction;
   * anything else: a thread per output element, up to 256 threads per block along the last axes."""
-  from uopc.gpulower import gemm_pattern
   root, shape = kernel.canonical_root, kernel.root.shape
   fma = caps.fma and analyze(kernel).products
   def opts(**kw) -> Opts: return Opts(gpu=True, fma=fma and not kw.get("tc", False), **kw)
@@ -255,10 +255,8 @@ def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[
   up = dict(base.upcast)
   out: list[Opts] = [base]
   def add(**changes) -> None:
-    fields = {"upcast": up, "thread": base.thread, "unroll": base.unroll, "tile": dict(base.tile), "vector": base.vector,
-              "reduce_vector": base.reduce_vector, "fma": base.fma}
-    fields.update(changes)
-    try: o = Opts(**fields)
+    """base with `changes`, every other field kept, when that is a valid Opts not yet among the candidates."""
+    try: o = dataclasses.replace(base, **changes)
     except LowerError: return
     if o in out: return
     try: check_opts(root, o)
