@@ -9,7 +9,7 @@ from uopc.uir import parse
 from uopc.symbolic import simplify
 from uopc.composite import pad_axis, flip_axis, anti_eye, move_axis
 from uopc.rangeify import lower
-from uopc.backends.c import render_c, run_c
+from uopc.testing import render_c, run_c
 from uopc.testing import run_shaped
 from seed_programs import ROWSUM_UIR, gemm_uir, syllabus_uir, view_chain, sub_max, sub_max_through_a_flatten, neighbors, conv1d
 

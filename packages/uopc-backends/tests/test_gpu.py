@@ -200,7 +200,7 @@ def test_cuda_kernels_compile_with_nvrtc(arch):
 
 def test_nvrtc_without_cuda_fp16_h_says_where_to_get_it(monkeypatch):
   if cuda._nvrtc() is None: pytest.skip("libnvrtc is not installed: nothing to call")
-  from uopc.backends.c import CompileError
+  from uopc.backends import CompileError
   monkeypatch.setattr(cuda, "_cuda_include", lambda: None)
   with pytest.raises(CompileError, match="needs cuda_fp16.h .* pip install nvidia-cuda-runtime"):
     CUDACompiler._nvrtc(rendered(gpu_test_sinks()[1]), "k", "sm_90")
@@ -208,7 +208,7 @@ def test_nvrtc_without_cuda_fp16_h_says_where_to_get_it(monkeypatch):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")
 def test_an_nvcc_failure_shows_its_message_and_the_source():
-  from uopc.backends.c import CompileError
+  from uopc.backends import CompileError
   with pytest.raises(CompileError, match=r"nvcc failed(.|\n)*--- source ---(.|\n)*   1 \| this is not CUDA"):
     CUDACompiler().compile("this is not CUDA\n", "k", "sm_90")
 

@@ -122,7 +122,7 @@ def test_run_shaped_with_a_buffer_slot_it_has_no_input_for_is_an_error():
 def test_run_on_drives_any_backend_through_its_verbs():
   from uopc.uop import Ops
   from uopc.rangeify import lower
-  from uopc.backends import run_on
+  from uopc.testing import run_on
   a, out = np.arange(12, dtype=np.float32), np.zeros(3, np.float32)
   run_on(get_backend("C"), lower(buf(0, 12).reshape((3, 4)).reduce(Ops.ADD, 1), buf(1, 3)), {0: a, 1: out})
   np.testing.assert_array_equal(out, a.reshape(3, 4).sum(1))

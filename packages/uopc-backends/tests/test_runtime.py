@@ -9,7 +9,8 @@ from uopc.rangeify import Opts, Ctx, lower, LowerError
 from uopc.linearize import linearize
 from uopc.kernelize import kernelize, make_kernel
 from uopc.backends import BackendError, LinearProgram, get_backend
-from uopc.backends.c import CRenderer, render_c, MAX_INLINE
+from uopc.backends.c import CRenderer, MAX_INLINE
+from uopc.testing import render_c
 from uopc.runtime import Buffer, compile_kernel, compile_program, run_schedule, run_lowered, kernel_name, program_buffers
 
 

@@ -10,7 +10,9 @@ from uopc.dtype import AddrSpace, dtypes
 from uopc.uop import UOp, Ops, AxisType, ParamArg, buf, prod, range_, sink, stack
 from uopc.rangeify import Opts, lower
 from uopc.backends import BackendError, UnsafeKernelError
-from uopc.backends.c import CCompiler, CompileError, render_c, run_c, sanitize_name
+from uopc.backends import CompileError
+from uopc.backends.c import CCompiler, sanitize_name
+from uopc.testing import render_c, run_c
 
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
 

@@ -52,10 +52,16 @@ from typing import Any, Callable, Protocol
 from uopc.uop import UOp, Ops
 from uopc.dtype import AddrSpace, DType
 from uopc.symbolic import bounds
+from uopc.uir import to_uir
 
 
 class BackendError(Exception):
   """An unknown backend, or a program or buffer a backend refuses before running it."""
+
+
+class CompileError(BackendError):
+  """A backend's compiler (gcc, nvcc, NVRTC) refused a kernel; the message has the compiler's output and the numbered
+  source."""
 
 
 class UnsafeKernelError(BackendError):
@@ -160,7 +166,6 @@ def _where(m: UOp) -> str:
 
 
 def _shown(index: UOp) -> str:
-  from uopc.uir import to_uir
   expr = to_uir(index).strip().replace("\n", "; ")
   return expr if len(expr) < 400 else expr[:400] + " ..."
 
@@ -199,12 +204,5 @@ def check_memory_safety(program: UOp | list[UOp] | tuple[UOp, ...]) -> None:
         raise UnsafeKernelError(f"{_where(mem)} has {n} elements but the index can be {lo}..{hi}, outside 0..{n - 1}: {_shown(u.src[1])}")
 
 
-def run_on(backend: Backend, sink: UOp, buffers: dict, name: str = "kernel") -> None:
-  """Run a lowered program on any backend: the NumPy arrays in `buffers` (by BUFFER slot) are checked, copied in, the
-  kernel launched through uopc.runtime, and the arrays it writes copied back (so outputs land in them, as with run_c)."""
-  from uopc.runtime import run_lowered
-  run_lowered(sink, buffers, backend, name)
-
-
-__all__ = ["run_on", "Backend", "BackendError", "UnsafeKernelError", "LinearProgram", "get_backend", "register_backend",
+__all__ = ["Backend", "BackendError", "CompileError", "UnsafeKernelError", "LinearProgram", "get_backend", "register_backend",
            "available_backends", "check_memory_safety", "base_memory", "memory_name"]

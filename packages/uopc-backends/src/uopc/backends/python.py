@@ -31,6 +31,7 @@ import numpy as np
 from uopc.uop import UOp, Ops, AxisType
 from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.interpret import loop_jumps
+from uopc.opt import Caps
 from uopc.backends import BackendError, LinearProgram, memory_name
 from uopc.backends.c import EXP2_POLY
 
@@ -324,7 +325,6 @@ class PythonBackend:
   renderer = None
 
   def __init__(self):
-    from uopc.opt import Caps
     # the GPU that CUDA lowers for (sm_80 and later): the same Opts, so the emulator runs the kernels CUDA would
     self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=True)
 
