@@ -22,7 +22,7 @@ simplify is memoized globally: each node keeps its result in its own __dict__, s
 """
 from __future__ import annotations
 import math, zlib
-from uopc.uop import UOp, Ops, RangeArg, ParamArg, CallArg, UOpError
+from uopc.uop import UOp, Ops, RangeArg, ParamArg, CallArg, UOpError, ALU
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.rewrite import UPat, PatternMatcher, graph_rewrite, _Memo
 from uopc.evaluate import exec_alu, cast_value, const_value, wrap_i32 as _wrap, EvalError
@@ -314,8 +314,7 @@ _ints, _floats = (dtypes.i32,), (dtypes.f32, dtypes.f16)
 
 symbolic = PatternMatcher([
   # every ALU op on constants folds (f32 results rounded to f32, i32 wrapped): the evaluator's semantics
-  (UPat({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.FLOORDIV, Ops.FLOORMOD, Ops.CAST, Ops.RECIP, Ops.EXP2, Ops.LOG2,
-         Ops.SQRT, Ops.SIN, Ops.WHERE, Ops.MULACC}, name="u"), _fold),
+  (UPat(ALU, name="u"), _fold),
   # a CAST to the dtype it already has is the value itself (Tensor.detach's stop-gradient marker, after lowering)
   (UPat(Ops.CAST, src=(x,), name="u"), lambda u, x: x if x.dtype is u.dtype else None),
   # ---- integers: sums and products in normal form (x+0, x*1, x*0, like terms, distribution, order)

@@ -55,7 +55,12 @@ MAX_SHARED_READS = 4
 # Below the knees, with room for the unrolling Opts may choose; the GPT training step's largest kernel is 89 nodes.
 MAX_KERNEL_BODY = 1000
 COSTLY = 6                 # ALU ops (a transcendental counts as COSTLY) that make a broadcast value worth storing
-_TRANSCENDENTAL = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP}
+# what recomputing each ALU op costs, in simple ops: a transcendental (a libm call, a polynomial, a divide) counts as COSTLY
+ALU_COST: dict[Ops, int] = {
+  Ops.ADD: 1, Ops.MUL: 1, Ops.MAX: 1, Ops.CMPLT: 1, Ops.CMPNE: 1, Ops.WHERE: 1, Ops.CAST: 1, Ops.MULACC: 1,
+  Ops.FLOORDIV: 1, Ops.FLOORMOD: 1,
+  Ops.EXP2: COSTLY, Ops.LOG2: COSTLY, Ops.SIN: COSTLY, Ops.SQRT: COSTLY, Ops.RECIP: COSTLY,
+}
 
 # ops that stay inside a kernel: a value made of these is recomputed wherever it is used
 _LOCAL = ALU | MOVEMENT | {Ops.STACK, Ops.INDEX, Ops.CONST}
@@ -252,7 +257,7 @@ def _staged(roots: list[UOp]) -> set[UOp]:
   # what recomputing a value costs: its ALU ops down to memory and reductions (a transcendental counts as several)
   cost: dict[UOp, int] = {}
   for u in nodes:
-    if u.op in ALU: cost[u] = min(1000, (1 if u.op not in _TRANSCENDENTAL else COSTLY) + sum(cost[s] for s in u.src))
+    if u.op in ALU: cost[u] = min(1000, ALU_COST[u.op] + sum(cost[s] for s in u.src))
     elif u.op in MOVEMENT or u.op in (Ops.STACK, Ops.INDEX): cost[u] = min(1000, sum(cost[s] for s in u.src))
     else: cost[u] = 0
   staged = stored((u.src[0] for u in nodes if u.op is Ops.STAGE), keep_layout=True)
@@ -434,7 +439,7 @@ def make_kernel(root: UOp, out: UOp, canonical: bool = True) -> Kernel:
   return Kernel(root, out, inputs, canon_root, canon_out)
 
 
-__all__ = ["kernelize", "make_kernel", "Kernel", "KernelizeError", "canonicalize", "MAX_SHARED_READS", "MAX_KERNEL_BODY"]
+__all__ = ["kernelize", "make_kernel", "Kernel", "KernelizeError", "canonicalize", "MAX_SHARED_READS", "MAX_KERNEL_BODY", "ALU_COST"]
 
 
 # ---- the schedule cache -------------------------------------------------------------------------------------------
