@@ -1,5 +1,6 @@
-"""Every C listing of seed chapter 6, as a test of values (against NumPy) and of loop structure: how many loops,
-which loop each accumulator lives in, which loads are hoisted. Variable numbering may differ from the book's."""
+"""Every C listing of the seed's programs (testing/seed_programs.py), as a test of values (against NumPy) and of loop
+structure: how many loops, which loop each accumulator lives in, which loads are hoisted. Variable numbering may differ
+from the book's."""
 import re
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 """Generated C is a pure function of the program (the compile cache's key depends on it), and the compile cache on
-disk is shared, atomic and self-healing (DESIGN 5.2): one entry per kernel, found again without gcc by a fresh
+disk is shared, atomic and self-healing: one entry per kernel, found again without gcc by a fresh
 compiler, rebuilt when damaged, and written once, whole, when several processes race for it."""
 import os, subprocess, sys, time, uuid
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The compile cache under faults (DESIGN 5.2): a process killed at random points while it compiles, over and over; a
+"""The compile cache under faults: a process killed at random points while it compiles, over and over; a
 disk that fills up (an injected ENOSPC, and a real tiny tmpfs where a mount namespace can be made); a cache directory
 that is a file, or is removed while a process runs. After each, the kernel still gives the right answer, the cache
 holds only whole, sealed entries, and the next run uses it."""

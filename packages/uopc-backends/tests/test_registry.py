@@ -1,5 +1,5 @@
-"""The backend registry (DESIGN 5.1): backends by name, case-insensitively, built in or from the entry point group
-"uopc.backends"; the C backend's five verbs end to end; and the testing helpers of DESIGN 5.6."""
+"""The backend registry: backends by name, case-insensitively, built in or from the entry point group
+"uopc.backends"; the C backend's verbs end to end; and uopc.testing's helpers."""
 import os, subprocess, sys
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""uopc.runtime (DESIGN 5.1): Buffers, Programs whose parameters are fixed at compile time and checked at every launch,
+"""uopc.runtime: Buffers, Programs whose parameters are fixed at compile time and checked at every launch,
 compile_kernel's Opts and cache, run_schedule, and the C renderer as tables a GPU renderer can subclass."""
 import re
 import numpy as np

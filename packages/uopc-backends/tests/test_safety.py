@@ -1,4 +1,4 @@
-"""The C backend's safety net (DESIGN 5.2, 5.3, 8): out-of-range memory indices are refused before gcc runs, integer
+"""The C backend's safety net: out-of-range memory indices are refused before gcc runs, integer
 division never traps, run_c checks every array before native code sees it, gcc's errors come back readable, and
 kernel names can't inject C."""
 import os, re, subprocess

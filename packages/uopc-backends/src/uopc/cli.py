@@ -216,8 +216,9 @@ def cmd_graph(args) -> int:
 
 
 def cmd_tune(args) -> int:
-  """Run SCRIPT as __main__ with UOPC_SEARCH=1: every kernel it runs for the first time is timed under candidate Opts
-  and the winner cached on disk (uopc.search), where every later run finds it. Then print what the search found."""
+  """Run SCRIPT as __main__ with UOPC_SEARCH=1: every kernel it runs for the first time (through Tensor, or run_schedule
+  given uopc.search.policy_from_env()) is timed under candidate Opts and the winner stored on disk, where every later
+  run finds it. Then print what the search found."""
   script = Path(args.script)
   if not script.is_file(): raise CLIError(f"{args.script}: no such file")
   os.environ["UOPC_SEARCH"] = "1"

@@ -31,8 +31,8 @@ class EvalError(Exception):
 def wrap_i32(x: int) -> int: return ((x - I32_MIN) & 0xFFFFFFFF) + I32_MIN
 
 def _round(fmt: str, x: float) -> float:
-  # pack raises OverflowError exactly when the rounded value is infinite (for a float: an int past the format raised
-  # struct.error, found by the eval-vs-C fuzzer with CAST(65536, f16)); float() of an int past 1e308 raises it too
+  # pack raises OverflowError exactly when the rounded value is infinite, for a float only (an int past the format raises
+  # struct.error), hence float(x) first; float() of an int past 1e308 raises OverflowError too
   try: return struct.unpack(fmt, struct.pack(fmt, float(x)))[0]
   except OverflowError: return math.inf if x > 0 else -math.inf
 

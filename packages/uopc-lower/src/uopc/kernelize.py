@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 from uopc.uop import UOp, Ops, ParamArg, ALU, MOVEMENT, buf, prod, users_of, _argkey
 from uopc.dtype import DType, dtypes
 from uopc.composite import pad
@@ -451,6 +451,13 @@ _schedules: OrderedDict[tuple, tuple] = OrderedDict()   # key -> (temporaries, k
 _schedule_nodes = 0
 
 
+class _BufferRef(NamedTuple):
+  """Where a remembered schedule finds a kernel's buffer in a later graph of the same structure: the graph's BUFFER, the
+  output or the new temporary at `index` (in the order _structure, the outputs and new_buffer give them)."""
+  kind: str                  # "graph", "output" or "temporary"
+  index: int
+
+
 def _structure(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp]] | None:
   """The graph of `roots` as a hashable key with its BUFFERs anonymous (by dtype and size, numbered in toposort order),
   the output BUFFERs' dtypes and sizes, and the graph's BUFFERs in that order. None for a graph too large to key."""
@@ -484,17 +491,16 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
     try: _schedules.move_to_end(key)
     except KeyError: pass   # evicted by another thread meanwhile: the plan in hand is still right
     temp_sizes, steps, _ = plan
-    temps = [new_buffer(n, d) for n, d in temp_sizes]
-    pick = (bufs, outs, temps)
-    return [Kernel(croot, pick[ok][oi], tuple(pick[k][i] for k, i in ins), croot, cout) for croot, cout, ins, (ok, oi) in steps]
+    now = {"graph": bufs, "output": outs, "temporary": [new_buffer(n, d) for n, d in temp_sizes]}
+    return [Kernel(croot, now[out.kind][out.index], tuple(now[r.kind][r.index] for r in ins), croot, cout) for croot, cout, ins, out in steps]
   kernels = kernelize(outputs, new_buffer)
-  where: dict[UOp, tuple[int, int]] = {b: (0, i) for i, b in enumerate(bufs)}
-  for i, o in enumerate(outs): where.setdefault(o, (1, i))
+  where: dict[UOp, _BufferRef] = {b: _BufferRef("graph", i) for i, b in enumerate(bufs)}
+  for i, o in enumerate(outs): where.setdefault(o, _BufferRef("output", i))
   temp_sizes: list[tuple[int, DType]] = []
   for k in kernels:
     for b in k.buffers:
       if b not in where:
-        where[b] = (2, len(temp_sizes))
+        where[b] = _BufferRef("temporary", len(temp_sizes))
         temp_sizes.append((b.shape[0], b.dtype))
   global _schedule_nodes
   steps = tuple((k.canonical_root, k.canonical_out, tuple(where[b] for b in k.inputs), where[k.out]) for k in kernels)

@@ -36,7 +36,7 @@ threadIdx.x), and each range's coordinate is a digit of that number, the first r
 (flat // prod(sizes[k+1:])) % sizes[k]. So the last LOCAL range moves fastest from thread to thread, and a warp is 32
 consecutive threads. Renderers and emulators compute the coordinates the same way, from this paragraph.
 
-The memory-safety proof (DESIGN 5.3): each LOAD and STORE index is proven in range from the symbolic bounds, or the
+The memory-safety proof: each LOAD and STORE index is proven in range from the symbolic bounds, or the
 kernel is refused with an error naming the memory, the index and its bounds. It covers every address space: GLOBAL
 BUFFERs, and ALLOCs in LOCAL memory (a thread's accumulators and registers) and SHARED memory (a GPU block's), on CPU
 and GPU programs alike; a LOAD or STORE reaches memory only through an INDEX of one element, and an element of a
@@ -171,7 +171,7 @@ def _shown(index: UOp) -> str:
 
 
 def check_memory_safety(program: UOp | list[UOp] | tuple[UOp, ...]) -> None:
-  """Refuse a program with a memory access not proven inside its memory (DESIGN 5.3), in every address space: each
+  """Refuse a program with a memory access not proven inside its memory, in every address space: each
   INDEX of a BUFFER or ALLOC (LOCAL or SHARED) takes one flat index whose bounds lie in the memory; each LOAD and STORE
   goes through such an INDEX and moves one element; an INDEX of a register array (a STACK, WMMA's fragments) stays
   inside its shape."""

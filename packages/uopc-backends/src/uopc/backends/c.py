@@ -307,8 +307,8 @@ class _Body:
   def vtype(self, d: DType) -> str: return f"{'f32' if d is dtypes.f32 else 'i32'}x{self.width}"
   def ctype(self, u: UOp) -> str:
     if u in self.vec: return self.vtype(u.dtype)
-    # a scalar bool value is held in an int (0 or 1; memory stays _Bool): GCC 12 at -O2 miscompiled
-    # ((a < b) & c) | (c != 1) with c a _Bool temporary (found by the evaluator-vs-C fuzzer; an int temporary is right)
+    # a scalar bool value is held in an int (0 or 1; memory stays _Bool): GCC 12 at -O2 miscompiles
+    # ((a < b) & c) | (c != 1) with c a _Bool temporary, and gets it right with an int
     return "int" if u.dtype is dtypes.bool else self.renderer.type_name(u.dtype)
   def vector(self, s: UOp) -> str:
     """s's value as a vector: itself, or a scalar broadcast to every lane (a bool as a mask)."""
