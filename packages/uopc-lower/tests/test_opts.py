@@ -81,3 +81,24 @@ def test_candidates_keep_every_field_of_their_base_that_they_dont_vary(caps):
   for o in found:
     for f in dataclasses.fields(Opts):
       if f.name not in varied: assert getattr(o, f.name) == getattr(base, f.name), (f.name, o, base)
+
+
+NESTED = r"""
+import sys
+from uopc.uop import Ops, buf
+from uopc.kernelize import make_kernel
+from uopc.opt import analyze
+garbage = [object() for _ in range(int(sys.argv[1]))]       # other allocations before: other ids for every UOp
+a = buf(0, 16 * 32).reshape((16, 32))
+inner = (a * buf(1, 32).reshape((1, 32)).expand((16, 32))).reduce(Ops.ADD, 1)       # sum_k a[j, k] * b[k]
+print(analyze(make_kernel((inner * buf(2, 16)).reduce(Ops.ADD, 1), buf(3, 1))).reduce_strides)   # sum_j inner[j] * c[j]
+"""
+
+
+def test_analyze_reads_a_load_of_nested_reductions_along_the_outer_ones_axis_in_every_process():
+  # a[j, k] moves by 32 along the outer sum's axis j and by 1 along the inner one's k; analyze took the first of a *set*
+  # of UOps (ordered by their ids), so the same kernel got reduce_vector=16 in one process and none in another
+  import subprocess, sys
+  seen = {subprocess.run([sys.executable, "-c", NESTED, str(n)], capture_output=True, text=True, check=True).stdout.strip()
+          for n in (0, 1, 7, 100, 1000, 5000)}
+  assert seen == {"(32, 1, 1)"}, seen

@@ -122,12 +122,13 @@ def _under_movement(u: UOp) -> UOp:
   return u
 
 
-def _innermost_reduce_ranges(ranges: list[UOp], reduces: list[UOp]) -> set[UOp]:
+def _innermost_reduce_ranges(ranges: list[UOp], reduces: list[UOp]) -> list[UOp]:
   """The loops over each reduction's innermost axis: the REDUCE ranges whose size is some reduction's innermost size
-  and that no other reduce loop of the same reduction nests inside (with plain Opts every loop is its own RANGE)."""
+  and that no other reduce loop of the same reduction nests inside (with plain Opts every loop is its own RANGE), in
+  loop order. A load read inside nested reductions counts along the outermost one's axis, where Opts.reduce_vector
+  puts the lanes (a reduction inside another one's lanes keeps a scalar loop)."""
   sizes = {u.src[0].shape[-1] for u in reduces}
-  rs = [r for r in ranges if r.arg.kind is AxisType.REDUCE and r.src[0].op is Ops.CONST and r.src[0].arg in sizes]
-  return set(rs)
+  return [r for r in ranges if r.arg.kind is AxisType.REDUCE and r.src[0].op is Ops.CONST and r.src[0].arg in sizes]
 
 
 def _lanes(n: int, width: int) -> int:
