@@ -218,3 +218,20 @@ def test_without_a_device_the_cuda_backend_renders_and_compiles_but_cant_allocat
   backend = get_backend("CUDA")
   assert backend.caps.gpu and backend.caps.tensor_cores and backend.arch.startswith("sm_")
   with pytest.raises(NoDeviceError, match="no CUDA device was found"): backend.alloc(16, dtypes.f32)
+
+
+def test_cubins_are_sealed_cache_entries_found_again_and_rebuilt_when_damaged(tmp_path, monkeypatch):
+  # the compiler itself is faked: nvcc and NVRTC are not needed to check what the cache does with a cubin
+  from uopc.compile_cache import read_entry
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
+  builds = []
+  monkeypatch.setattr(CUDACompiler, "tool", lambda self: "nvcc")
+  monkeypatch.setattr(CUDACompiler, "version", lambda self, tool: "nvcc 0.0")
+  monkeypatch.setattr(CUDACompiler, "_nvcc", staticmethod(lambda src, arch: builds.append(src) or b"\x7fELF cubin of " + src.encode()))
+  assert CUDACompiler().compile("k1", "k", "sm_90") == b"\x7fELF cubin of k1" and len(builds) == 1
+  [entry] = tmp_path.glob("*.cubin")
+  assert read_entry(entry) == b"\x7fELF cubin of k1"
+  assert CUDACompiler().compile("k1", "k", "sm_90") == b"\x7fELF cubin of k1" and len(builds) == 1     # from the disk
+  entry.write_bytes(entry.read_bytes()[:-3])                                                            # torn
+  assert CUDACompiler().compile("k1", "k", "sm_90") == b"\x7fELF cubin of k1" and len(builds) == 2     # rebuilt
+  assert read_entry(entry) == b"\x7fELF cubin of k1"

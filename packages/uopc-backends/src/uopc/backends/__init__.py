@@ -46,7 +46,7 @@ renderers emit C's / and % only where bounds show a positive divisor and a non-n
 call helpers that give NumPy's answer (x // 0 == x % 0 == 0) instead of trapping.
 """
 from __future__ import annotations
-import importlib.metadata, math, threading
+import importlib, importlib.metadata, math, threading
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 from uopc.uop import UOp, Ops
@@ -136,7 +136,6 @@ def get_backend(name: str | None = "C") -> Backend:
     if key in _registered: factory = _registered[key]
     elif key in _BUILTIN:
       mod, _, attr = _BUILTIN[key].partition(":")
-      import importlib
       factory = getattr(importlib.import_module(mod), attr)
     elif key in (eps := _entry_points()): factory = eps[key].load()
     else: raise BackendError(f"unknown backend {name!r}; available: {', '.join(available_backends())}")
