@@ -17,8 +17,8 @@ machine code) and the Opts a timed search chose (uopc.search). Processes share i
   * a process killed mid-write leaves its temporary behind: write_entry removes those older than an hour from the
     directory it writes into, once per process (a younger one may be another process's write in progress).
 
-uopc's other files (`uopc run --save`, checkpoints) are written with write_file too. This module imports no other uopc
-module, so every layer may use it.
+Every other file uopc writes goes through write_file too (`uopc run --save`), so that each has the same guarantees.
+This module imports no other uopc module, so every layer may use it.
 """
 from __future__ import annotations
 import hashlib, os, tempfile, time
