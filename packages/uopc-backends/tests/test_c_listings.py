@@ -1,5 +1,6 @@
-"""Every C listing of seed chapter 6, as a test of values (against NumPy) and of loop structure: how many loops,
-which loop each accumulator lives in, which loads are hoisted. Variable numbering may differ from the book's."""
+"""Every C listing of the seed's programs (testing/seed_programs.py), as a test of values (against NumPy) and of loop
+structure: how many loops, which loop each accumulator lives in, which loads are hoisted. Variable numbering may differ
+from the book's."""
 import re
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ from uopc.uir import parse
 from uopc.symbolic import simplify
 from uopc.composite import pad_axis, flip_axis, anti_eye, move_axis
 from uopc.rangeify import lower
-from uopc.backends.c import render_c, run_c
+from uopc.testing import render_c, run_c
 from uopc.testing import run_shaped
 from seed_programs import ROWSUM_UIR, gemm_uir, syllabus_uir, view_chain, sub_max, sub_max_through_a_flatten, neighbors, conv1d
 

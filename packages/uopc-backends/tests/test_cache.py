@@ -1,5 +1,5 @@
 """Generated C is a pure function of the program (the compile cache's key depends on it), and the compile cache on
-disk is shared, atomic and self-healing (DESIGN 5.2): one entry per kernel, found again without gcc by a fresh
+disk is shared, atomic and self-healing: one entry per kernel, found again without gcc by a fresh
 compiler, rebuilt when damaged, and written once, whole, when several processes race for it."""
 import os, subprocess, sys, time, uuid
 from pathlib import Path
@@ -9,7 +9,9 @@ import uopc.backends.c as C
 import uopc.rangeify, uopc.uop
 from uopc.uop import buf
 from uopc.rangeify import lower, Ctx, Opts
-from uopc.backends.c import CBackend, CCompiler, render_c, run_c
+import uopc.compile_cache as compile_cache
+from uopc.backends.c import CBackend, CCompiler
+from uopc.testing import render_c, run_c
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -25,7 +27,7 @@ RENDER = r'''
 import sys
 from uopc.uop import Ops, buf
 from uopc.rangeify import lower, Ctx, Opts
-from uopc.backends.c import render_c
+from uopc.testing import render_c
 N = 16
 def gemm():   # C[i, j] = sum_k A[i, k] * B[k, j]
   a = buf(0, N * N).reshape((N, 1, N)).expand((N, N, N))
@@ -141,7 +143,7 @@ import pathlib, sys, time
 import numpy as np
 from uopc.uop import buf
 from uopc.rangeify import lower, Ctx, Opts
-from uopc.backends.c import run_c
+from uopc.testing import run_c
 scale = float(sys.argv[1])
 if len(sys.argv) > 2:   # a start line: every process has imported everything before any of them compiles
   ready, go = pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
@@ -208,7 +210,36 @@ def test_temporaries_left_by_killed_writers_are_swept_when_an_hour_old(tmp_path)
   cache.mkdir()
   old, young = cache / ".abc.1234.tmp", cache / ".def.5678.tmp"
   for f in (old, young): f.write_bytes(b"half a kernel")
-  os.utime(old, (time.time() - 2 * C.STALE_TEMP_SECONDS,) * 2)
-  C.write_entry(cache / "k.so", b"entry")
+  os.utime(old, (time.time() - 2 * compile_cache.STALE_TEMP_SECONDS,) * 2)
+  compile_cache.write_entry(cache / "k.so", b"entry")
   assert not old.exists() and young.exists()            # a young one may be another process's write in progress
-  assert (cache / "k.so").read_bytes() == b"entry"
+  assert compile_cache.read_entry(cache / "k.so") == b"entry"
+
+
+def test_every_file_uopc_writes_is_synced_with_its_directory_and_gets_the_mode_open_gives(tmp_path, monkeypatch):
+  # one writer (uopc.compile_cache.write_file) for kernels, searched Opts and `uopc run --save`; the kernel cache and the
+  # Opts store once skipped the syncs (a power loss could leave a torn entry) and made their files 0600
+  import uopc.cli as cli
+  from seed_programs import ROWSUM_UIR
+  from uopc.lowering import Opts
+  from uopc.kernelize import make_kernel
+  from uopc.runtime import store_opts
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path / "cache"))
+  synced: list[Path] = []
+  real_fsync = os.fsync
+  def fsync(fd: int) -> None:
+    synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+    real_fsync(fd)
+  monkeypatch.setattr(os, "fsync", fsync)
+  umask = os.umask(0o022)
+  os.umask(umask)
+  CCompiler().compile(render_c(scale_program(fresh_scale()), "scale"), "scale")
+  store_opts(make_kernel(buf(0, 4) * 2.0, buf(1, 4)), CBackend(), Opts(), seconds=1.0)
+  (tmp_path / "rowsum.uir").write_text(ROWSUM_UIR)
+  assert cli.main(["run", str(tmp_path / "rowsum.uir"), "--save", str(tmp_path / "out.npy")]) == 0
+  files = [f for d in (tmp_path / "cache", tmp_path / "cache" / "opts") for f in d.iterdir() if f.is_file()] + [tmp_path / "out.npy"]
+  assert {f.suffix for f in files} == {".so", ".json", ".npy"}            # kernels, a choice of Opts, the saved output
+  for f in files:
+    at = next(i for i, p in enumerate(synced) if p.name.startswith(f".{f.name}."))
+    assert synced[at + 1] == f.parent, f                                   # the data, then its rename into the directory
+    assert f.stat().st_mode & 0o777 == 0o666 & ~umask, f

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from uopc.uop import UOp, Ops, buf
 from uopc.dtype import dtypes
-from uopc.rangeify import Opts, Ctx, lower, LowerError
+from uopc.rangeify import Opts, Ctx, lower, LowerError, gemm_pattern
 from uopc.linearize import linearize
-from uopc.gpulower import gemm_pattern, wmma_a, wmma_b, wmma_c
+from uopc.gpulower import wmma_a, wmma_b, wmma_c
 from uopc.symbolic import simplify
 from uopc.backends import get_backend, LinearProgram, check_memory_safety
 from uopc.backends.python import RaceError, wmma
@@ -200,7 +200,7 @@ def test_cuda_kernels_compile_with_nvrtc(arch):
 
 def test_nvrtc_without_cuda_fp16_h_says_where_to_get_it(monkeypatch):
   if cuda._nvrtc() is None: pytest.skip("libnvrtc is not installed: nothing to call")
-  from uopc.backends.c import CompileError
+  from uopc.backends import CompileError
   monkeypatch.setattr(cuda, "_cuda_include", lambda: None)
   with pytest.raises(CompileError, match="needs cuda_fp16.h .* pip install nvidia-cuda-runtime"):
     CUDACompiler._nvrtc(rendered(gpu_test_sinks()[1]), "k", "sm_90")
@@ -208,7 +208,7 @@ def test_nvrtc_without_cuda_fp16_h_says_where_to_get_it(monkeypatch):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")
 def test_an_nvcc_failure_shows_its_message_and_the_source():
-  from uopc.backends.c import CompileError
+  from uopc.backends import CompileError
   with pytest.raises(CompileError, match=r"nvcc failed(.|\n)*--- source ---(.|\n)*   1 \| this is not CUDA"):
     CUDACompiler().compile("this is not CUDA\n", "k", "sm_90")
 
@@ -218,3 +218,20 @@ def test_without_a_device_the_cuda_backend_renders_and_compiles_but_cant_allocat
   backend = get_backend("CUDA")
   assert backend.caps.gpu and backend.caps.tensor_cores and backend.arch.startswith("sm_")
   with pytest.raises(NoDeviceError, match="no CUDA device was found"): backend.alloc(16, dtypes.f32)
+
+
+def test_cubins_are_sealed_cache_entries_found_again_and_rebuilt_when_damaged(tmp_path, monkeypatch):
+  # the compiler itself is faked: nvcc and NVRTC are not needed to check what the cache does with a cubin
+  from uopc.compile_cache import read_entry
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
+  builds = []
+  monkeypatch.setattr(CUDACompiler, "tool", lambda self: "nvcc")
+  monkeypatch.setattr(CUDACompiler, "version", lambda self, tool: "nvcc 0.0")
+  monkeypatch.setattr(CUDACompiler, "_nvcc", staticmethod(lambda src, arch: builds.append(src) or b"\x7fELF cubin of " + src.encode()))
+  assert CUDACompiler().compile("k1", "k", "sm_90") == b"\x7fELF cubin of k1" and len(builds) == 1
+  [entry] = tmp_path.glob("*.cubin")
+  assert read_entry(entry) == b"\x7fELF cubin of k1"
+  assert CUDACompiler().compile("k1", "k", "sm_90") == b"\x7fELF cubin of k1" and len(builds) == 1     # from the disk
+  entry.write_bytes(entry.read_bytes()[:-3])                                                            # torn
+  assert CUDACompiler().compile("k1", "k", "sm_90") == b"\x7fELF cubin of k1" and len(builds) == 2     # rebuilt
+  assert read_entry(entry) == b"\x7fELF cubin of k1"

@@ -11,7 +11,8 @@ from uopc.uop import UOp, buf, sink
 from uopc.rangeify import lower
 from uopc.kernelize import make_kernel
 from uopc.backends import BackendError, get_backend, register_backend
-from uopc.backends.c import CCompiler, run_c, render_c
+from uopc.backends.c import CCompiler
+from uopc.testing import run_c, render_c
 from uopc.runtime import Buffer, compile_kernel, compile_program, run_schedule
 from uopc.testing import run_shaped
 from seed_programs import ROWSUM_UIR

@@ -1,5 +1,5 @@
-"""The backend registry (DESIGN 5.1): backends by name, case-insensitively, built in or from the entry point group
-"uopc.backends"; the C backend's five verbs end to end; and the testing helpers of DESIGN 5.6."""
+"""The backend registry: backends by name, case-insensitively, built in or from the entry point group
+"uopc.backends"; the C backend's verbs end to end; and uopc.testing's helpers."""
 import os, subprocess, sys
 import numpy as np
 import pytest
@@ -122,7 +122,7 @@ def test_run_shaped_with_a_buffer_slot_it_has_no_input_for_is_an_error():
 def test_run_on_drives_any_backend_through_its_verbs():
   from uopc.uop import Ops
   from uopc.rangeify import lower
-  from uopc.backends import run_on
+  from uopc.testing import run_on
   a, out = np.arange(12, dtype=np.float32), np.zeros(3, np.float32)
   run_on(get_backend("C"), lower(buf(0, 12).reshape((3, 4)).reduce(Ops.ADD, 1), buf(1, 3)), {0: a, 1: out})
   np.testing.assert_array_equal(out, a.reshape(3, 4).sum(1))

@@ -1,4 +1,4 @@
-"""uopc.runtime (DESIGN 5.1): Buffers, Programs whose parameters are fixed at compile time and checked at every launch,
+"""uopc.runtime: Buffers, Programs whose parameters are fixed at compile time and checked at every launch,
 compile_kernel's Opts and cache, run_schedule, and the C renderer as tables a GPU renderer can subclass."""
 import re
 import numpy as np
@@ -9,7 +9,8 @@ from uopc.rangeify import Opts, Ctx, lower, LowerError
 from uopc.linearize import linearize
 from uopc.kernelize import kernelize, make_kernel
 from uopc.backends import BackendError, LinearProgram, get_backend
-from uopc.backends.c import CRenderer, render_c, MAX_INLINE
+from uopc.backends.c import CRenderer, MAX_INLINE
+from uopc.testing import render_c
 from uopc.runtime import Buffer, compile_kernel, compile_program, run_schedule, run_lowered, kernel_name, program_buffers
 
 

@@ -1,4 +1,4 @@
-"""The C backend's safety net (DESIGN 5.2, 5.3, 8): out-of-range memory indices are refused before gcc runs, integer
+"""The C backend's safety net: out-of-range memory indices are refused before gcc runs, integer
 division never traps, run_c checks every array before native code sees it, gcc's errors come back readable, and
 kernel names can't inject C."""
 import os, re, subprocess
@@ -10,7 +10,9 @@ from uopc.dtype import AddrSpace, dtypes
 from uopc.uop import UOp, Ops, AxisType, ParamArg, buf, prod, range_, sink, stack
 from uopc.rangeify import Opts, lower
 from uopc.backends import BackendError, UnsafeKernelError
-from uopc.backends.c import CCompiler, CompileError, render_c, run_c, sanitize_name
+from uopc.backends import CompileError
+from uopc.backends.c import CCompiler, sanitize_name
+from uopc.testing import render_c, run_c
 
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
 

@@ -6,7 +6,8 @@ import os, shutil, subprocess, sys
 from pathlib import Path
 import pytest
 import uopc.backends.c as C
-from uopc.backends.c import CompileError, CCompiler
+from uopc.backends import CompileError
+from uopc.backends.c import CCompiler
 from test_cache import child_env
 
 CHILD = r'''

@@ -1,7 +1,7 @@
-"""The timed search (uopc.search): the fastest candidate wins only by a margin, within a budget; its choice is cached on
+"""The timed search (uopc.search): the fastest candidate wins only by a margin, within a budget; its choice is stored on
 disk (atomically, checksummed: a damaged entry is searched again) and every later run uses it without timing. Timing is
 injected here, so nothing depends on this machine's speed."""
-import json, os, subprocess, sys
+import dataclasses, json, os, subprocess, sys
 import numpy as np
 import pytest
 import uopc.search as search
@@ -9,7 +9,10 @@ import uopc.runtime as runtime
 from uopc.uop import Ops, buf
 from uopc.kernelize import kernelize
 from uopc.backends import get_backend
-from uopc.runtime import Buffer, compile_kernel, run_schedule
+from uopc.compile_cache import read_entry, seal
+from uopc.lowering import Opts
+from uopc.opt import Caps, candidates, choose_opts
+from uopc.runtime import Buffer, compile_kernel, run_schedule, stored_opts, stored_opts_path, store_opts
 
 C = get_backend("C")
 
@@ -36,9 +39,9 @@ def thread0_wins(prog, buffers):   # a timer that makes threads over the rows tw
 def test_the_fastest_candidate_is_cached_and_used_by_later_compiles():
   k, inputs = gemm()
   best = search.search_opts(k, C, inputs, timer=thread0_wins)
-  assert best.thread == 0 and search.cached_opts(k, C) == best
-  entry = json.loads(search.entry_path(k, C).read_text())
-  assert entry["body"]["seconds"] == 1.0 and entry["body"]["heuristic_seconds"] == 2.0
+  assert best.thread == 0 and stored_opts(k, C) == best
+  entry = json.loads(read_entry(stored_opts_path(k, C)))
+  assert entry["seconds"] == 1.0 and entry["heuristic_seconds"] == 2.0
   runtime._programs.clear()
   assert compile_kernel(k, C).opts == best                     # a later compile takes the cached choice
 
@@ -58,7 +61,7 @@ def test_the_budget_bounds_the_candidates_timed():
     now[0] += 10.0
     return 1.0
   search.search_opts(k, C, inputs, budget=15.0, timer=slow, clock=clock)
-  assert json.loads(search.entry_path(k, C).read_text())["body"]["candidates"] == 2      # the heuristic and one more
+  assert json.loads(read_entry(stored_opts_path(k, C)))["candidates"] == 2      # the heuristic and one more
 
 
 def test_run_schedule_searches_a_new_kernel_once_and_later_runs_time_nothing(monkeypatch):
@@ -68,26 +71,43 @@ def test_run_schedule_searches_a_new_kernel_once_and_later_runs_time_nothing(mon
   real = search.search_opts
   monkeypatch.setattr(search, "search_opts", lambda *a, **kw: calls.append(1) or real(*a, timer=thread0_wins, **kw))
   bufs = dict(zip(k.inputs, inputs))
-  run_schedule([k], C, bufs)
+  run_schedule([k], C, bufs, policy=search.policy_from_env())
   assert len(calls) == 1 and runtime._programs and compile_kernel(k, C).opts.thread == 0
   runtime._programs.clear()                                     # a new process: only the disk remembers
-  run_schedule([k], C, dict(zip(k.inputs, inputs)))
+  run_schedule([k], C, dict(zip(k.inputs, inputs)), policy=search.policy_from_env())
   assert len(calls) == 1
   a, b = (x.numpy().reshape(64, 64) for x in inputs)
   np.testing.assert_allclose(bufs[k.out].numpy().reshape(64, 64), a @ b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("damage", [b"", b"{not json", b'{"body": {"opts": {}}, "sha256": "0"}'])
+@pytest.mark.parametrize("damage", [b"", b"{not json", b'{"body": {"opts": {}}, "sha256": "0"}', seal(b"{not json"),
+                                    seal(b'{"opts": {"upcast": [], "thread": 0}}'), seal(b'{"opts": {"stage": 16}}')])
 def test_a_damaged_entry_is_ignored_and_searched_again(damage, monkeypatch):
   k, inputs = gemm()
-  path = search.entry_path(k, C)
+  path = stored_opts_path(k, C)
   path.parent.mkdir(parents=True)
   path.write_bytes(damage)
-  assert search.cached_opts(k, C) is None
-  monkeypatch.setenv("UOPC_SEARCH", "1")
+  assert stored_opts(k, C) is None
   monkeypatch.setattr(search, "time_launches", thread0_wins)
-  run_schedule([k], C, dict(zip(k.inputs, inputs)))
-  assert search.cached_opts(k, C) is not None and search.cached_opts(k, C).thread == 0
+  run_schedule([k], C, dict(zip(k.inputs, inputs)), policy=search.SEARCH)
+  assert stored_opts(k, C) is not None and stored_opts(k, C).thread == 0
+
+
+GPU_OPTS = [Opts(gpu=True, local={0: 16, 1: 16}), Opts(gpu=True, group=32, fma=True),
+            Opts(gpu=True, stage=16, local={0: 16, 1: 16}, upcast={0: 4, 1: 4}, fma=True),
+            Opts(gpu=True, tc=True, local={0: 2, 1: 2}, upcast={0: 2, 1: 4})]
+
+
+def test_a_stored_choice_keeps_every_field_of_every_candidate_and_of_gpu_opts():
+  # the store once wrote 9 of Opts' 12 fields: a searched GPU choice came back without its group, stage or tc
+  k, _ = gemm()
+  caps = Caps(threads=4, vector_width=8, fma=True)
+  every = candidates(k, caps, choose_opts(k, caps)) + GPU_OPTS
+  assert len(every) > len(GPU_OPTS) + 1
+  for o in every:
+    store_opts(k, C, o, seconds=1.0)
+    back = stored_opts(k, C)
+    assert back == o and all(getattr(back, f.name) == getattr(o, f.name) for f in dataclasses.fields(Opts)), (o, back)
 
 
 def test_an_unwritable_cache_costs_only_the_next_search(tmp_path, monkeypatch):
@@ -95,7 +115,7 @@ def test_an_unwritable_cache_costs_only_the_next_search(tmp_path, monkeypatch):
   blocker.write_text("not a directory")
   monkeypatch.setenv("UOPC_CACHE_DIR", str(blocker))
   k, inputs = gemm()
-  assert search.search_opts(k, C, inputs, timer=thread0_wins).thread == 0 and search.cached_opts(k, C) is None
+  assert search.search_opts(k, C, inputs, timer=thread0_wins).thread == 0 and stored_opts(k, C) is None
 
 
 def test_uopc_tune_runs_a_script_and_reports(tmp_path):
@@ -103,9 +123,9 @@ def test_uopc_tune_runs_a_script_and_reports(tmp_path):
   script.write_text(
     "import sys, numpy as np\n"
     "from uopc.uop import buf, Ops\nfrom uopc.kernelize import kernelize\nfrom uopc.backends import get_backend\n"
-    "from uopc.runtime import Buffer, run_schedule\n"
+    "from uopc.runtime import Buffer, run_schedule\nfrom uopc.search import policy_from_env\n"
     "C = get_backend('C')\nx = buf(0, 4096)\n[k] = kernelize([((x.reshape((64, 64)) * 2.0).reduce(Ops.ADD, 1), buf(1, 64))])\n"
-    "out = {k.inputs[0]: Buffer.from_numpy(np.ones(4096, np.float32), C)}\nrun_schedule([k], C, out)\n"
+    "out = {k.inputs[0]: Buffer.from_numpy(np.ones(4096, np.float32), C)}\nrun_schedule([k], C, out, policy=policy_from_env())\n"
     "assert sys.argv[1:] == ['--flag'], sys.argv\nprint('sum', out[k.out].numpy()[0])\n")
   env = {**os.environ, "UOPC_CACHE_DIR": str(tmp_path / "cache"), "UOPC_SEARCH_BUDGET": "1"}
   argv = [sys.executable, "-m", "uopc.cli", "tune", str(script), "--flag"]

@@ -10,7 +10,8 @@ from uopc.rangeify import Opts, Ctx, lower, LowerError
 from uopc.linearize import linearize
 from uopc.interpret import run_linear
 from uopc.backends import BackendError, register_backend
-from uopc.backends.c import render_c, CRenderer, CBackend
+from uopc.backends.c import CRenderer, CBackend
+from uopc.testing import render_c
 from uopc.runtime import np_dtype
 from uopc.testing import run_shaped
 

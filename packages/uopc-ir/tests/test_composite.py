@@ -1,4 +1,4 @@
-"""Composite ops (seed 6.12): PAD and FLIP from primitives, checked against NumPy through the evaluator."""
+"""Composite ops: PAD and FLIP from primitives, checked against NumPy through the evaluator."""
 import numpy as np
 import pytest
 from uopc.dtype import dtypes

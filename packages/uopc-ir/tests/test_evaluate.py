@@ -1,4 +1,4 @@
-"""uopc.evaluate (DESIGN 3.3): run / to_python / exec_alu / cast_value, checked against NumPy or exact values.
+"""uopc.evaluate: run / to_python / exec_alu / cast_value, checked against NumPy or exact values.
 
 The scalar semantics are the C backend's: i32 wraps, FLOORDIV/FLOORMOD are floor division, f32 and f16 results
 are rounded to their type, CAST truncates toward zero, bool arithmetic is C's _Bool. The oracles are NumPy

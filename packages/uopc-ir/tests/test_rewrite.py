@@ -1,4 +1,4 @@
-"""The rewrite engine (DESIGN 3.2): UPat matching, PatternMatcher dispatch, graph_rewrite and its checks."""
+"""The rewrite engine: UPat matching, PatternMatcher dispatch, graph_rewrite and its checks."""
 import pytest
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, ParamArg, stack

@@ -1,4 +1,4 @@
-"""Symbolic algebra (DESIGN 3.4): simplify, bounds, vmin and vmax.
+"""Symbolic algebra: simplify, bounds, vmin and vmax.
 
 Oracles: the seed's printed examples (ravel/unravel round trips, pitfall 4's merge-then-split chain), the
 evaluator `uopc.evaluate.run` for constant folding, and an independent scalar evaluator below (floor division,

@@ -1,4 +1,4 @@
-"""The .uir format (seed 1.11): the printer, the parser with its sugar, parse errors, and the exact round trip."""
+"""The .uir format: the printer, the parser with its sugar, parse errors, and the exact round trip."""
 import math
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck

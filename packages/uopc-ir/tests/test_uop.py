@@ -1,4 +1,4 @@
-"""The UOp (seed chapter 1): hash consing, _argkey, the type checker and its messages, sugar, graph helpers."""
+"""The UOp: hash consing, _argkey, the type checker and its messages, sugar, graph helpers."""
 import copy, gc, os, pickle, subprocess, sys
 import pytest
 from uopc.dtype import DType, dtypes, AddrSpace

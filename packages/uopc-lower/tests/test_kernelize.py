@@ -1,4 +1,4 @@
-"""kernelize (DESIGN 4.3): STAGE cuts, materialized broadcast reductions, shared work, order, canonical kernels, bounded
+"""kernelize: STAGE cuts, materialized broadcast reductions, shared work, order, canonical kernels, bounded
 kernel bodies."""
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The linearizer (DESIGN 4.2): placement in the innermost legal loop, hoisting, sibling loop order, determinism."""
+"""The linearizer: placement in the innermost legal loop, hoisting, sibling loop order, determinism."""
 import pytest
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, AxisType, buf, range_, sink

@@ -1,4 +1,4 @@
-"""rangeify and lower (seed chapter 6): index maps, the REDUCE lowering, Opts, checked by running the lowered loops."""
+"""rangeify and lower: index maps, the REDUCE lowering, Opts, checked by running the lowered loops."""
 import numpy as np
 import pytest
 from uopc.dtype import dtypes

@@ -330,3 +330,17 @@ def test_long_reductions_of_any_length_match_numpy(n):
   assert Tensor(x).max().item() == x.max() and Tensor(-np.abs(x)).max().item() == (-np.abs(x)).max()
   assert Tensor(x.astype(np.int32) * 0 + 1).sum().item() == n
   np.testing.assert_allclose(Tensor(x).sum().item(), x.astype(np.float64).sum(), rtol=1e-5, atol=1e-3)
+
+
+def test_uopc_search_set_makes_tensor_code_search_each_new_kernel_on_its_inputs(monkeypatch):
+  import uopc.search as search
+  seen = []
+  monkeypatch.setattr(search.Search, "first_run", lambda self, kernel, backend, inputs: seen.append((kernel, [b.size for b in inputs])))
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  monkeypatch.setenv("UOPC_SEARCH", "1")
+  np.testing.assert_array_equal((Tensor(x) * 3 + 1).sum(1).numpy(), (x * 3 + 1).sum(1))
+  assert seen and seen[0][1] == [12], "realize ran its kernels without the search policy"
+  monkeypatch.setenv("UOPC_SEARCH", "0")
+  seen.clear()
+  (Tensor(x) * 5).sum(0).numpy()
+  assert not seen

@@ -16,18 +16,20 @@ returns an exit status. Errors print one line and exit
 with status 1; --debug shows the traceback instead.
 """
 from __future__ import annotations
-import argparse, importlib.metadata, os, re, shutil, subprocess, sys, tempfile
+import argparse, importlib.metadata, os, re, runpy, shutil, subprocess, sys
 from pathlib import Path
 import numpy as np
 from uopc.uop import UOp, Ops, UOpError, buf, prod
 from uopc.uir import parse, ParseError
-from uopc.rangeify import LowerError, Opts
+from uopc.lowering import LowerError, Opts
 from uopc.linearize import LinearizeError
 from uopc.kernelize import KernelizeError, make_kernel
 from uopc.evaluate import EvalError
 from uopc.backends import BackendError, get_backend
 from uopc.backends.c import sanitize_name
 from uopc.runtime import Buffer, Program, compile_kernel, compile_program, np_dtype, format_linear
+from uopc.compile_cache import write_file
+from uopc import search
 
 USER_ERRORS = (ParseError, UOpError, LowerError, LinearizeError, KernelizeError, EvalError, BackendError, OSError, ValueError)
 
@@ -133,26 +135,11 @@ def _check_save(path: str | None, slots: list[int]) -> None:
 
 
 def _save(path: str, results: dict[int, np.ndarray]) -> None:
-  """--save: one output as FILE.npy; several (or a FILE.npz) as a .npz archive with an array `slotN` per output. Written
-  beside the file and renamed over it, so a full disk or a kill never leaves a truncated file where the old one was."""
-  try:
-    target = Path(os.path.realpath(path))
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-      with os.fdopen(fd, "wb") as f:
-        mask = os.umask(0)
-        os.umask(mask)
-        try: os.fchmod(f.fileno(), 0o666 & ~mask)   # the mode open() would give (mkstemp's is 0600)
-        except OSError: pass
-        if path.endswith(".npz"): np.savez(f, **{f"slot{k}": a for k, a in results.items()})
-        else: np.save(f, next(iter(results.values()), np.zeros(0, np.float32)))
-        f.flush()
-        os.fsync(f.fileno())
-      os.replace(tmp, target)
-    except BaseException:
-      try: os.unlink(tmp)
-      except OSError: pass
-      raise
+  """--save: one output as FILE.npy; several (or a FILE.npz) as a .npz archive with an array `slotN` per output, written
+  with uopc.compile_cache.write_file, so a full disk or a kill never leaves a truncated file where the old one was."""
+  if path.endswith(".npz"): write = lambda f: np.savez(f, **{f"slot{k}": a for k, a in results.items()})
+  else: write = lambda f: np.save(f, next(iter(results.values()), np.zeros(0, np.float32)))
+  try: write_file(path, write)
   except OSError as e: raise _file_error("--save ", path, e) from None
 
 
@@ -229,10 +216,9 @@ def cmd_graph(args) -> int:
 
 
 def cmd_tune(args) -> int:
-  """Run SCRIPT as __main__ with UOPC_SEARCH=1: every kernel it runs for the first time is timed under candidate Opts
-  and the winner cached on disk (uopc.search), where every later run finds it. Then print what the search found."""
-  import runpy
-  from uopc import search
+  """Run SCRIPT as __main__ with UOPC_SEARCH=1: every kernel it runs for the first time (through Tensor, or run_schedule
+  given uopc.search.policy_from_env()) is timed under candidate Opts and the winner stored on disk, where every later
+  run finds it. Then print what the search found."""
   script = Path(args.script)
   if not script.is_file(): raise CLIError(f"{args.script}: no such file")
   os.environ["UOPC_SEARCH"] = "1"

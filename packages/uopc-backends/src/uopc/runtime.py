@@ -6,12 +6,14 @@
     run_schedule(kernels, backend, buffers)                  a schedule's kernels in order, allocating their outputs
     Buffer(backend, n, dtype)                                memory a backend owns: filled from NumPy, read by .numpy()
 
-Everything that runs a kernel goes through here: Tensor.realize, testing.run_shaped, run_c and run_on, the `uopc`
-command, benchmarks, and later the JIT, which records the (Program, Buffers) launches that run_schedule makes.
-What is the same for every backend lives here once, so no backend can forget it:
+Everything that runs a kernel goes through here: Tensor.realize, the JIT (which records the (Program, Buffers)
+launches that run_schedule makes and replays them), uopc.testing's run_shaped, run_c and run_on, the `uopc` command
+and the benchmarks. What is the same for every backend lives here once, so no backend can forget it:
 
-  * Opts: asked from uopc.opt when none are given, validated against the kernel and the backend (GPU Opts on a CPU
-    backend are an error, as is any entry lower() would have to ignore);
+  * Opts: a kernel compiled without them gets the choice of an OptsPolicy, passed in as `policy`: by default the
+    choice a timed search stored for the kernel on this backend (store_opts), else uopc.opt's heuristics; uopc.search's
+    Search policy times candidates first. Every Opts is validated against the kernel and the backend (GPU Opts on a
+    CPU backend are an error, as is any entry lower() would have to ignore);
   * the memory-safety proof (uopc.backends.check_memory_safety, run by every LinearProgram) on every program, before
     it is rendered, on each road here: compile_kernel, compile_kernels and run_schedule, compile_program and run_lowered;
   * one parameter list: a Program's parameters (slot, dtype, element count) are fixed when it is compiled, from the
@@ -19,7 +21,7 @@ What is the same for every backend lives here once, so no backend can forget it:
     order, even an input that lowering found unread (`Tensor.zeros(4, 0).sum(1)` reads nothing), so the arguments of
     a launch can't shift; a launch passes exactly those Buffers, and each one's backend, dtype and size is checked
     before native code runs;
-  * the program cache: in-process by (backend, canonical kernel, Opts), so each kernel structure compiles once per
+  * the program cache: in-process by (backend, canonical kernel, Opts or policy), so each kernel structure compiles once per
     process while it is among the most recently used (`_programs.limit` entries; an evicted one is compiled again when
     it comes back); across processes the backend's compiler caches on disk;
   * profiling, in the convention tinygrad and PyTorch users know: UOPC_DEBUG=1 prints a line per launch to stderr
@@ -27,26 +29,25 @@ What is the same for every backend lives here once, so no backend can forget it:
     program's source when it is first compiled, =3 also its linearized UOps; any level prints a summary at exit.
 """
 from __future__ import annotations
-import atexit, os, sys, threading, time, warnings
+import atexit, hashlib, json, os, sys, threading, time, warnings
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, MutableMapping, Sequence
 import numpy as np
-from uopc.dtype import DType
+from uopc.dtype import DType, dtypes
 from uopc.uop import UOp, Ops, AxisType, ALU, prod
-from uopc.rangeify import Opts, Ctx, lower, LowerError
+from uopc.uir import to_uir
+from uopc.lowering import Opts, Ctx, LowerError
+from uopc.rangeify import lower
 from uopc.linearize import linearize
 from uopc.kernelize import Kernel
 from uopc.symbolic import bounds
 from uopc.opt import Caps, choose_opts
 from uopc.gpulower import block_threads
+from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import Backend, BackendError, LinearProgram, base_memory
-
-
-def cache_dir() -> Path:
-  """$UOPC_CACHE_DIR, or ~/.cache/uopc: compiled kernels and searched Opts live here (read at each use)."""
-  return Path(os.environ.get("UOPC_CACHE_DIR") or Path.home() / ".cache" / "uopc")
 
 
 def np_dtype(dtype: DType) -> np.dtype:
@@ -112,7 +113,6 @@ class Buffer:
   def from_numpy(data, backend: Backend, dtype: DType | None = None) -> Buffer:
     arr = np.asarray(data)
     if dtype is None:
-      from uopc.dtype import dtypes
       dtype = next((d for d in dtypes.all if d.fmt is not None and np.dtype(d.fmt) == arr.dtype), None)
       if dtype is None: raise BackendError(f"no uopc dtype holds NumPy {arr.dtype} values")
     return Buffer(backend, arr.size, dtype).copyin(arr)
@@ -204,8 +204,9 @@ class ProgramCache:
     with self._lock: self._entries.clear()
 
 
-# (backend, canonical kernel or lowered SINK, its parameters, Opts or name) -> Program. A kernel compiled with the Opts
-# chosen for it has two keys (as asked, opts=None, and as chosen), so 2048 entries hold at least 1024 programs.
+# (backend, canonical kernel or lowered SINK, its parameters, Opts or the policy that chose them, name) -> Program. A kernel
+# compiled with the Opts chosen for it has two keys (as asked, by its policy, and as chosen), so 2048 entries hold at least
+# 1024 programs.
 _programs = ProgramCache(2048)
 
 
@@ -218,24 +219,75 @@ def kernel_name(kernel: Kernel) -> str:
   return name
 
 
-def compile_kernel(kernel: Kernel, backend: Backend, opts: Opts | None = None, name: str | None = None) -> Program:
-  """The Program that runs `kernel` on `backend`: Opts from uopc.opt when none are given, then lower, linearize, the
+# ---- choosing Opts --------------------------------------------------------------------------------------------------
+
+def backend_caps(backend: Backend) -> Caps:
+  """What `backend` tells uopc.opt about its machine (a backend without `caps` gets the plain Caps())."""
+  return getattr(backend, "caps", None) or Caps()
+
+
+class OptsPolicy:
+  """How the runtime chooses Opts for a kernel compiled without them: compile_kernel, compile_kernels and run_schedule
+  take one as `policy`. This one, the default, takes the choice a timed search stored for the kernel on this backend
+  (stored_opts), else uopc.opt's heuristics, and never times anything. A policy that `measures` (uopc.search.Search)
+  gets each kernel's real input Buffers from run_schedule before the kernel first runs in the process (first_run),
+  and run_schedule then compiles one kernel at a time, so that each is compiled with what was measured."""
+  measures = False
+
+  def choose(self, kernel: Kernel, backend: Backend) -> Opts:
+    return stored_opts(kernel, backend) or choose_opts(kernel, backend_caps(backend))
+
+  def first_run(self, kernel: Kernel, backend: Backend, inputs: list[Buffer]) -> None:
+    """Called by run_schedule, for a policy that measures, before `kernel` first runs under it in this process."""
+
+
+DEFAULT_POLICY = OptsPolicy()
+
+
+# The Opts a search chose, on disk under $UOPC_CACHE_DIR/opts: one uopc.compile_cache entry (JSON, sealed) per canonical
+# kernel, backend, capabilities and compiler, so a choice is used only where it was measured.
+
+def stored_opts_path(kernel: Kernel, backend: Backend) -> Path:
+  ident = getattr(backend, "identity", None)   # the compiler and the target CPU, for a backend that has them
+  key = repr((backend.name, getattr(backend, "caps", None), ident() if callable(ident) else None))
+  text = to_uir(UOp(Ops.SINK, (kernel.canonical_root, kernel.canonical_out)))
+  digest = hashlib.sha256(f"{text}\0{key}".encode()).hexdigest()
+  return cache_dir() / "opts" / f"{digest[:32]}.json"
+
+
+def stored_opts(kernel: Kernel, backend: Backend) -> Opts | None:
+  """The Opts a search stored for this kernel on this backend, or None (no entry, or a damaged one)."""
+  data = read_entry(stored_opts_path(kernel, backend))
+  if data is None: return None
+  try: return Opts.from_dict(json.loads(data)["opts"])
+  except (ValueError, KeyError, TypeError, LowerError): return None
+
+
+def store_opts(kernel: Kernel, backend: Backend, opts: Opts, **facts) -> None:
+  """Store `opts` as the choice for this kernel on this backend, with `facts` about how it was found (JSON values). A
+  cache that can't take it costs the next run a search, nothing else."""
+  try: write_entry(stored_opts_path(kernel, backend), json.dumps({"opts": opts.to_dict(), **facts}).encode())
+  except OSError: pass
+
+
+def compile_kernel(kernel: Kernel, backend: Backend, opts: Opts | None = None, name: str | None = None,
+                   policy: OptsPolicy = DEFAULT_POLICY) -> Program:
+  """The Program that runs `kernel` on `backend`: Opts from `policy` when none are given, then lower, linearize, the
   memory-safety proof, render and compile. Cached in-process by (backend, canonical kernel, Opts). Its parameters are
   the kernel's buffers (Kernel.buffers' order); its name says what it computes unless `name` is given."""
-  plan = _plan_kernel(kernel, backend, opts, name)
+  plan = _plan_kernel(kernel, backend, opts, name, policy)
   return plan if isinstance(plan, Program) else plan.finish(backend.compile(plan.compilable, plan.name))
 
 
-def compile_kernels(kernels: Sequence[Kernel], backend: Backend) -> list[Program]:
-  """compile_kernel for each kernel (with the Opts uopc.opt or a cached search chooses), the backend's compiles running
-  side by side: a C compile is a gcc process, so a schedule of new kernels compiles in about 1/threads of the time."""
+def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPolicy = DEFAULT_POLICY) -> list[Program]:
+  """compile_kernel for each kernel (with the Opts `policy` chooses), the backend's compiles running side by side: a C
+  compile is a gcc process, so a schedule of new kernels compiles in about 1/threads of the time."""
   unique: dict[tuple, Program | _Pending] = {}            # a schedule repeats structures (every layer's GEMMs): plan each once
   for k in kernels:
-    if (k.canonical_root, k.canonical_out) not in unique: unique[(k.canonical_root, k.canonical_out)] = _plan_kernel(k, backend, None, None)
+    if (k.canonical_root, k.canonical_out) not in unique: unique[(k.canonical_root, k.canonical_out)] = _plan_kernel(k, backend, None, None, policy)
   plans = [unique[(k.canonical_root, k.canonical_out)] for k in kernels]
   pending = list({id(p): p for p in plans if not isinstance(p, Program)}.values())
   if len(pending) > 1:
-    from concurrent.futures import ThreadPoolExecutor
     workers = min(len(pending), max(2, os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool: handles = list(pool.map(lambda p: backend.compile(p.compilable, p.name), pending))
   else: handles = [backend.compile(p.compilable, p.name) for p in pending]
@@ -243,18 +295,17 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend) -> list[Program
   return [p if isinstance(p, Program) else done[id(p)] for p in plans]
 
 
-def _plan_kernel(kernel: Kernel, backend: Backend, opts: Opts | None, name: str | None) -> Program | _Pending:
+def _plan_kernel(kernel: Kernel, backend: Backend, opts: Opts | None, name: str | None, policy: OptsPolicy) -> Program | _Pending:
   """The cached Program, or everything up to the backend's compile (done in Python), waiting for its handle."""
   if not isinstance(kernel, Kernel): raise BackendError(f"compile_kernel takes a uopc.kernelize.Kernel, got {type(kernel).__name__}")
-  # the heuristics' choice is cached with the program (under opts=None): choosing lowers the kernel once to read it
-  asked_key = (backend, kernel.canonical_root, kernel.canonical_out, opts, name)
+  if not isinstance(policy, OptsPolicy): raise BackendError(f"compile_kernel: policy must be an OptsPolicy, got {type(policy).__name__}")
+  # the policy's choice is cached with the program (under the policy): choosing lowers the kernel once to read it
+  asked_key = (backend, kernel.canonical_root, kernel.canonical_out, opts if opts is not None else policy, name)
   if (prog := _programs.get(asked_key)) is not None: return prog
-  caps = getattr(backend, "caps", None) or Caps()
-  chosen = opts
-  if opts is None:   # a timed search's choice when one is cached on disk (uopc.search), else the heuristics'
-    from uopc.search import cached_opts
-    chosen = cached_opts(kernel, backend) or choose_opts(kernel, caps)
+  caps = backend_caps(backend)
+  if opts is None: chosen = policy.choose(kernel, backend)
   elif not isinstance(opts, Opts): raise LowerError(f"compile_kernel: opts must be an Opts, got {type(opts).__name__}")
+  else: chosen = opts
   key = (backend, kernel.canonical_root, kernel.canonical_out, chosen, name)
   if (prog := _programs.get(key)) is not None:
     _programs[asked_key] = prog
@@ -343,25 +394,25 @@ def format_linear(lin: Sequence[UOp]) -> str:
 
 # ---- running -------------------------------------------------------------------------------------------------------
 
-def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMapping[UOp, Buffer]) -> list[tuple[Program, list[Buffer]]]:
+def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMapping[UOp, Buffer],
+                 policy: OptsPolicy = DEFAULT_POLICY) -> list[tuple[Program, list[Buffer]]]:
   """Run `kernels` in order on `backend`. `buffers` maps BUFFER UOps to Buffers: every kernel input must be there, and each
-  kernel's output is allocated into it unless it already is. Returns the launches made, as (Program, Buffers). With
-  UOPC_SEARCH set, a kernel seen for the first time is searched on its real inputs first (uopc.search)."""
+  kernel's output is allocated into it unless it already is. Returns the launches made, as (Program, Buffers). Opts come
+  from `policy`; one that measures (uopc.search.Search) sees each kernel's real inputs before the kernel first runs."""
   if not isinstance(kernels, (list, tuple)) or not all(isinstance(k, Kernel) for k in kernels):
     raise BackendError(f"run_schedule takes a list of Kernels (uopc.kernelize), got {type(kernels).__name__}")
+  if not isinstance(policy, OptsPolicy): raise BackendError(f"run_schedule: policy must be an OptsPolicy, got {type(policy).__name__}")
   launches = []
-  search = os.environ.get("UOPC_SEARCH", "").strip() not in ("", "0")
-  programs = None if search else compile_kernels(kernels, backend)    # every new kernel compiled up front, side by side
+  # every new kernel compiled up front, side by side; a policy that measures first sees each kernel's inputs
+  programs = None if policy.measures else compile_kernels(kernels, backend, policy)
   for k in kernels:
     args = []
     for b in k.inputs:
       if (data := buffers.get(b)) is None:
         raise BackendError(f"{kernel_name(k)}: reads a buffer that holds no data ({b.dtype.name}[{b.shape[0]}])")
       args.append(data)
-    if search and (backend, k.canonical_root, k.canonical_out, None, None) not in _programs:
-      from uopc.search import cached_opts, search_opts
-      if cached_opts(k, backend) is None: search_opts(k, backend, args)
-    prog = programs[len(launches)] if programs is not None else compile_kernel(k, backend)
+    if programs is None and (backend, k.canonical_root, k.canonical_out, policy, None) not in _programs: policy.first_run(k, backend, args)
+    prog = programs[len(launches)] if programs is not None else compile_kernel(k, backend, policy=policy)
     if (out := buffers.get(k.out)) is None: out = buffers[k.out] = Buffer(backend, k.out.shape[0], k.out.dtype)
     args.append(out)
     prog(args)
@@ -472,5 +523,5 @@ profile = _Profile()
 
 
 __all__ = ["cache_dir", "Buffer", "Program", "Param", "ProgramCache", "compile_kernel", "compile_kernels", "compile_program", "run_schedule",
-           "run_lowered", "np_dtype",
+           "run_lowered", "np_dtype", "OptsPolicy", "DEFAULT_POLICY", "backend_caps", "stored_opts", "stored_opts_path", "store_opts",
            "program_buffers", "stored_slots", "check_arrays", "kernel_name", "format_linear", "debug_level", "profile"]

@@ -1,7 +1,8 @@
-"""uopc.search: timing candidate Opts for a kernel on its real buffers, and remembering the winner on disk.
+"""uopc.search: timing candidate Opts for a kernel on its real buffers, and storing the winner on disk.
 
-    UOPC_SEARCH=1 python train.py      every kernel met for the first time is searched (run_schedule asks)
-    uopc tune train.py                 the same, then a report of what the search found
+    UOPC_SEARCH=1 python train.py                            every kernel met for the first time is searched
+    uopc tune train.py                                       the same, then a report of what the search found
+    run_schedule(kernels, backend, buffers, policy=SEARCH)   the same for a schedule run on uopc.runtime directly
 
 The heuristics (uopc.opt.choose_opts) read a kernel; a search measures it. It times the heuristics' choice and the
 candidates around it (uopc.opt.candidates) on the kernel's real inputs (the output goes to a scratch buffer), the best
@@ -9,75 +10,24 @@ of a few launches each, within a time budget per kernel (UOPC_SEARCH_BUDGET seco
 candidate is the slow part, so the budget is checked between candidates). A candidate wins only if it beats the
 heuristics' choice by MARGIN, so noise never replaces a good choice with an equal one.
 
-The choice is cached on disk under $UOPC_CACHE_DIR/opts, keyed by the canonical kernel, the backend, its capabilities
-and its compiler. Entries are written to a temporary file and renamed into place (a reader sees the old entry or the
-whole new one), and each carries a SHA-256 of its contents: a damaged entry is ignored, searched again and rewritten.
-Every later run, searching or not, uses a cached choice without timing anything (uopc.runtime.compile_kernel asks).
+The search is a policy of uopc.runtime (an OptsPolicy that measures): the runtime hands it each kernel's input Buffers
+before the kernel first runs. Whoever runs kernels passes it: `policy_from_env()` gives it where UOPC_SEARCH is set
+(Tensor's realize asks so), `uopc tune` sets UOPC_SEARCH for the script it runs. The winner is stored with
+uopc.runtime.store_opts (under $UOPC_CACHE_DIR/opts, keyed by the canonical kernel, the backend, its capabilities and
+its compiler; a damaged entry is ignored, searched again and rewritten), and every later run, searching or not, uses
+it without timing anything: the runtime's default policy reads it.
 """
 from __future__ import annotations
-import hashlib, json, os, tempfile, time
-from pathlib import Path
+import os, time
 from typing import Callable, Sequence
-from uopc.uop import UOp, Ops
-from uopc.rangeify import Opts, LowerError
+from uopc.lowering import Opts, LowerError
 from uopc.kernelize import Kernel
-from uopc.opt import Caps, choose_opts, candidates
+from uopc.opt import choose_opts, candidates
 from uopc.backends import Backend, BackendError
-from uopc.runtime import cache_dir
+from uopc.runtime import Buffer, OptsPolicy, DEFAULT_POLICY, backend_caps, compile_kernel, kernel_name, stored_opts, store_opts
 
 MARGIN = 0.97      # a candidate must take at most 97% of the heuristics' time to replace it
 LAUNCHES = 3       # timed launches per candidate (after one warm-up); the best counts
-
-
-def _identity(backend: Backend) -> str:
-  """What makes a measured choice valid: the backend, its capabilities, and its compiler (and target CPU)."""
-  ident = getattr(backend, "identity", None)
-  return repr((backend.name, getattr(backend, "caps", None), ident() if callable(ident) else None))
-
-
-def entry_path(kernel: Kernel, backend: Backend) -> Path:
-  from uopc.uir import to_uir
-  text = to_uir(UOp(Ops.SINK, (kernel.canonical_root, kernel.canonical_out)))
-  key = hashlib.sha256(f"{text}\0{_identity(backend)}".encode()).hexdigest()[:32]
-  return cache_dir() / "opts" / f"{key}.json"
-
-
-def _to_json(o: Opts) -> dict:
-  return {"upcast": [list(p) for p in o.upcast], "thread": o.thread, "unroll": o.unroll, "tile": [list(p) for p in o.tile], "gpu": o.gpu,
-          "local": [list(p) for p in o.local], "vector": list(o.vector) if o.vector is not None else None,
-          "reduce_vector": o.reduce_vector, "fma": o.fma}
-
-
-def _from_json(d: dict) -> Opts:
-  return Opts(upcast=[tuple(p) for p in d["upcast"]], thread=d["thread"], unroll=d["unroll"], tile=[tuple(p) for p in d["tile"]],
-              gpu=d["gpu"], local=[tuple(p) for p in d["local"]], vector=tuple(d["vector"]) if d["vector"] is not None else None,
-              reduce_vector=d["reduce_vector"], fma=d["fma"])
-
-
-def _seal(body: dict) -> str: return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
-def cached_opts(kernel: Kernel, backend: Backend) -> Opts | None:
-  """The searched choice for this kernel on this backend, or None (no entry, or a damaged one, which is ignored)."""
-  try:
-    entry = json.loads(entry_path(kernel, backend).read_text())
-    if not isinstance(entry, dict) or entry.get("sha256") != _seal(entry["body"]): return None
-    return _from_json(entry["body"]["opts"])
-  except (OSError, ValueError, KeyError, TypeError, LowerError): return None
-
-
-def _write(path: Path, body: dict) -> None:
-  try:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    try:
-      with os.fdopen(fd, "w") as f: f.write(json.dumps({"body": body, "sha256": _seal(body)}))
-      os.replace(tmp, path)
-    except BaseException:
-      try: os.unlink(tmp)
-      except OSError: pass
-      raise
-  except OSError: pass   # an unwritable cache costs the next run a search, nothing else
 
 
 def time_launches(program, buffers: Sequence) -> float:
@@ -101,13 +51,11 @@ searched: list[tuple[str, float, float, Opts]] = []
 def search_opts(kernel: Kernel, backend: Backend, inputs: Sequence, budget: float | None = None,
                 timer: Callable | None = None, clock: Callable[[], float] = time.perf_counter) -> Opts:
   """Time the heuristics' choice and its candidates for `kernel` on `inputs` (Buffers, in kernel.inputs' order), keep the
-  fastest if it wins by MARGIN, cache it on disk and return it. `timer(program, buffers) -> seconds` and `clock` are
+  fastest if it wins by MARGIN, store it on disk and return it. `timer(program, buffers) -> seconds` and `clock` are
   there for tests; by default launches are timed for real."""
-  from uopc.runtime import Buffer, compile_kernel, kernel_name
-  from uopc.backends.c import CompileError
   if budget is None: budget = float(os.environ.get("UOPC_SEARCH_BUDGET") or 3.0)
   timer = timer or time_launches
-  caps = getattr(backend, "caps", None) or Caps()
+  caps = backend_caps(backend)
   base = choose_opts(kernel, caps)
   scratch = Buffer(backend, kernel.out.shape[0], kernel.out.dtype)
   args = list(inputs) + [scratch]
@@ -116,19 +64,36 @@ def search_opts(kernel: Kernel, backend: Backend, inputs: Sequence, budget: floa
   for o in candidates(kernel, caps, base):
     if o is not base and clock() - start > budget: break
     try: prog = compile_kernel(kernel, backend, o)
-    except (LowerError, BackendError, CompileError): continue
+    except (LowerError, BackendError): continue      # Opts the kernel or the backend refuses, a compiler's CompileError
     times[o] = timer(prog, args)
   if base not in times: return base
   best = min(times, key=times.__getitem__)
   if times[best] > MARGIN * times[base]: best = base
-  _write(entry_path(kernel, backend), {"opts": _to_json(best), "seconds": times[best], "heuristic_seconds": times[base],
-                                       "candidates": len(times)})
+  store_opts(kernel, backend, best, seconds=times[best], heuristic_seconds=times[base], candidates=len(times))
   searched.append((kernel_name(kernel), times[base], times[best], best))
   return best
 
 
+class Search(OptsPolicy):
+  """The runtime's policy while searching: before a kernel first runs, it is searched on its inputs unless a choice is
+  stored for it already; then, like the default policy, the stored choice is used."""
+  measures = True
+
+  def first_run(self, kernel: Kernel, backend: Backend, inputs: list[Buffer]) -> None:
+    if stored_opts(kernel, backend) is None: search_opts(kernel, backend, inputs)
+
+
+SEARCH = Search()
+
+
+def policy_from_env() -> OptsPolicy:
+  """SEARCH where UOPC_SEARCH is set (and not 0), else the runtime's default policy: for the code that runs kernels on
+  a user's behalf (Tensor's realize), which reads the variable where it is called."""
+  return SEARCH if os.environ.get("UOPC_SEARCH", "").strip() not in ("", "0") else DEFAULT_POLICY
+
+
 def report() -> str:
-  """What this process's searches found, one line per kernel, and the total time saved per run of them all."""
+  """What this process's searches found: per kernel, the heuristics' time, the best time and, when they differ, its Opts."""
   if not searched: return "uopc tune: no kernel was searched (every one had a cached choice, or none ran)"
   lines = [f"uopc tune: searched {len(searched)} kernels"]
   for name, base, best, o in searched:
@@ -137,4 +102,4 @@ def report() -> str:
   return "\n".join(lines)
 
 
-__all__ = ["search_opts", "cached_opts", "entry_path", "report", "time_launches", "MARGIN"]
+__all__ = ["search_opts", "Search", "SEARCH", "policy_from_env", "report", "time_launches", "MARGIN"]

@@ -1,11 +1,19 @@
-"""Test helpers: the book's `run_shaped` (lower a shaped graph, run it, return the NumPy result) and `np_dtype`."""
+"""Conveniences for tests and notebooks, all over uopc.runtime (the one road every kernel takes):
+
+    run_shaped(root, inputs)         lower a shaped graph as one kernel, run it, return the NumPy result (the book's helper)
+    render_c(sink, name)             the C source of the SINK that lower() returns
+    run_c(sink, {slot: array})       run that SINK on the C backend, on NumPy arrays keyed by BUFFER slot, in place
+    run_on(backend, sink, arrays)    the same on any backend
+"""
 from __future__ import annotations
 import numpy as np
 from uopc.uop import UOp, Ops, buf, prod
-from uopc.rangeify import Opts
+from uopc.lowering import Opts
 from uopc.kernelize import make_kernel
-from uopc.backends import get_backend, BackendError
-from uopc.runtime import Buffer, compile_kernel, np_dtype
+from uopc.linearize import linearize
+from uopc.backends import Backend, BackendError, LinearProgram, get_backend
+from uopc.backends.c import CRenderer
+from uopc.runtime import Buffer, compile_kernel, np_dtype, program_buffers, run_lowered
 
 
 def run_shaped(root: UOp, inputs: list[np.ndarray], backend: str = "C", opts: Opts | None = None) -> np.ndarray:
@@ -28,4 +36,23 @@ def run_shaped(root: UOp, inputs: list[np.ndarray], backend: str = "C", opts: Op
   return out.numpy()[:n].reshape(root.shape)
 
 
-__all__ = ["run_shaped", "np_dtype"]
+def render_c(sink: UOp, name: str = "kernel") -> str:
+  """C source for the output of lower(): the prelude and one function `void name(T* restrict dataN, ...)`, one parameter
+  per BUFFER of the program in slot order. The program is linearized and proven memory-safe first (by its LinearProgram)."""
+  if not isinstance(sink, UOp) or sink.op is not Ops.SINK: raise BackendError("render_c takes the SINK that lower() returns")
+  lin = linearize(sink)
+  return CRenderer().render(LinearProgram(name, tuple(lin), tuple(program_buffers(lin))))
+
+
+def run_c(sink: UOp, buffers: dict[int, np.ndarray], name: str = "kernel") -> None:
+  """Render, compile (cached) and run a lowered program on the C backend, on NumPy arrays keyed by BUFFER slot, in place."""
+  run_lowered(sink, buffers, get_backend("C"), name)
+
+
+def run_on(backend: Backend, sink: UOp, buffers: dict, name: str = "kernel") -> None:
+  """Run a lowered program on any backend: the NumPy arrays in `buffers` (by BUFFER slot) are checked, copied in, the
+  kernel launched, and the arrays it writes copied back (so outputs land in them, as with run_c)."""
+  run_lowered(sink, buffers, backend, name)
+
+
+__all__ = ["run_shaped", "render_c", "run_c", "run_on", "np_dtype"]

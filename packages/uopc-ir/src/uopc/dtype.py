@@ -75,10 +75,10 @@ _LIMITS = {"bool": (False, True), "i32": (I32_MIN, I32_MAX)}
 
 class AddrSpace(Enum):
   """Where a UOp lives: ALU is a value (a register, for a C compiler); GLOBAL, LOCAL and SHARED are kinds of memory."""
-  ALU = auto()      # a value (week 1)
-  GLOBAL = auto()   # device memory, a function argument (week 2)
-  LOCAL = auto()    # call-scope storage: `float acc[4];` (week 2)
-  SHARED = auto()   # GPU workgroup shared memory (week 7)
+  ALU = auto()      # a value
+  GLOBAL = auto()   # device memory, a function argument
+  LOCAL = auto()    # call-scope storage: `float acc[4];`
+  SHARED = auto()   # GPU workgroup shared memory
 
   def __repr__(self): return "AddrSpace." + self.name
   __hash__ = object.__hash__

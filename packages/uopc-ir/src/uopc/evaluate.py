@@ -31,8 +31,8 @@ class EvalError(Exception):
 def wrap_i32(x: int) -> int: return ((x - I32_MIN) & 0xFFFFFFFF) + I32_MIN
 
 def _round(fmt: str, x: float) -> float:
-  # pack raises OverflowError exactly when the rounded value is infinite (for a float: an int past the format raised
-  # struct.error, found by the eval-vs-C fuzzer with CAST(65536, f16)); float() of an int past 1e308 raises it too
+  # pack raises OverflowError exactly when the rounded value is infinite, for a float only (an int past the format raises
+  # struct.error), hence float(x) first; float() of an int past 1e308 raises OverflowError too
   try: return struct.unpack(fmt, struct.pack(fmt, float(x)))[0]
   except OverflowError: return math.inf if x > 0 else -math.inf
 
@@ -102,18 +102,19 @@ def _fma_f32(a: float, b: float, c: float) -> float:
   if exact == 0: return a * b + c   # the product is exact in a double, so the sign of an exact zero follows IEEE's rule
   return _round_exact_f32(exact)
 
+# the scalar semantics, one table per arity: every ALU op but CAST (cast_value converts) is in one of them
 _UNARY_FN = {Ops.RECIP: _recip, Ops.EXP2: _exp2, Ops.LOG2: _log2, Ops.SQRT: _sqrt, Ops.SIN: _sin}
 _BINARY_FN = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.MAX: _max, Ops.CMPLT: lambda a, b: a < b,
               Ops.CMPNE: lambda a, b: a != b, Ops.FLOORDIV: _floordiv, Ops.FLOORMOD: _floormod}
-# C's _Bool arithmetic: the int result converts back to 0/1, so + is "or" and * is "and"
+# C's _Bool arithmetic: the int result converts back to 0/1, so + is "or" and * is "and" (FLOORDIV and FLOORMOD take i32 only)
 _BOOL_FN = {Ops.ADD: lambda a, b: a or b, Ops.MUL: lambda a, b: a and b, Ops.MAX: lambda a, b: a or b,
             Ops.CMPLT: lambda a, b: (not a) and b, Ops.CMPNE: lambda a, b: a != b}
+_TERNARY_FN = {Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: _fma_f32}
 
 def exec_alu(op: Ops, dtype: DType, *vals):
   """The value of ALU op `op` on python values `vals` (already values of the operands' dtype); `dtype` is the
-  result's dtype. WHERE takes (cond, a, b)."""
-  if op is Ops.WHERE: return vals[1] if vals[0] else vals[2]
-  if op is Ops.MULACC: return _fma_f32(*vals)
+  result's dtype. WHERE takes (cond, a, b), MULACC (a, b, c) for a*b + c."""
+  if len(vals) == 3: return _TERNARY_FN[op](*vals)
   if len(vals) == 1: return truncate(dtype, _UNARY_FN[op](vals[0]))
   a, b = vals
   if type(a) is bool: return _BOOL_FN[op](a, b)

@@ -22,7 +22,7 @@ simplify is memoized globally: each node keeps its result in its own __dict__, s
 """
 from __future__ import annotations
 import math, zlib
-from uopc.uop import UOp, Ops, RangeArg, ParamArg, CallArg, UOpError
+from uopc.uop import UOp, Ops, RangeArg, ParamArg, CallArg, UOpError, ALU
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.rewrite import UPat, PatternMatcher, graph_rewrite, _Memo
 from uopc.evaluate import exec_alu, cast_value, const_value, wrap_i32 as _wrap, EvalError
@@ -66,21 +66,21 @@ def _compute_bounds(u: UOp) -> tuple:
     return _full(d)
   if op is _CONST: return (int(u.arg), int(u.arg), True)
   if op is _RANGE:
-    return (0, max(u.src[0]._b[1] - 1, 0), True)
+    return (0, max(u.src[0]._bounds[1] - 1, 0), True)
   src = u.src
   if op is _WHERE:
-    c, a, b = src[0]._b, src[1]._b, src[2]._b
+    c, a, b = src[0]._bounds, src[1]._bounds, src[2]._bounds
     if c[0] == c[1] == 1: return a
     if c[0] == c[1] == 0: return b
     return (min(a[0], b[0]), max(a[1], b[1]), True)
   if op is _CAST:
-    s = src[0]._b
+    s = src[0]._bounds
     if src[0].dtype.is_float: return _full(d)
     if d is _bool: return (0, 0, True) if s[0] == s[1] == 0 else ((1, 1, True) if s[0] > 0 or s[1] < 0 else (0, 1, True))
     return (s[0], s[1], True)
   if len(src) != 2 or src[0].dtype is not src[1].dtype or src[0].dtype.is_float:
     return (0, 1, True) if d is _bool else _full(d)
-  (alo, ahi, ax), (blo, bhi, bx) = src[0]._b, src[1]._b
+  (alo, ahi, ax), (blo, bhi, bx) = src[0]._bounds, src[1]._bounds
   if op is _CMPLT:
     return (1, 1, True) if ahi < blo else ((0, 0, True) if alo >= bhi else (0, 1, True))
   if op is _CMPNE:
@@ -109,16 +109,16 @@ def _compute_bounds(u: UOp) -> tuple:
   return _full(d)
 
 
-def _b(u: UOp) -> tuple:
-  try: return u._b
+def _bounds_of(u: UOp) -> tuple:
+  try: return u._bounds
   except AttributeError:
-    _fill(u, "_b", _compute_bounds)
-    return u._b
+    _fill(u, "_bounds", _compute_bounds)
+    return u._bounds
 
 def bounds(u: UOp) -> tuple:
   """(lo, hi) with lo <= u <= hi for every value u can take: ints for i32, bools for bool, floats otherwise."""
   if not isinstance(u, UOp): raise UOpError(f"bounds takes a UOp, got {type(u).__name__}")
-  lo, hi, _ = _b(u)
+  lo, hi, _ = _bounds_of(u)
   return (bool(lo), bool(hi)) if u.dtype is _bool else (lo, hi)
 
 def vmin(u: UOp): return bounds(u)[0]
@@ -142,14 +142,14 @@ def _compute_key(u: UOp) -> tuple:
   """Sort key of a term: (the outermost RANGE it uses, its op, a structural hash). Outer loops first keeps the
   loop-invariant prefix of an index (ridx0*4 + ...) together, so it can be hoisted; the hash is the same in every
   process, so the order (and the generated C) is too."""
-  first = u.arg.idx if u.op is _RANGE else min((s._k[0] for s in u.src), default=1 << 30)
-  return (first, u.op.value, hash((u.op.value, _stable_arg(u.arg), *(s._k[2] for s in u.src))))
+  first = u.arg.idx if u.op is _RANGE else min((s._order[0] for s in u.src), default=1 << 30)
+  return (first, u.op.value, hash((u.op.value, _stable_arg(u.arg), *(s._order[2] for s in u.src))))
 
 def _key(u: UOp) -> tuple:
-  try: return u._k
+  try: return u._order
   except AttributeError:
-    _fill(u, "_k", _compute_key)
-    return u._k
+    _fill(u, "_order", _compute_key)
+    return u._order
 
 
 # ---- sums and products in normal form -------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def _norm_mul(u: UOp) -> UOp | None:
 def _div(x: UOp, c: int) -> UOp | None:
   if c == 1: return x
   if c <= 0: return None
-  lo, hi, exact = _b(x)
+  lo, hi, exact = _bounds_of(x)
   if lo // c == hi // c: return UOp.const(lo // c)           # x//c is one value over x's whole range
   if x.op is _FLOORDIV and x.src[1].op is _CONST and x.src[1].arg > 0 and x.src[1].arg * c <= I32_MAX:
     return UOp(_FLOORDIV, (x.src[0], UOp.const(x.src[1].arg * c)))   # (y//a)//c = y//(a*c)
@@ -237,20 +237,20 @@ def _div(x: UOp, c: int) -> UOp | None:
   if out or not 0 <= const < c:
     rest = {b: k for b, k in coeffs.items() if k % c != 0}
     rest_sum = _build_sum(rest, const % c)
-    if not _b(rest_sum)[2]: return None                      # the new dividend must not wrap either (b + const%c can)
+    if not _bounds_of(rest_sum)[2]: return None                      # the new dividend must not wrap either (b + const%c can)
     return _build_sum(out, const // c) + (UOp(_FLOORDIV, (rest_sum, UOp.const(c))) if rest or const % c else 0)
   # (g*A + r)//(g*C) = A//C when 0 <= r < g: g divides c and the big coefficients, the rest is a small remainder
   for g in sorted({math.gcd(c, k) for k in coeffs.values()} - {1}, reverse=True):
     big = {b: k // g for b, k in coeffs.items() if k % g == 0}
     small = _build_sum({b: k for b, k in coeffs.items() if k % g != 0}, const)
-    slo, shi, _ = _b(small)
-    if big and 0 <= slo and shi < g and _b(big_sum := _build_sum(big, 0))[2]: return UOp(_FLOORDIV, (big_sum, UOp.const(c // g)))
+    slo, shi, _ = _bounds_of(small)
+    if big and 0 <= slo and shi < g and _bounds_of(big_sum := _build_sum(big, 0))[2]: return UOp(_FLOORDIV, (big_sum, UOp.const(c // g)))
   return None
 
 def _mod(x: UOp, c: int) -> UOp | None:
   if c == 1: return UOp.const(0)
   if c <= 0: return None
-  lo, hi, exact = _b(x)
+  lo, hi, exact = _bounds_of(x)
   # x%c = x - q*c over x's whole range; the result is in [0, c), so adding q*c modulo 2**32 is exact (-q*c may not fit)
   if lo // c == hi // c: return x if lo // c == 0 else x + _wrap(-(lo // c) * c)
   if x.op is _FLOORMOD and x.src[1].op is _CONST and x.src[1].arg > 0 and x.src[1].arg % c == 0:
@@ -261,11 +261,11 @@ def _mod(x: UOp, c: int) -> UOp | None:
   keep = {b: k for b, k in coeffs.items() if k % c != 0}
   if len(keep) < len(coeffs) or not 0 <= const < c:
     keep_sum = _build_sum(keep, const % c)
-    return UOp(_FLOORMOD, (keep_sum, UOp.const(c))) if _b(keep_sum)[2] else None   # b + const%c can wrap where x did not
+    return UOp(_FLOORMOD, (keep_sum, UOp.const(c))) if _bounds_of(keep_sum)[2] else None   # b + const%c can wrap where x did not
   # coefficients matter only modulo c: with each one as small as possible, x may fall in a single period, where
   # x%c is x - q*c ((4*i + 4)%5 is 4 - i for 0 <= i < 5). Otherwise keep x: non-negative sums render as plain C %.
   small = _build_sum({b: (k % c) - c if 2 * (k % c) > c else k % c for b, k in coeffs.items()}, const)
-  slo, shi, sexact = _b(small)
+  slo, shi, sexact = _bounds_of(small)
   if sexact and slo // c == shi // c: return small if slo // c == 0 else small + _wrap(-(slo // c) * c)
   return None
 
@@ -284,7 +284,7 @@ def _fold(u: UOp) -> UOp | None:
 def _decided(u: UOp) -> UOp | None:
   """A comparison (or any bool) whose bounds leave one value."""
   if u.shape: return None
-  lo, hi, _ = _b(u)
+  lo, hi, _ = _bounds_of(u)
   return UOp.const(bool(lo)) if lo == hi else None
 
 def _order2(u: UOp) -> UOp | None:
@@ -297,14 +297,14 @@ def _order2(u: UOp) -> UOp | None:
 def _int_max(u: UOp) -> UOp | None:
   a, b = u.src
   if a is b: return a
-  (alo, ahi, _), (blo, bhi, _) = _b(a), _b(b)
+  (alo, ahi, _), (blo, bhi, _) = _bounds_of(a), _bounds_of(b)
   if alo >= bhi: return a
   if blo >= ahi: return b
   return _order2(u)
 
 def _where(c: UOp, a: UOp, b: UOp) -> UOp | None:
   if a is b: return a
-  lo, hi, _ = _b(c)
+  lo, hi, _ = _bounds_of(c)
   if lo == hi: return a if lo else b
   if a.op is _CONST and b.op is _CONST and a.arg is True and b.arg is False: return c
   return None
@@ -314,8 +314,7 @@ _ints, _floats = (dtypes.i32,), (dtypes.f32, dtypes.f16)
 
 symbolic = PatternMatcher([
   # every ALU op on constants folds (f32 results rounded to f32, i32 wrapped): the evaluator's semantics
-  (UPat({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.FLOORDIV, Ops.FLOORMOD, Ops.CAST, Ops.RECIP, Ops.EXP2, Ops.LOG2,
-         Ops.SQRT, Ops.SIN, Ops.WHERE, Ops.MULACC}, name="u"), _fold),
+  (UPat(ALU, name="u"), _fold),
   # a CAST to the dtype it already has is the value itself (Tensor.detach's stop-gradient marker, after lowering)
   (UPat(Ops.CAST, src=(x,), name="u"), lambda u, x: x if x.dtype is u.dtype else None),
   # ---- integers: sums and products in normal form (x+0, x*1, x*0, like terms, distribution, order)

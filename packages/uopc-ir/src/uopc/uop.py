@@ -2,7 +2,7 @@
 
     UOp(op, src: tuple[UOp, ...], arg)
 
-Every program is a DAG of UOps, from the week-1 arithmetic circuit to the GPT training step. UOps are
+Every program is a DAG of UOps, from an arithmetic expression to the GPT training step. UOps are
 *hash consed*: constructing a UOp that is structurally identical to a live one returns the very same
 Python object. That gives O(1) structural equality (`is`), free common-subexpression elimination and
 cheap memoization keyed on nodes (equality and hashing stay object's identity versions, written in C). That holds
@@ -25,7 +25,7 @@ from uopc.dtype import AddrSpace, DType, dtypes, I32_MIN, I32_MAX
 
 
 class Ops(Enum):
-  # ---- week 1: values ---------------------------------------------------
+  # ---- values: parameters and calls, constants, and the ALU ops on them --------------
   PARAM = auto()      # arg: ParamArg. An input to the enclosing CALL.
   CALL = auto()       # src[0] = body, src[1:] = arguments. arg: CallArg
   CONST = auto()      # arg: python value (bool/int/float). shape ()
@@ -36,28 +36,28 @@ class Ops(Enum):
   ADD = auto(); MUL = auto(); CMPLT = auto()
   FLOORDIV = auto(); FLOORMOD = auto()
   WHERE = auto()      # (cond, a, b)
-  # extra ALU, introduced when they are needed (masks, max-reduce, softmax)
   CMPNE = auto(); MAX = auto()
   MULACC = auto()     # (a, b, c): a*b + c rounded once (a fused multiply-add). f32 only; lowering makes it (Opts.fma)
   EXP2 = auto(); LOG2 = auto(); SQRT = auto(); SIN = auto()
-  # ---- week 2: memory ---------------------------------------------------
+  # ---- memory and the order of effects -----------------------------------------------
   BUFFER = auto()     # arg: ParamArg. global persistent memory (never in a CALL body)
   ALLOC = auto()      # arg: ParamArg. call-scope storage `float a[10];`
   LOAD = auto()       # (ptr,)
   STORE = auto()      # (ptr, value)
   AFTER = auto()      # (mem, *deps): `mem`, but only once deps have happened
   SINK = auto()       # (*effects): groups side effects, the root of a program
-  # ---- week 3: loops ----------------------------------------------------
+  # ---- loops -------------------------------------------------------------------------
   RANGE = auto()      # src[0] = end; arg: RangeArg. value is the loop counter
   END = auto()        # (passthrough, *ranges): closes the ranges
-  # ---- week 4: movement + reduction -------------------------------------
+  # ---- shapes: movement and reduction (lowering turns them into loops) ---------------
   RESHAPE = auto(); EXPAND = auto(); PERMUTE = auto(); SHRINK = auto()
   REDUCE = auto()     # arg: (Ops.ADD | Ops.MAX, n) -- reduces the last n axes
-  # ---- week 5: kernels --------------------------------------------------
+  # ---- kernels -----------------------------------------------------------------------
   STAGE = auto()      # materialize src[0] into a temp buffer you can index into
-  # ---- weeks 7-8: GPUs --------------------------------------------------
+  # ---- GPUs --------------------------------------------------------------------------
   BARRIER = auto()    # (*deps): __syncthreads()
-  WMMA = auto()       # reserved for tensor cores (week 8 lowers GEMMs to WMMA by pattern instead)
+  WMMA = auto()       # (a, b, c): a warp's tensor-core multiply-add D = A @ B + C (m16n8k16), each operand a STACK of
+                      # the lane's fragment; lowered from GEMMs with Opts(tc=True) (uopc.gpulower)
 
   def __repr__(self): return "Ops." + self.name
   __hash__ = object.__hash__   # members are singletons: identity hashing is correct and much faster
@@ -74,8 +74,8 @@ MOVEMENT = {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK}
 class AxisType(Enum):
   LOOP = auto()      # a plain serial for-loop
   REDUCE = auto()    # a for-loop that a reduction accumulates over
-  UPCAST = auto()    # fully unrolled. uopc unrolls *during* rangeify (Opts.upcast), so no RANGE of this kind
-                     # is ever built; the name stays for the course's vocabulary
+  UPCAST = auto()    # the lanes of one SIMD vector (Opts.vector, Opts.reduce_vector): a loop in the program's
+                     # meaning, rendered as vector lanes by the C backend (Opts.upcast unrolls without a RANGE)
   THREAD = auto()    # parallel across CPU threads
   GLOBAL = auto()    # GPU blockIdx
   LOCAL = auto()     # GPU threadIdx

@@ -16,17 +16,18 @@ elements, reductions included, as a loop of its own. Three Opts change how a red
              WMMA (mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32), local = warps per block and upcast = tiles per
              warp on the i and j axes, 32 LOCAL lanes per warp last (the fastest-moving thread index).
 
-`gemm_pattern` says whether a kernel is such a GEMM and which output axes are its i and j. WMMA's fragment layout
-(which lane holds which element of A, B and the accumulator) is written down once, below, from the PTX ISA
-("Matrix Fragments for mma.m16n8k16 with floating point type"); the PYTHON backend's emulation of WMMA writes it down
-again, independently, so that each checks the other.
+Each is a rule rangeify calls (its _reduce, and lower for the tensor cores' output indices) over the state of
+uopc.lowering's Ctx: the GpuAxis of every output axis and, for stage and tc, the Gemm that rangeify.gemm_pattern found
+(which output axes are its i and j). WMMA's fragment layout (which lane holds which element of A, B and the
+accumulator) is written down once, below, from the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point
+type"); the PYTHON backend's emulation of WMMA writes it down again, independently, so that each checks the other.
 """
 from __future__ import annotations
-import functools
-from dataclasses import dataclass
-from uopc.uop import UOp, Ops, AxisType, ALU, MOVEMENT, prod
+from typing import Callable, NoReturn
+from uopc.uop import UOp, Ops, AxisType, prod
 from uopc.dtype import AddrSpace, dtypes
 from uopc.symbolic import simplify
+from uopc.lowering import Ctx, Opts, Gemm, TensorCoreTile, Fragment, ranges_in
 
 # ---- the WMMA m16n8k16 fragment layout (PTX ISA 9.7.14.5.8) -------------------------------------------------------
 # lane l of a warp, group = l // 4, member = l % 4. A (16x16 of f16, row major) element e < 8 of lane l sits at
@@ -48,81 +49,6 @@ def wmma_c(lane: UOp, e: int) -> tuple[UOp, UOp]:
   return lane // 4 + (8 if e >= 2 else 0), (lane % 4) * 2 + (e & 1)
 
 
-# ---- the GEMM pattern ------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Gemm:
-  """A kernel whose one reduction is an f32 sum over its last axis of x * y, reached from the root through elementwise
-  ops only (a cast, a bias): x moves along output axis i and not j, y along j and not i. With f16=True, x and y are
-  casts of f16 values (x16, y16), which tensor cores take as they are."""
-  reduce: UOp
-  x: UOp
-  y: UOp
-  i: int
-  j: int
-  k: int                      # the reduced size
-  x16: UOp | None = None
-  y16: UOp | None = None
-
-  @property
-  def f16(self) -> bool: return self.x16 is not None
-
-
-def _peel(u: UOp) -> tuple[list[UOp], UOp]:
-  """The movement ops on top of u (outermost first) and the node under them."""
-  chain = []
-  while u.op in MOVEMENT:
-    chain.append(u)
-    u = u.src[0]
-  return chain, u
-
-
-def _replay(chain: list[UOp], u: UOp) -> UOp:
-  """The movement ops of `chain` applied to u, as they were applied to the node they came from (elementwise ops
-  commute with movement: movement(x * y) is movement(x) * movement(y))."""
-  for m in reversed(chain): u = m.replace(src=(u,))
-  return u
-
-
-def _axes_moved(node: UOp, n_out: int) -> set[int]:
-  """The output axes (of the first n_out axes of node's shape) along which node's value can change: rangeify it at an
-  index of fresh ranges and see which ones its scalar value still mentions."""
-  from uopc.rangeify import Ctx, rangeify, ranges_in
-  ctx = Ctx()
-  idx = tuple(ctx.rng(s) if s > 1 else UOp.const(0) for s in node.shape)
-  mentioned = set(ranges_in(rangeify(node, idx, ctx)))
-  return {k for k in range(n_out) if idx[k] in mentioned}
-
-
-@functools.lru_cache(maxsize=512)
-def gemm_pattern(root: UOp) -> Gemm | None:
-  """The Gemm that kernel root computes, or None (see Gemm)."""
-  nodes = root.toposort()
-  reduces = [u for u in nodes if u.op is Ops.REDUCE]
-  if len(reduces) != 1: return None
-  r = reduces[0]
-  if r.arg != (Ops.ADD, 1) or r.dtype is not dtypes.f32: return None
-  # root reaches the reduction through elementwise ops only, so the reduction is asked for at the output's own index
-  reaches: dict[UOp, bool] = {}
-  for u in nodes:
-    reaches[u] = u is r or any(reaches[s] for s in u.src)
-    if reaches[u] and u is not r and u.op not in ALU: return None
-  chain, prod_ = _peel(r.src[0])
-  if prod_.op is not Ops.MUL: return None
-  x, y = (_replay(chain, s) for s in prod_.src)
-  n = len(r.shape)
-  ax, ay = _axes_moved(x, n), _axes_moved(y, n)
-  only_x, only_y = sorted(ax - ay), sorted(ay - ax)
-  if not only_x or not only_y: return None
-  x16 = y16 = None
-  halves = []
-  for s in prod_.src:
-    c, base = _peel(s)
-    halves.append(_replay(chain, _replay(c, base.src[0])) if base.op is Ops.CAST and base.src[0].dtype is dtypes.f16 else None)
-  if all(h is not None for h in halves): x16, y16 = halves
-  return Gemm(r, x, y, only_x[-1], only_y[-1], r.src[0].shape[-1], x16, y16)
-
-
 # ---- the reductions ----------------------------------------------------------------------------------------------
 
 def _store_sum(here: UOp, start: UOp, loops: list[UOp], a: UOp, b: UOp, fma: bool) -> UOp:
@@ -132,14 +58,14 @@ def _store_sum(here: UOp, start: UOp, loops: list[UOp], a: UOp, b: UOp, fma: boo
   return inside.index(0).store(UOp(Ops.MULACC, (a, b, acc)) if fma else acc + a * b)
 
 
-def combine_group(u: UOp, partial: UOp, outer: list[UOp], ctx) -> UOp:
+def combine_group(u: UOp, partial: UOp, outer: list[UOp], ctx: Ctx) -> UOp:
   """A reduction shared by the block's `group` threads (see the module docstring): `partial` is this thread's share,
   accumulated over elements lane, lane + group, ... of the innermost reduced axis. The partials meet in a tree in
   shared memory: while n > 1 of them are left, thread t < n - m (m = ceil(n / 2)) combines partials t and t + m, so
   n becomes m; each level reads one buffer and writes the other (ping-pong: no thread writes what another may still
   be reading), with a BARRIER after each. Every thread then reads the total, and a last BARRIER lets the buffers be
   written again (by the next iteration of a loop around this reduction)."""
-  rop, n, lane = u.arg[0], ctx.opts.group, ctx.group_lane
+  rop, n, lane = u.arg[0], ctx.opts.group, ctx.gpu.group_lane
   bufs = [ctx.alloc(u.dtype, n, AddrSpace.SHARED), ctx.alloc(u.dtype, n, AddrSpace.SHARED)]
   ready, cur = UOp(Ops.BARRIER, (bufs[0].index(lane).store(partial),)), 0
   while n > 1:
@@ -155,16 +81,17 @@ def combine_group(u: UOp, partial: UOp, outer: list[UOp], ctx) -> UOp:
   return here.after(read, UOp(Ops.BARRIER, (read,))).index(0).load()
 
 
-def staged_gemm(u: UOp, idx: tuple[UOp, ...], ctx):
+def staged_gemm(u: UOp, idx: tuple[UOp, ...], ctx: Ctx):
   """The generator body of a GEMM whose operand tiles are staged in shared memory (see the module docstring). All of
   the thread's outputs are built at the first request: the barrier after the tile's products waits for every one."""
-  if (done := ctx.gemm_results.get(idx)) is not None: return done
-  g, o = ctx.gemm, ctx.opts
+  if (done := ctx.gpu.gemm_results.get(idx)) is not None: return done
+  g, o = ctx.gpu.gemm, ctx.opts
   S = o.stage
-  (oi, ti, LI, UM), (oj, tj, LJ, UN) = ctx.gpu_axes[g.i], ctx.gpu_axes[g.j]
-  TM, TN, T = LI * UM, LJ * UN, LI * LJ
-  tid = (ti * LJ if ti is not None else UOp.const(0)) + (tj if tj is not None else 0)
-  combos = ctx.out_combos
+  ai, aj = ctx.gpu.axes[g.i], ctx.gpu.axes[g.j]
+  oi, oj = ai.origin, aj.origin
+  TM, TN, T = ai.threads * ai.per_thread, aj.threads * aj.per_thread, ai.threads * aj.threads   # the block's tiles, its threads
+  tid = (ai.thread * aj.threads if ai.thread is not None else UOp.const(0)) + (aj.thread if aj.thread is not None else 0)
+  combos = ctx.gpu.outputs
   kt = ctx.rng(g.k // S, AxisType.REDUCE)
   def at(i_val: UOp, j_val: UOp, k_val: UOp) -> tuple[UOp, ...]:
     out = list(combos[0])
@@ -187,7 +114,7 @@ def staged_gemm(u: UOp, idx: tuple[UOp, ...], ctx):
   accs, updates = [], []
   for c_idx in combos:
     acc = ctx.alloc(u.dtype)
-    here = acc.after(*_ranges(c_idx))
+    here = acc.after(*ranges_in(*c_idx))
     start = here.index(0).store(UOp.const(0.0))
     a = xs.index(simplify(c_idx[g.i] - oi) * S + kk).load()
     b = ys.index(kk * TN + simplify(c_idx[g.j] - oj)).load()
@@ -195,15 +122,15 @@ def staged_gemm(u: UOp, idx: tuple[UOp, ...], ctx):
     updates.append(_store_sum(here, start, [kt, kk], a, b, o.fma))
   # the products of this step are done everywhere before the next step's copies overwrite the tiles
   step_done = UOp(Ops.BARRIER, (UOp(Ops.SINK, tuple(updates)).end(kk),)).end(kt)
-  for c_idx, here in zip(combos, accs): ctx.gemm_results[c_idx] = here.after(step_done).index(0).load()
-  return ctx.gemm_results[idx]
+  for c_idx, here in zip(combos, accs): ctx.gpu.gemm_results[c_idx] = here.after(step_done).index(0).load()
+  return ctx.gpu.gemm_results[idx]
 
 
-def tc_outputs(ctx, shape: tuple[int, ...]) -> list[tuple[UOp, ...]]:
+def tc_outputs(ctx: Ctx, shape: tuple[int, ...]) -> list[tuple[UOp, ...]]:
   """The output indices one thread stores with tensor cores: for each of its warp's FM x FN tiles, the 4 accumulator
   elements its lane holds (wmma_c). Creates the GLOBAL ranges (one per axis) and the LOCAL ones (warps on i and j,
   then the 32 lanes)."""
-  g, o = ctx.gemm, ctx.opts
+  g, o = ctx.gpu.gemm, ctx.opts
   local, up = dict(o.local), dict(o.upcast)
   WM, WN, FM, FN = local.get(g.i, 1), local.get(g.j, 1), up.get(g.i, 1), up.get(g.j, 1)
   tile = {g.i: WM * FM * WMMA_M, g.j: WN * FN * WMMA_N}
@@ -215,7 +142,7 @@ def tc_outputs(ctx, shape: tuple[int, ...]) -> list[tuple[UOp, ...]]:
   wm = ctx.rng(WM, AxisType.LOCAL) if WM > 1 else UOp.const(0)
   wn = ctx.rng(WN, AxisType.LOCAL) if WN > 1 else UOp.const(0)
   lane = ctx.rng(32, AxisType.LOCAL)
-  ctx.tc = (base[g.i], base[g.j], wm, wn, lane, FM, FN)
+  ctx.gpu.tc = TensorCoreTile(base[g.i], base[g.j], wm, wn, lane, FM, FN)
   combos = []
   for fm in range(FM):
     for fn in range(FN):
@@ -224,17 +151,17 @@ def tc_outputs(ctx, shape: tuple[int, ...]) -> list[tuple[UOp, ...]]:
         out = list(base)
         out[g.i] = simplify(base[g.i] + (wm * FM + fm) * WMMA_M + row)
         out[g.j] = simplify(base[g.j] + (wn * FN + fn) * WMMA_N + col)
-        ctx.tc_slots[tuple(out)] = (fm, fn, e)
+        ctx.gpu.tc_fragments[tuple(out)] = Fragment(fm, fn, e)
         combos.append(tuple(out))
   return combos
 
 
-def tc_gemm(u: UOp, idx: tuple[UOp, ...], ctx):
+def tc_gemm(u: UOp, idx: tuple[UOp, ...], ctx: Ctx):
   """The generator body of a GEMM on tensor cores: per step of 16 along k, each lane loads its fragments of x (8 f16)
   and y (4 f16) for every tile of its warp, and each tile's accumulator goes through one WMMA."""
-  if (done := ctx.gemm_results.get(idx)) is not None: return done
-  g = ctx.gemm
-  oi, oj, wm, wn, lane, FM, FN = ctx.tc
+  if (done := ctx.gpu.gemm_results.get(idx)) is not None: return done
+  g, tile = ctx.gpu.gemm, ctx.gpu.tc
+  oi, oj, wm, wn, lane, FM, FN = tile.row, tile.col, tile.warp_i, tile.warp_j, tile.lane, tile.tiles_i, tile.tiles_j
   kt = ctx.rng(g.k // WMMA_K, AxisType.REDUCE)
   def at(i_val: UOp, j_val: UOp, k_val: UOp) -> tuple[UOp, ...]:
     out = list(idx)
@@ -252,7 +179,7 @@ def tc_gemm(u: UOp, idx: tuple[UOp, ...], ctx):
   values = yield needs
   a_frags = [UOp(Ops.STACK, tuple(values[fm * 8:(fm + 1) * 8])) for fm in range(FM)]
   b_frags = [UOp(Ops.STACK, tuple(values[FM * 8 + fn * 4:FM * 8 + (fn + 1) * 4])) for fn in range(FN)]
-  outer = _ranges(idx)
+  outer = ranges_in(*idx)
   tiles, updates = {}, []
   for fm in range(FM):
     for fn in range(FN):
@@ -264,57 +191,52 @@ def tc_gemm(u: UOp, idx: tuple[UOp, ...], ctx):
       updates += [inside.index(e).store(d.index(e)) for e in range(4)]
       tiles[(fm, fn)] = here
   done = UOp(Ops.SINK, tuple(updates)).end(kt)
-  for c_idx, (fm, fn, e) in ctx.tc_slots.items(): ctx.gemm_results[c_idx] = tiles[(fm, fn)].after(done).index(e).load()
-  return ctx.gemm_results[idx]
+  for c_idx, (fm, fn, e) in ctx.gpu.tc_fragments.items(): ctx.gpu.gemm_results[c_idx] = tiles[(fm, fn)].after(done).index(e).load()
+  return ctx.gpu.gemm_results[idx]
 
 
-def _ranges(idx: tuple[UOp, ...]) -> list[UOp]:
-  from uopc.rangeify import ranges_in
-  return ranges_in(*idx)
-
-
-def check_gpu_opts(root: UOp, o, bad) -> None:
-  """check_opts for Opts(gpu=True): `bad(field, why)` raises."""
+def check_gpu_opts(root: UOp, o: Opts, refuse: Callable[[str, str], NoReturn], g: Gemm | None) -> None:
+  """rangeify.check_opts for Opts(gpu=True): `refuse(field, why)` raises. `g` is the kernel's GEMM (rangeify.gemm_pattern)
+  when the Opts stage it or put it on tensor cores, else None."""
   shape = root.shape
   up, local = dict(o.upcast), dict(o.local)
   if o.group != 1:
-    if o.group < 2: bad("group", f"must be at least 2 threads, got {o.group}")
+    if o.group < 2: refuse("group", f"must be at least 2 threads, got {o.group}")
     reduces = [u for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0]
-    if not reduces: bad("group", f"{o.group}, but the kernel has no reduction")
+    if not reduces: refuse("group", f"{o.group}, but the kernel has no reduction")
     if wrong := sorted(u.src[0].shape[-1] for u in reduces if u.src[0].shape[-1] % o.group):
-      bad("group", f"{o.group} threads do not divide the reduced axis of size {wrong[0]}")
-    if o.local: bad("group", "the block's threads share the reduction: no local threads on output axes too")
-    if o.unroll != 1 or o.stage or o.tc: bad("group", "takes no unroll, stage or tc")
+      refuse("group", f"{o.group} threads do not divide the reduced axis of size {wrong[0]}")
+    if o.local: refuse("group", "the block's threads share the reduction: no local threads on output axes too")
+    if o.unroll != 1 or o.stage or o.tc: refuse("group", "takes no unroll, stage or tc")
   if o.stage or o.tc:
     name = "stage" if o.stage else "tc"
-    if o.stage and o.tc: bad("stage", "a GEMM is staged in shared memory (stage) or runs on tensor cores (tc), not both")
-    g = gemm_pattern(root)
-    if g is None: bad(name, "the kernel is not a GEMM (one f32 sum over its last axis of a product whose operands move along "
-                            "different output axes, under elementwise ops only)")
+    if o.stage and o.tc: refuse("stage", "a GEMM is staged in shared memory (stage) or runs on tensor cores (tc), not both")
+    if g is None: refuse(name, "the kernel is not a GEMM (one f32 sum over its last axis of a product whose operands move along "
+                               "different output axes, under elementwise ops only)")
     if extra := sorted((set(up) | set(local)) - {g.i, g.j}):
-      bad(name, f"local and upcast apply to the GEMM's axes {g.i} and {g.j} only, not axis {extra[0]}")
-    if o.unroll != 1: bad(name, "takes no unroll")
+      refuse(name, f"local and upcast apply to the GEMM's axes {g.i} and {g.j} only, not axis {extra[0]}")
+    if o.unroll != 1: refuse(name, "takes no unroll")
     ti, tj = local.get(g.i, 1) * up.get(g.i, 1), local.get(g.j, 1) * up.get(g.j, 1)
     if o.tc:
-      if not g.f16: bad("tc", "tensor cores take f16 operands (a sum in f32 of products of f16 values cast to f32)")
+      if not g.f16: refuse("tc", "tensor cores take f16 operands (a sum in f32 of products of f16 values cast to f32)")
       ti, tj = ti * WMMA_M, tj * WMMA_N
-      if g.k % WMMA_K: bad("tc", f"the reduced axis of size {g.k} is not a multiple of {WMMA_K}")
+      if g.k % WMMA_K: refuse("tc", f"the reduced axis of size {g.k} is not a multiple of {WMMA_K}")
     else:
       threads = local.get(g.i, 1) * local.get(g.j, 1)
-      if g.k % o.stage: bad("stage", f"{o.stage} does not divide the reduced axis of size {g.k}")
+      if g.k % o.stage: refuse("stage", f"{o.stage} does not divide the reduced axis of size {g.k}")
       if (ti * o.stage) % threads or (tj * o.stage) % threads:
-        bad("stage", f"the {threads} threads of a block can't copy tiles of {ti}x{o.stage} and {o.stage}x{tj} in equal shares")
+        refuse("stage", f"the {threads} threads of a block can't copy tiles of {ti}x{o.stage} and {o.stage}x{tj} in equal shares")
     for axis, t in ((g.i, ti), (g.j, tj)):
-      if shape[axis] % t: bad(name, f"axis {axis} of size {shape[axis]} is not a multiple of the block's tile of {t}")
+      if shape[axis] % t: refuse(name, f"axis {axis} of size {shape[axis]} is not a multiple of the block's tile of {t}")
     return
   for k, n in o.local:
-    if shape[k] % (n * up.get(k, 1)): bad("local", f"axis {k} of size {shape[k]} is not divisible by local {n} * upcast {up.get(k, 1)}")
+    if shape[k] % (n * up.get(k, 1)): refuse("local", f"axis {k} of size {shape[k]} is not divisible by local {n} * upcast {up.get(k, 1)}")
 
 
-def block_threads(o) -> int:
+def block_threads(o: Opts) -> int:
   """Threads per block of a GPU kernel lowered with Opts o."""
   return prod(dict(o.local).values()) * (32 if o.tc else 1) * (o.group if o.group > 1 else 1)
 
 
-__all__ = ["Gemm", "gemm_pattern", "wmma_a", "wmma_b", "wmma_c", "WMMA_M", "WMMA_N", "WMMA_K", "combine_group", "staged_gemm",
-           "tc_outputs", "tc_gemm", "check_gpu_opts", "block_threads"]
+__all__ = ["wmma_a", "wmma_b", "wmma_c", "WMMA_M", "WMMA_N", "WMMA_K", "combine_group", "staged_gemm", "tc_outputs", "tc_gemm",
+           "check_gpu_opts", "block_threads"]

@@ -15,8 +15,8 @@ ranges run here as plain loops, one thread after another, and a BARRIER does not
 share memory needs the PYTHON backend, uopc.backends.python, which runs every thread at once and checks for races).
 """
 from __future__ import annotations
-from typing import MutableSequence
-from uopc.uop import UOp, Ops
+from typing import Callable, MutableSequence
+from uopc.uop import UOp, Ops, ALU
 from uopc.evaluate import exec_alu, cast_value
 
 
@@ -39,6 +39,47 @@ def loop_jumps(lin: list[UOp]) -> dict[int, int]:
   return jumps
 
 
+def _load(val: dict, u: UOp, memory: dict):
+  mem, i = val[u.src[0]]
+  if not 0 <= i < len(mem): raise InterpretError(f"load of element {i} of memory with {len(mem)} elements")
+  if (v := mem[i]) is None: raise InterpretError(f"load of element {i} of an accumulator before anything was stored in it")
+  return v
+
+
+def _store(val: dict, u: UOp, memory: dict) -> None:
+  mem, i = val[u.src[0]]
+  if not 0 <= i < len(mem): raise InterpretError(f"store to element {i} of memory with {len(mem)} elements")
+  mem[i] = val[u.src[1]]
+
+
+def _buffer(val: dict, u: UOp, memory: dict) -> MutableSequence:
+  if u.arg.slot not in memory: raise InterpretError(f"no memory for BUFFER slot {u.arg.slot}")
+  return memory[u.arg.slot]
+
+
+def _alu(val: dict, u: UOp, memory: dict):
+  args = [val[s] for s in u.src]
+  if u.op is Ops.CAST: return cast_value(args[0], u.dtype)
+  if u.op in (Ops.FLOORDIV, Ops.FLOORMOD) and args[1] == 0: return 0    # the compiled code's x // 0 == x % 0 == 0
+  return exec_alu(u.op, u.dtype, *args)
+
+
+# the value of each statement but a loop's RANGE and END (which move the program counter: see run_linear), from the
+# values computed so far (`val`) and the buffers (`memory`); None for an effect
+STATEMENTS: dict[Ops, Callable[[dict, UOp, dict], object]] = {
+  Ops.CONST: lambda val, u, memory: u.arg,
+  Ops.BUFFER: _buffer,
+  Ops.ALLOC: lambda val, u, memory: [None] * u.arg.shape[0],      # fresh storage each time it is reached
+  Ops.AFTER: lambda val, u, memory: val[u.src[0]],
+  Ops.INDEX: lambda val, u, memory: (val[u.src[0]], val[u.src[1]]),
+  Ops.LOAD: _load,
+  Ops.STORE: _store,
+  Ops.SINK: lambda val, u, memory: None,
+  Ops.BARRIER: lambda val, u, memory: None,                       # one thread at a time: nothing to wait for
+  **dict.fromkeys(ALU, _alu),
+}
+
+
 def run_linear(lin: list[UOp], memory: dict[int, MutableSequence]) -> None:
   """Run the linearized program `lin` on `memory` ({BUFFER slot: values}), in place."""
   if not isinstance(lin, (list, tuple)) or not all(isinstance(u, UOp) for u in lin):
@@ -50,34 +91,16 @@ def run_linear(lin: list[UOp], memory: dict[int, MutableSequence]) -> None:
   while pc < n:
     u = lin[pc]
     op = u.op
-    if op is Ops.CONST: val[u] = u.arg
-    elif op is Ops.BUFFER:
-      if u.arg.slot not in memory: raise InterpretError(f"no memory for BUFFER slot {u.arg.slot}")
-      val[u] = memory[u.arg.slot]
-    elif op is Ops.ALLOC: val[u] = [None] * u.arg.shape[0]
-    elif op is Ops.AFTER: val[u] = val[u.src[0]]
-    elif op is Ops.RANGE:
+    if op is Ops.RANGE:
       if val[u.src[0]] <= 0: pc = jumps[pc] + 1; continue     # an empty loop: past its END
       val[u] = 0
     elif op is Ops.END:
       r = lin[jumps[pc]]
       val[r] += 1
       if val[r] < val[r.src[0]]: pc = jumps[pc] + 1; continue   # the next iteration: back to the top of the body
-    elif op is Ops.INDEX: val[u] = (val[u.src[0]], val[u.src[1]])
-    elif op is Ops.LOAD:
-      mem, i = val[u.src[0]]
-      if not 0 <= i < len(mem): raise InterpretError(f"load of element {i} of memory with {len(mem)} elements")
-      if (v := mem[i]) is None: raise InterpretError(f"load of element {i} of an accumulator before anything was stored in it")
-      val[u] = v
-    elif op is Ops.STORE:
-      mem, i = val[u.src[0]]
-      if not 0 <= i < len(mem): raise InterpretError(f"store to element {i} of memory with {len(mem)} elements")
-      mem[i] = val[u.src[1]]
-    elif op in (Ops.SINK, Ops.BARRIER): pass
-    elif op is Ops.CAST: val[u] = cast_value(val[u.src[0]], u.dtype)
-    elif op in (Ops.FLOORDIV, Ops.FLOORMOD) and val[u.src[1]] == 0: val[u] = 0   # the compiled code's x // 0 == x % 0 == 0
-    else: val[u] = exec_alu(op, u.dtype, *(val[s] for s in u.src))
+    elif (statement := STATEMENTS.get(op)) is not None: val[u] = statement(val, u, memory)
+    else: raise InterpretError(f"statement {pc} is a {op!r}, which the interpreter has no rule for (is the program lowered?)")
     pc += 1
 
 
-__all__ = ["run_linear", "loop_jumps", "InterpretError"]
+__all__ = ["run_linear", "loop_jumps", "InterpretError", "STATEMENTS"]

@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 from uopc.uop import UOp, Ops, ParamArg, ALU, MOVEMENT, buf, prod, users_of, _argkey
 from uopc.dtype import DType, dtypes
 from uopc.composite import pad
@@ -55,7 +55,12 @@ MAX_SHARED_READS = 4
 # Below the knees, with room for the unrolling Opts may choose; the GPT training step's largest kernel is 89 nodes.
 MAX_KERNEL_BODY = 1000
 COSTLY = 6                 # ALU ops (a transcendental counts as COSTLY) that make a broadcast value worth storing
-_TRANSCENDENTAL = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP}
+# what recomputing each ALU op costs, in simple ops: a transcendental (a libm call, a polynomial, a divide) counts as COSTLY
+ALU_COST: dict[Ops, int] = {
+  Ops.ADD: 1, Ops.MUL: 1, Ops.MAX: 1, Ops.CMPLT: 1, Ops.CMPNE: 1, Ops.WHERE: 1, Ops.CAST: 1, Ops.MULACC: 1,
+  Ops.FLOORDIV: 1, Ops.FLOORMOD: 1,
+  Ops.EXP2: COSTLY, Ops.LOG2: COSTLY, Ops.SIN: COSTLY, Ops.SQRT: COSTLY, Ops.RECIP: COSTLY,
+}
 
 # ops that stay inside a kernel: a value made of these is recomputed wherever it is used
 _LOCAL = ALU | MOVEMENT | {Ops.STACK, Ops.INDEX, Ops.CONST}
@@ -252,7 +257,7 @@ def _staged(roots: list[UOp]) -> set[UOp]:
   # what recomputing a value costs: its ALU ops down to memory and reductions (a transcendental counts as several)
   cost: dict[UOp, int] = {}
   for u in nodes:
-    if u.op in ALU: cost[u] = min(1000, (1 if u.op not in _TRANSCENDENTAL else COSTLY) + sum(cost[s] for s in u.src))
+    if u.op in ALU: cost[u] = min(1000, ALU_COST[u.op] + sum(cost[s] for s in u.src))
     elif u.op in MOVEMENT or u.op in (Ops.STACK, Ops.INDEX): cost[u] = min(1000, sum(cost[s] for s in u.src))
     else: cost[u] = 0
   staged = stored((u.src[0] for u in nodes if u.op is Ops.STAGE), keep_layout=True)
@@ -434,7 +439,7 @@ def make_kernel(root: UOp, out: UOp, canonical: bool = True) -> Kernel:
   return Kernel(root, out, inputs, canon_root, canon_out)
 
 
-__all__ = ["kernelize", "make_kernel", "Kernel", "KernelizeError", "canonicalize", "MAX_SHARED_READS", "MAX_KERNEL_BODY"]
+__all__ = ["kernelize", "make_kernel", "Kernel", "KernelizeError", "canonicalize", "MAX_SHARED_READS", "MAX_KERNEL_BODY", "ALU_COST"]
 
 
 # ---- the schedule cache -------------------------------------------------------------------------------------------
@@ -444,6 +449,13 @@ SCHEDULE_CACHE_NODES = 1_000_000     # ...and graph nodes in all their keys (a k
 SCHEDULE_CACHE_MAX_NODES = 100_000   # a graph larger than this is kernelized afresh
 _schedules: OrderedDict[tuple, tuple] = OrderedDict()   # key -> (temporaries, kernels, nodes in the key)
 _schedule_nodes = 0
+
+
+class _BufferRef(NamedTuple):
+  """Where a remembered schedule finds a kernel's buffer in a later graph of the same structure: the graph's BUFFER, the
+  output or the new temporary at `index` (in the order _structure, the outputs and new_buffer give them)."""
+  kind: str                  # "graph", "output" or "temporary"
+  index: int
 
 
 def _structure(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp]] | None:
@@ -479,17 +491,16 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
     try: _schedules.move_to_end(key)
     except KeyError: pass   # evicted by another thread meanwhile: the plan in hand is still right
     temp_sizes, steps, _ = plan
-    temps = [new_buffer(n, d) for n, d in temp_sizes]
-    pick = (bufs, outs, temps)
-    return [Kernel(croot, pick[ok][oi], tuple(pick[k][i] for k, i in ins), croot, cout) for croot, cout, ins, (ok, oi) in steps]
+    now = {"graph": bufs, "output": outs, "temporary": [new_buffer(n, d) for n, d in temp_sizes]}
+    return [Kernel(croot, now[out.kind][out.index], tuple(now[r.kind][r.index] for r in ins), croot, cout) for croot, cout, ins, out in steps]
   kernels = kernelize(outputs, new_buffer)
-  where: dict[UOp, tuple[int, int]] = {b: (0, i) for i, b in enumerate(bufs)}
-  for i, o in enumerate(outs): where.setdefault(o, (1, i))
+  where: dict[UOp, _BufferRef] = {b: _BufferRef("graph", i) for i, b in enumerate(bufs)}
+  for i, o in enumerate(outs): where.setdefault(o, _BufferRef("output", i))
   temp_sizes: list[tuple[int, DType]] = []
   for k in kernels:
     for b in k.buffers:
       if b not in where:
-        where[b] = (2, len(temp_sizes))
+        where[b] = _BufferRef("temporary", len(temp_sizes))
         temp_sizes.append((b.shape[0], b.dtype))
   global _schedule_nodes
   steps = tuple((k.canonical_root, k.canonical_out, tuple(where[b] for b in k.inputs), where[k.out]) for k in kernels)

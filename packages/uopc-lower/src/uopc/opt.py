@@ -26,11 +26,13 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
 Every choice is checked by check_opts like any user's Opts, so the heuristics can only pick valid ones.
 """
 from __future__ import annotations
-import math
+import dataclasses, math
 from dataclasses import dataclass
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, AxisType, MOVEMENT, prod
-from uopc.rangeify import Opts, Ctx, lower, check_opts, LowerError
+from uopc.lowering import Opts, Ctx, LowerError
+from uopc.rangeify import lower, check_opts, gemm_pattern
+from uopc.gpulower import block_threads
 from uopc.kernelize import Kernel
 from uopc.symbolic import simplify
 
@@ -82,9 +84,9 @@ class Analysis:
   def tile_axis(self, vector_axis: int) -> int | None:
     """A GEMM's row axis: an output axis before the vector axis along which one deciding load moves and another is
     constant (A's rows, B broadcast over them), so a tile of rows reuses every loaded vector of B. The last such."""
-    ds = self.deciding()
-    axes = [k for k in range(vector_axis) if self.shape[k] > 1 and any(self.out_strides[b][k] == 0 for b in ds)
-            and any(self.out_strides[b][k] for b in ds)]
+    deciding = self.deciding()
+    axes = [k for k in range(vector_axis) if self.shape[k] > 1 and any(self.out_strides[b][k] == 0 for b in deciding)
+            and any(self.out_strides[b][k] for b in deciding)]
     return axes[-1] if self.products and axes else None
 
 
@@ -120,12 +122,13 @@ def _under_movement(u: UOp) -> UOp:
   return u
 
 
-def _innermost_reduce_ranges(ranges: list[UOp], reduces: list[UOp]) -> set[UOp]:
+def _innermost_reduce_ranges(ranges: list[UOp], reduces: list[UOp]) -> list[UOp]:
   """The loops over each reduction's innermost axis: the REDUCE ranges whose size is some reduction's innermost size
-  and that no other reduce loop of the same reduction nests inside (with plain Opts every loop is its own RANGE)."""
+  and that no other reduce loop of the same reduction nests inside (with plain Opts every loop is its own RANGE), in
+  loop order. A load read inside nested reductions counts along the outermost one's axis, where Opts.reduce_vector
+  puts the lanes (a reduction inside another one's lanes keeps a scalar loop)."""
   sizes = {u.src[0].shape[-1] for u in reduces}
-  rs = [r for r in ranges if r.arg.kind is AxisType.REDUCE and r.src[0].op is Ops.CONST and r.src[0].arg in sizes]
-  return set(rs)
+  return [r for r in ranges if r.arg.kind is AxisType.REDUCE and r.src[0].op is Ops.CONST and r.src[0].arg in sizes]
 
 
 def _lanes(n: int, width: int) -> int:
@@ -142,7 +145,6 @@ def _divisor(n: int, want: int) -> int:
 
 def _first_valid(root: UOp, caps: Caps, choices: list[Opts]) -> Opts | None:
   """The first of `choices` that fits the kernel and the machine's blocks."""
-  from uopc.gpulower import block_threads
   for o in choices:
     if block_threads(o) > caps.max_local or (o.tc and not caps.tensor_cores): continue
     try:
@@ -160,7 +162,6 @@ def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
   * another GEMM: 16x16 threads per block, each with a 4x4 register tile, operand tiles 16 deep in shared memory;
   * a long reduction (its innermost axis 64 or more): a block per output element, its threads sharing the reduction;
   * anything else: a thread per output element, up to 256 threads per block along the last axes."""
-  from uopc.gpulower import gemm_pattern
   root, shape = kernel.canonical_root, kernel.root.shape
   fma = caps.fma and analyze(kernel).products
   def opts(**kw) -> Opts: return Opts(gpu=True, fma=fma and not kw.get("tc", False), **kw)
@@ -197,46 +198,46 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     raise LowerError(f"choose_opts takes a Kernel and Caps, got {type(kernel).__name__} and {type(caps).__name__}")
   if caps.gpu: return choose_gpu_opts(kernel, caps)
   if caps.vector_width <= 1 and caps.threads <= 1: return Opts()
-  a = analyze(kernel)
-  if not a.shape and not a.reduce_sizes: return Opts()
-  vectorizable = a.dtypes <= {dtypes.f32, dtypes.i32, dtypes.bool}     # f16 stays scalar
-  shape, n = a.shape, len(a.shape)
+  analysis = analyze(kernel)
+  if not analysis.shape and not analysis.reduce_sizes: return Opts()
+  vectorizable = analysis.dtypes <= {dtypes.f32, dtypes.i32, dtypes.bool}     # f16 stays scalar
+  shape, n = analysis.shape, len(analysis.shape)
   upcast: dict[int, int] = {}
   tile: dict[int, int] = {}
   vector, reduce_vector, unroll = None, 1, 1
   last = n - 1 if n else None
-  ds = a.deciding()
+  deciding = analysis.deciding()
   # the last axis is a vector axis when the loads that matter read it contiguously (stride 1) or not at all (0): the
   # output is contiguous along it anyway. A load that jumps along it would be a gather of every lane
-  along_last = [a.out_strides[b][last] for b in ds] if last is not None and shape[last] > 1 else []
-  contiguous_last = bool(along_last) and all(s in (0, 1) for s in along_last) and (1 in along_last or not a.reduce_sizes)
-  along_reduce = [a.reduce_strides[b] for b in ds] if a.reduce_sizes else []
+  along_last = [analysis.out_strides[b][last] for b in deciding] if last is not None and shape[last] > 1 else []
+  contiguous_last = bool(along_last) and all(s in (0, 1) for s in along_last) and (1 in along_last or not analysis.reduce_sizes)
+  along_reduce = [analysis.reduce_strides[b] for b in deciding] if analysis.reduce_sizes else []
   if vectorizable and caps.vector_width > 1 and contiguous_last and (w := _lanes(shape[last], caps.vector_width)) > 1:
     vector = (last, w)
     if shape[last] % (2 * w) == 0: upcast[last] = 2
-    if (row := a.tile_axis(last)) is not None:
+    if (row := analysis.tile_axis(last)) is not None:
       upcast[row] = _divisor(shape[row], 8)     # a register tile of 8 rows x 2 vectors
       # a cache tile of 64 rows: each thread's column panel of B is walked by 64 rows of A at a time while both stay in
       # its L2 (GEMM 1024: 184 -> 209 GFLOP/s; no change at 512 and below)
       if shape[row] >= 256 and shape[row] % 64 == 0 and 64 % upcast[row] == 0: tile = {row: 64}
-  elif vectorizable and caps.vector_width > 1 and a.reduce_sizes and all(s in (0, 1) for s in along_reduce):
-    w = min(_lanes(r, caps.vector_width) for r in a.reduce_sizes)
+  elif vectorizable and caps.vector_width > 1 and analysis.reduce_sizes and all(s in (0, 1) for s in along_reduce):
+    w = min(_lanes(r, caps.vector_width) for r in analysis.reduce_sizes)
     if w > 1:
       reduce_vector = w
-      unroll = _divisor(min(a.reduce_sizes) // w, 4) if all(r % (w * 4) == 0 for r in a.reduce_sizes) else 1
-      unroll = unroll if all(r % (w * unroll) == 0 for r in a.reduce_sizes) else 1
+      unroll = _divisor(min(analysis.reduce_sizes) // w, 4) if all(r % (w * 4) == 0 for r in analysis.reduce_sizes) else 1
+      unroll = unroll if all(r % (w * unroll) == 0 for r in analysis.reduce_sizes) else 1
   # a short innermost reduced axis (a convolution's window positions) is unrolled whole: no loop, and the STACK that
-  # picks a window becomes a constant choice in each copy
-  # (a reduction over nothing, an empty matmul fused into a sum, has no loop to unroll: 0 < short, found by the fuzzer)
-  if reduce_vector == 1 and a.reduce_sizes and 0 < (short := a.reduce_sizes[0]) <= 16 and all(r % short == 0 for r in a.reduce_sizes):
-    unroll = short
-  fma = caps.fma and a.products
+  # picks a window becomes a constant choice in each copy. A reduction over nothing (an empty matmul fused into a sum)
+  # has no loop to unroll: 0 < short
+  reduce_sizes = analysis.reduce_sizes
+  if reduce_vector == 1 and reduce_sizes and 0 < (short := reduce_sizes[0]) <= 16 and all(r % short == 0 for r in reduce_sizes): unroll = short
+  fma = caps.fma and analysis.products
   thread = None
-  if caps.threads > 1 and a.work >= THREAD_MIN_WORK:
+  if caps.threads > 1 and analysis.work >= THREAD_MIN_WORK:
     step = lambda k: upcast.get(k, 1) * (vector[1] if vector is not None and vector[0] == k else 1)
     # a GEMM splits its column tiles across threads (each thread keeps its panel of B in its own cache); anything
     # else its outermost axis with an iteration for every thread
-    order = ([last] if vector is not None and upcast.get(last) and a.tile_axis(last) is not None else []) + list(range(n))
+    order = ([last] if vector is not None and upcast.get(last) and analysis.tile_axis(last) is not None else []) + list(range(n))
     thread = next((k for k in order if shape[k] // step(k) >= caps.threads), None)
   # the heuristics never hand out invalid Opts: when the full choice doesn't fit the kernel, keep what does
   for opts in (Opts(upcast=upcast, vector=vector, reduce_vector=reduce_vector, unroll=unroll, fma=fma, thread=thread, tile=tile),
@@ -255,10 +256,8 @@ def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[
   up = dict(base.upcast)
   out: list[Opts] = [base]
   def add(**changes) -> None:
-    fields = {"upcast": up, "thread": base.thread, "unroll": base.unroll, "tile": dict(base.tile), "vector": base.vector,
-              "reduce_vector": base.reduce_vector, "fma": base.fma}
-    fields.update(changes)
-    try: o = Opts(**fields)
+    """base with `changes`, every other field kept, when that is a valid Opts not yet among the candidates."""
+    try: o = dataclasses.replace(base, **changes)
     except LowerError: return
     if o in out: return
     try: check_opts(root, o)

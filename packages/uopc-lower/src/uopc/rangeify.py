@@ -17,189 +17,81 @@ After rangeify no op has a shape: everything is a scalar in some loop, and the s
 up the index arithmetic (ravel . unravel == id). `lower(root, out)` wraps it into a program: output loops,
 the value at their index, a STORE into BUFFER `out`, the loops closed, everything simplified. `Opts` say
 how to map the loops onto the machine (unrolled register tiles, a THREAD axis, cache tiles, GPU axes); they
-change which ranges exist and how an index is assembled from them, never the rules above.
+change which ranges exist and how an index is assembled from them, never the rules above. The rules are one table
+keyed by op, INDEX_RULES; the movement ops share one rule over their index maps, INDEX_MAPS (the table above).
+
+What rangeify and uopc.gpulower both speak (Opts, Ctx, Walk, ravel, unravel) lives in uopc.lowering. With
+Opts(gpu=True) the output axes become GLOBAL and LOCAL ranges here, and three kinds of reduction are gpulower's rules,
+called from _reduce: a block's threads sharing a reduction (group), a GEMM staged in shared memory (stage) or run on
+tensor cores (tc), found by gemm_pattern below.
 
 The walk is iterative: rangeify of (node, index) needs its sources at other indices, and that is a
-recursion as deep as the graph, so each rule is a generator that yields the (node, index) pairs it needs
-and receives their values, driven by an explicit stack. The memo is keyed on (node, index): the same node at
+recursion as deep as the graph, so a rule is a generator that yields the (node, index) pairs it needs and
+receives their values (or, needing none, returns the value at once), driven by an explicit stack. The memo is keyed on (node, index): the same node at
 two indices is two computations, and hash consing makes the index tuple an exact, cheap key.
 """
 from __future__ import annotations
-import operator
-from dataclasses import dataclass, field
-from typing import Generator, NamedTuple
-from uopc.uop import UOp, Ops, ParamArg, AxisType, ALU, sink, range_, prod
-from uopc.dtype import AddrSpace, DType, dtypes, I32_MAX
+import dataclasses, functools
+from typing import Callable, Generator
+from uopc.uop import UOp, Ops, AxisType, ALU, MOVEMENT, sink, prod
+from uopc.dtype import dtypes, I32_MAX
 from uopc.symbolic import simplify
 from uopc.evaluate import identity, SUM_CHUNK
+from uopc.lowering import LowerError, Opts, Ctx, Gemm, GpuAxis, Walk, Chunks, ReduceLoops, ravel, unravel, ranges_in
+from uopc.gpulower import staged_gemm, tc_gemm, tc_outputs, combine_group, check_gpu_opts
 
 
-class LowerError(Exception):
-  """A shaped graph that can't be lowered to loops (an op with no index rule, a bad output buffer, bad Opts)."""
+# ---- the rules: one per op, a generator yielding the (node, index) pairs whose values it needs ------------------------
+
+Needs = Generator[list[tuple[UOp, tuple[UOp, ...]]], list[UOp], UOp]
 
 
-def ravel(idx: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
-  """The row-major position of index idx in shape, by Horner's rule: ((i0*s1 + i1)*s2 + i2)..."""
-  position = UOp.const(0)
-  for coord, size in zip(idx, shape): position = position * size + coord
-  return position
+def _alu(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs: return u.replace(src=tuple((yield [(s, idx) for s in u.src])))
+def _stage(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs: return (yield [(u.src[0], idx)])[0]   # no kernelizer here: inline
+def _moved(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs: return (yield [(u.src[0], INDEX_MAPS[u.op](u, idx))])[0]
 
 
-def unravel(flat: UOp, shape: tuple[int, ...]) -> tuple[UOp, ...]:
-  """The index in shape of row-major position `flat`. Axis k's coordinate is (flat // (product of the sizes after k))
-  % size_k; an axis of size 1 is always at 0, so it gets a CONST rather than a `% 1`."""
-  coords: list[UOp] = []
-  below = 1                    # the product of the sizes to the right of the axis being peeled
-  for size in shape[::-1]:
-    coords.insert(0, UOp.const(0) if size == 1 else (flat // below) % size)
-    below *= size
-  return tuple(coords)
+def _index(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs:
+  iv = yield [(i, ()) for i in u.src[1:]]
+  return (yield [(u.src[0], tuple(iv) + idx)])[0]
 
 
-def _pairs(field_name: str, v) -> tuple[tuple[int, int], ...]:
-  """{axis: n} or ((axis, n), ...) as a sorted tuple of int pairs: the hashable form Opts keeps."""
-  items = v.items() if isinstance(v, dict) else v
-  try: pairs = tuple(sorted((operator.index(k), operator.index(n)) for k, n in items))
-  except (TypeError, ValueError): raise LowerError(f"Opts.{field_name} takes {{axis: size}}, got {v!r}") from None
-  if len({k for k, _ in pairs}) != len(pairs): raise LowerError(f"Opts.{field_name} names an axis twice: {v!r}")
-  return pairs
+def _stack(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs:
+  i, rest = idx[0], idx[1:]
+  vals = yield [(s, rest) for s in u.src]
+  r = vals[-1]
+  for k in range(len(u.src) - 2, -1, -1): r = (i < k + 1).where(vals[k], r)
+  return r
 
 
-@dataclass(frozen=True)
-class Opts:
-  """How to map a kernel onto the machine. Chosen by uopc.opt, applied during rangeify.
-
-  A value: frozen, hashable, equal when equal, so it can key a program cache and a search can't time one choice
-  twice under two names. The per-axis fields take a dict ({axis: size}) and keep it as sorted (axis, size) pairs;
-  `dict(opts.upcast)` reads one back. `lower` checks every entry against the kernel (`check_opts`): a factor that
-  doesn't divide its axis, an axis that doesn't exist or unroll < 1 is an error, never silently dropped."""
-  upcast: tuple[tuple[int, int], ...] = ()   # {output axis: how many of its elements each iteration computes}
-  thread: int | None = None                 # the output axis OpenMP splits across threads
-  unroll: int = 1                           # how far the innermost reduce loop is unrolled
-  tile: tuple[tuple[int, int], ...] = ()     # {output axis: cache block}: loop over blocks, then inside one
-  gpu: bool = False                         # map the output axes to GLOBAL ranges (blockIdx), not loops
-  local: tuple[tuple[int, int], ...] = ()    # {output axis: threads per block on it} (LOCAL ranges)
-  vector: tuple[int, int] | None = None     # (output axis, lanes): its innermost lanes are one SIMD vector (an UPCAST range)
-  reduce_vector: int = 1                    # lanes of partial accumulators on each reduction's innermost axis
-  fma: bool = False                         # a sum of products accumulates with fused multiply-adds (MULACC)
-  group: int = 1                            # GPU: threads of a block that share each reduction (combined in shared memory)
-  stage: int = 0                            # GPU GEMM: depth of the operand tiles staged in shared memory (0: none)
-  tc: bool = False                          # GPU GEMM of f16 operands: tensor cores (WMMA); local = warps, upcast = 16x8 tiles
-
-  def __post_init__(self):
-    for name in ("upcast", "tile", "local"): object.__setattr__(self, name, _pairs(name, getattr(self, name)))
-    # an upcast or a block of 1 is no upcast: one kernel, one Opts (a cache or a search must not see two)
-    object.__setattr__(self, "upcast", tuple(p for p in self.upcast if p[1] != 1))
-    object.__setattr__(self, "local", tuple(p for p in self.local if p[1] != 1))
-    if self.thread is not None and type(self.thread) is not int: raise LowerError(f"Opts.thread is an axis number, got {self.thread!r}")
-    if type(self.unroll) is not int: raise LowerError(f"Opts.unroll is an int, got {self.unroll!r}")
-    if type(self.gpu) is not bool: raise LowerError(f"Opts.gpu is a bool, got {self.gpu!r}")
-    if type(self.fma) is not bool: raise LowerError(f"Opts.fma is a bool, got {self.fma!r}")
-    if type(self.reduce_vector) is not int: raise LowerError(f"Opts.reduce_vector is an int, got {self.reduce_vector!r}")
-    for name in ("group", "stage"):
-      if type(getattr(self, name)) is not int: raise LowerError(f"Opts.{name} is an int, got {getattr(self, name)!r}")
-    if type(self.tc) is not bool: raise LowerError(f"Opts.tc is a bool, got {self.tc!r}")
-    if self.vector is not None:
-      try: axis, lanes = (operator.index(x) for x in self.vector)
-      except (TypeError, ValueError): raise LowerError(f"Opts.vector is (axis, lanes), got {self.vector!r}") from None
-      object.__setattr__(self, "vector", None if lanes == 1 else (axis, lanes))
+def _permuted(u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
+  """Output axis k is source axis arg[k], so the source's index puts idx[k] at position arg[k]."""
+  back = dict(zip(u.arg, idx))
+  return tuple(back[a] for a in range(len(idx)))
 
 
-@dataclass
-class Ctx:
-  """The state of one lowering: range and accumulator counters, the memos, the Opts."""
-  next_range: int = 0                                    # the idx of the next RANGE: loops nest in this order
-  next_alloc: int = 0                                    # the slot of the next accumulator
-  memo: dict = field(default_factory=dict)               # (node, index) -> its scalar value
-  reduce_ranges: dict = field(default_factory=dict)      # (REDUCE, the ranges its index uses) -> its loops
-  opts: Opts = field(default_factory=Opts)
-  # a long float sum accumulates in chunks (see _reduce); uopc.opt reads a kernel's loops with it off, as the plain loops
-  chunk_sums: bool = True
-  # GPU lowering (uopc.gpulower): each output axis's (tile origin, thread range, threads, elements per thread), the
-  # output indices one thread stores, the LOCAL range a group of threads shares reductions over, the GEMM being
-  # staged or put on tensor cores, its results by output index, and the tensor cores' layout
-  gpu_axes: dict = field(default_factory=dict)
-  out_combos: list = field(default_factory=list)
-  group_lane: UOp | None = None
-  gemm: object = None
-  gemm_results: dict = field(default_factory=dict)
-  tc: tuple | None = None
-  tc_slots: dict = field(default_factory=dict)
-
-  def rng(self, size: int, kind: AxisType = AxisType.LOOP) -> UOp:
-    """A fresh RANGE of `size` iterations."""
-    r = range_(size, self.next_range, kind)
-    self.next_range += 1
-    return r
-
-  def alloc(self, d: DType, n: int = 1, addrspace: AddrSpace | None = None) -> UOp:
-    """A fresh accumulator: n elements of call-scope storage (of a thread; AddrSpace.SHARED: of a GPU block)."""
-    a = UOp(Ops.ALLOC, (), ParamArg(self.next_alloc, d, (n,), addrspace))
-    self.next_alloc += 1
-    return a
+# a movement op's value at idx is its source's value at another index: the index maps of the table above
+INDEX_MAPS: dict[Ops, Callable[[UOp, tuple[UOp, ...]], tuple[UOp, ...]]] = {
+  # simplified now: ((i*N + j)//N) % N mentions j but *is* i, and which loops a reduce must sit in (and the memo) need the truth
+  Ops.RESHAPE: lambda u, idx: tuple(simplify(i) for i in unravel(ravel(idx, u.shape), u.src[0].shape)),
+  Ops.EXPAND: lambda u, idx: tuple(UOp.const(0) if s == 1 and n != 1 else i for i, s, n in zip(idx, u.src[0].shape, u.shape)),
+  Ops.PERMUTE: _permuted,
+  Ops.SHRINK: lambda u, idx: tuple(i + b if b else i for i, (b, _) in zip(idx, u.arg)),
+}
 
 
-def ranges_in(*us: UOp) -> list[UOp]:
-  """The RANGEs the expressions mention (syntactically), in loop order."""
-  found = {n for u in us for n in u.toposort() if n.op is Ops.RANGE}
-  return sorted(found, key=lambda r: r.arg)
-
-
-# ---- the rules: one generator per op, yielding the (node, index) values it needs ---------------------------------
-
-Need = Generator[list[tuple[UOp, tuple[UOp, ...]]], list[UOp], UOp]
-
-def _rule(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
-  op = u.op
-  if op is Ops.CONST: return u
-  if op is Ops.BUFFER: return u.index(idx[0]).load()
-  if op is Ops.STAGE: return (yield [(u.src[0], idx)])[0]        # no kernelizer here: compute it inline
-  if op in ALU: return u.replace(src=tuple((yield [(s, idx) for s in u.src])))
-  if op is Ops.INDEX:
-    iv = yield [(i, ()) for i in u.src[1:]]
-    return (yield [(u.src[0], tuple(iv) + idx)])[0]
-  if op is Ops.STACK:
-    i, rest = idx[0], idx[1:]
-    vals = yield [(s, rest) for s in u.src]
-    r = vals[-1]
-    for k in range(len(u.src) - 2, -1, -1): r = (i < k + 1).where(vals[k], r)
-    return r
-  if op is Ops.RESHAPE:
-    # simplify now: ((i*N + j)//N) % N mentions j but *is* i. Dependence analysis (which loops a reduce must
-    # sit in) and the memo both need the truth.
-    return (yield [(u.src[0], tuple(simplify(i) for i in unravel(ravel(idx, u.shape), u.src[0].shape)))])[0]
-  if op is Ops.EXPAND:
-    return (yield [(u.src[0], tuple(UOp.const(0) if s == 1 and n != 1 else i for i, s, n in zip(idx, u.src[0].shape, u.shape)))])[0]
-  if op is Ops.PERMUTE:   # output axis k is source axis arg[k], so the source's index puts idx[k] at position arg[k]
-    back = dict(zip(u.arg, idx))
-    return (yield [(u.src[0], tuple(back[a] for a in range(len(idx))))])[0]
-  if op is Ops.SHRINK: return (yield [(u.src[0], tuple(i + b if b else i for i, (b, _) in zip(idx, u.arg)))])[0]
-  if op is Ops.REDUCE: return (yield from _reduce(u, idx, ctx))
-  raise LowerError(f"rangeify: no index rule for {op!r} (a shaped graph holds BUFFERs, CONSTs, ALU, movement ops, "
-                   f"STACK, INDEX, REDUCE and STAGE)")
-
-
-class _Walk(NamedTuple):
-  """How one axis is walked: index = (base * factor + c) * width + lane, for each unrolled copy c < factor. `base` is a
-  RANGE, or CONST 0 when one step covers the axis; `lane` is an UPCAST RANGE of `width` (one SIMD vector) or None."""
-  base: UOp
-  factor: int
-  lane: UOp | None = None
-  width: int = 1
-
-
-def _axis_parts(ctx: Ctx, size: int, factor: int, kind: AxisType, width: int = 1, lane: UOp | None = None) -> _Walk:
-  """How an axis of `size` is walked (see _Walk). check_opts has made sure factor * width divides the size. Loops nest in
+def _axis_parts(ctx: Ctx, size: int, factor: int, kind: AxisType, width: int = 1, lane: UOp | None = None) -> Walk:
+  """How an axis of `size` is walked (see Walk). check_opts has made sure factor * width divides the size. Loops nest in
   creation order, so the lanes made here go inside the axis's loop (a vector per iteration); a reduction makes its
   lanes before all of its loops and passes them in (see _reduce)."""
   factor = max(factor, 1)
   steps = size // (factor * width)
   base = ctx.rng(steps, kind) if steps > 1 else UOp.const(0)
   if width > 1 and lane is None: lane = ctx.rng(width, AxisType.UPCAST)
-  return _Walk(base, factor, lane, width)
+  return Walk(base, factor, lane, width)
 
 
-def _combos(parts: list[_Walk]) -> list[tuple[UOp, ...]]:
+def _combos(parts: list[Walk]) -> list[tuple[UOp, ...]]:
   """Every index tuple the unrolled parts spell out: axis k takes (base*f + c)*width + lane for each copy c < f, and the
   tuples are all the combinations, in row-major order."""
   combos: list[tuple[UOp, ...]] = [()]
@@ -227,13 +119,12 @@ def _accumulate(rop: Ops, acc: UOp, terms: list[UOp], fma: bool) -> UOp:
   return UOp(rop, (acc, _tree(rop, terms)))
 
 
-def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
+def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs:
   rop, n = u.arg
   src = u.src[0]
   popped = src.shape[len(src.shape) - n:]
   o = ctx.opts
-  if o.gpu and ctx.gemm is not None and u is ctx.gemm.reduce:
-    from uopc.gpulower import staged_gemm, tc_gemm
+  if o.gpu and ctx.gpu.gemm is not None and u is ctx.gpu.gemm.reduce:
     return (yield from (tc_gemm if o.tc else staged_gemm)(u, idx, ctx))
   # the loops are shared by every request that uses the same output ranges: unrolled copies of one reduce (indices that
   # differ only by constants) accumulate in one loop, which is what a register tile is
@@ -241,14 +132,14 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
   key = (u, frozenset(outer))
   # a GPU block's threads share the reduction, unless it is evaluated inside one they already share (x @ x summed: the
   # inner sums run per thread, at the outer sum's elements of that thread)
-  grouped = o.gpu and o.group > 1 and n > 0 and (ctx.group_lane is None or ctx.group_lane not in outer)
-  if grouped and ctx.group_lane is None: ctx.group_lane = ctx.rng(o.group, AxisType.LOCAL)
+  grouped = o.gpu and o.group > 1 and n > 0 and (ctx.gpu.group_lane is None or ctx.gpu.group_lane not in outer)
+  if grouped and ctx.gpu.group_lane is None: ctx.gpu.group_lane = ctx.rng(o.group, AxisType.LOCAL)
   if key not in ctx.reduce_ranges:
     if grouped:
       *rest, inner = popped
       steps = inner // o.group
       parts = [_axis_parts(ctx, size, 1, AxisType.REDUCE) for size in rest] + \
-        [_Walk(ctx.rng(steps, AxisType.REDUCE) if steps > 1 else UOp.const(0), 1, ctx.group_lane, o.group)]
+        [Walk(ctx.rng(steps, AxisType.REDUCE) if steps > 1 else UOp.const(0), 1, ctx.gpu.group_lane, o.group)]
     else:
       # a reduction evaluated inside another one's lanes (x @ x summed in one kernel: the product's sum runs for every
       # element of the outer sum) keeps a scalar loop: a value can't have the lanes of two vectors
@@ -259,7 +150,7 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
       parts = [_axis_parts(ctx, size, o.unroll if k == n - 1 else 1, AxisType.REDUCE, *((lanes, lane) if k == n - 1 else (1, None)))
                for k, size in enumerate(popped)]
     long_sum = ctx.chunk_sums and rop is Ops.ADD and u.dtype.is_float and 0 not in popped
-    ctx.reduce_ranges[key] = (parts, _chunk_loops(ctx, parts) if long_sum else None)
+    ctx.reduce_ranges[key] = ReduceLoops(parts, _chunk_loops(ctx, parts) if long_sum else None)
   parts, chunks = ctx.reduce_ranges[key]
   loops = [w.base for w in parts if w.base.op is Ops.RANGE]
   lane = parts[-1].lane if parts else None
@@ -277,14 +168,13 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Need:
   inside = here.after(start, *loops)                    # in the reduce loops, once it has been initialized
   update = inside.index(0).store(_accumulate(rop, inside.index(0).load(), list(terms), o.fma))
   done = here.after(update.end(*loops))                 # read after the loops are done
-  return _reduced(u, done, outer, lane, grouped, ctx)
+  return _reduction_value(u, done, outer, lane, grouped, ctx)
 
 
-def _reduced(u: UOp, done: UOp, outer: list[UOp], lane: UOp | None, grouped: bool, ctx: Ctx) -> UOp:
+def _reduction_value(u: UOp, done: UOp, outer: list[UOp], lane: UOp | None, grouped: bool, ctx: Ctx) -> UOp:
   """The value of a reduction once its accumulator `done` (one per lane, or per thread of a group) has every term:
   combined by the group's threads, or over the lanes, or read as it is."""
   if grouped:
-    from uopc.gpulower import combine_group
     return combine_group(u, done.index(0).load(), outer, ctx)
   if lane is None: return done.index(0).load()
   # partial accumulators: each lane summed its own share of the axis; they are combined lane by lane, in order, into one
@@ -297,6 +187,19 @@ def _reduced(u: UOp, done: UOp, outer: list[UOp], lane: UOp | None, grouped: boo
   return total_here.after(total_update.end(lane)).index(0).load()
 
 
+# a rule returns the value at once (a CONST, a BUFFER's load) or is a generator of what it needs (see rangeify)
+INDEX_RULES: dict[Ops, Callable[[UOp, tuple[UOp, ...], Ctx], Needs | UOp]] = {
+  Ops.CONST: lambda u, idx, ctx: u,
+  Ops.BUFFER: lambda u, idx, ctx: u.index(idx[0]).load(),
+  Ops.STAGE: _stage,
+  **dict.fromkeys(ALU, _alu),
+  Ops.INDEX: _index,
+  Ops.STACK: _stack,
+  **dict.fromkeys(INDEX_MAPS, _moved),
+  Ops.REDUCE: _reduce,
+}
+
+
 # ---- long float sums: partial sums over chunks --------------------------------------------------------------------------
 # One f32 accumulator for millions of terms is wrong: a sum of ones stops growing at 2**24 (uopc run of a sum of 2**25
 # ones printed 16777216). So when a float sum adds more than SUM_CHUNK times into one accumulator, it adds into a
@@ -305,22 +208,7 @@ def _reduced(u: UOp, done: UOp, outer: list[UOp], lane: UOp | None, grouped: boo
 # lanes and unrolled steps (each lane's accumulator), a GPU thread's share of a reduction. uopc.evaluate sums in the
 # same order (SUM_CHUNK is its constant), so the evaluator stays the plain loops' oracle bit for bit.
 
-class _Chunks(NamedTuple):
-  """The loops of a long float sum. Position `at` of the reduction's walks is the innermost loop's; `walk` is it over
-  one chunk (chunk * SUM_CHUNK + inner), summed into a partial over `inner`, and the partials are added to the total
-  once per iteration of `others` (the reduction's other loops) and of `chunk` (None when the innermost loop is one
-  chunk or less). `tail` is the walk over the last steps that fill no chunk (over `tail_loop`, or one step), added to
-  the total directly."""
-  at: int
-  walk: _Walk
-  inner: UOp
-  others: tuple[UOp, ...]
-  chunk: UOp | None = None
-  tail: _Walk | None = None
-  tail_loop: UOp | None = None
-
-
-def _chunk_loops(ctx: Ctx, parts: list[_Walk]) -> _Chunks | None:
+def _chunk_loops(ctx: Ctx, parts: list[Walk]) -> Chunks | None:
   """How a float sum over the loops of `parts` accumulates in chunks, or None when it adds SUM_CHUNK times or fewer."""
   looped = [k for k, w in enumerate(parts) if w.base.op is Ops.RANGE]
   if prod(parts[k].base.src[0].arg for k in looped) <= SUM_CHUNK: return None
@@ -328,19 +216,19 @@ def _chunk_loops(ctx: Ctx, parts: list[_Walk]) -> _Chunks | None:
   w = parts[at]
   others = tuple(parts[k].base for k in looped[:-1])
   steps = w.base.src[0].arg
-  if steps <= SUM_CHUNK: return _Chunks(at, w, w.base, others)      # a partial per run of the innermost loop
+  if steps <= SUM_CHUNK: return Chunks(at, w, w.base, others)      # a partial per run of the innermost loop
   full, rest = divmod(steps, SUM_CHUNK)
   chunk = ctx.rng(full, AxisType.REDUCE) if full > 1 else None
   inner = ctx.rng(SUM_CHUNK, AxisType.REDUCE)
   tail_loop = ctx.rng(rest, AxisType.REDUCE) if rest > 1 else None
   walk = w._replace(base=chunk * SUM_CHUNK + inner if chunk is not None else inner)
   tail = w._replace(base=UOp.const(full * SUM_CHUNK) + (tail_loop if tail_loop is not None else 0)) if rest else None
-  return _Chunks(at, walk, inner, others, chunk, tail, tail_loop)
+  return Chunks(at, walk, inner, others, chunk, tail, tail_loop)
 
 
-def _chunked_sum(u: UOp, idx: tuple[UOp, ...], parts: list[_Walk], c: _Chunks, outer: list[UOp], lane: UOp | None, grouped: bool,
-                 ctx: Ctx) -> Need:
-  """A long float sum (see _Chunks): partials over chunks added to the total, then the tail's terms."""
+def _chunked_sum(u: UOp, idx: tuple[UOp, ...], parts: list[Walk], c: Chunks, outer: list[UOp], lane: UOp | None, grouped: bool,
+                 ctx: Ctx) -> Needs:
+  """A long float sum (see Chunks): partials over chunks added to the total, then the tail's terms."""
   src, fma, d = u.src[0], ctx.opts.fma, u.dtype
   terms = yield [(src, idx + t) for t in _combos(parts[:c.at] + [c.walk] + parts[c.at + 1:])]
   tail_terms = (yield [(src, idx + t) for t in _combos(parts[:c.at] + [c.tail] + parts[c.at + 1:])]) if c.tail is not None else None
@@ -358,8 +246,7 @@ def _chunked_sum(u: UOp, idx: tuple[UOp, ...], parts: list[_Walk], c: _Chunks, o
     tail_loop = [c.tail_loop] if c.tail_loop is not None else []
     tail_in = here.after(added, *tail_loop)
     added = tail_in.index(0).store(_accumulate(Ops.ADD, tail_in.index(0).load(), list(tail_terms), fma)).end(*tail_loop)
-  return _reduced(u, here.after(added.end(*c.others)), outer, lane, grouped, ctx)
-
+  return _reduction_value(u, here.after(added.end(*c.others)), outer, lane, grouped, ctx)
 
 def rangeify(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
   """The scalar value of shaped node u at index idx (a tuple of i32 scalars, one per axis of u)."""
@@ -374,8 +261,12 @@ def rangeify(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
       if key in memo: stack.pop(); continue              # asked for twice before it was computed once
       node, at = key
       if len(at) != len(node.shape): raise LowerError(f"rangeify: {node.op!r}: {len(at)} indices for shape {node.shape}")
-      gen = frame[1] = _rule(node, at, ctx)
-      send = None
+      if (rule := INDEX_RULES.get(node.op)) is None:
+        raise LowerError(f"rangeify: no index rule for {node.op!r} (a shaped graph holds BUFFERs, CONSTs, ALU, movement ops, "
+                         f"STACK, INDEX, REDUCE and STAGE)")
+      gen = rule(node, at, ctx)
+      if type(gen) is UOp: memo[key] = gen; stack.pop(); continue    # a rule that needs nothing gives its value at once
+      frame[1], send = gen, None
     else:
       missing = [n for n in needs if n not in memo]
       if missing:
@@ -404,15 +295,15 @@ def merge_ends(root: UOp) -> UOp:
     root = root.substitute(dict.fromkeys(group, joined))
 
 
-def _gpu_axis(ctx: Ctx, axis: int, size: int, local: int, factor: int) -> _Walk:
+def _gpu_axis(ctx: Ctx, axis: int, size: int, local: int, factor: int) -> Walk:
   """A GPU axis: blocks of `local` threads, each computing `factor` elements: index = (block * local + thread) * factor + c.
-  Records the axis's block tile in ctx.gpu_axes: (its origin, block * local * factor; the thread range; local; factor)."""
+  Records how the axis is walked in ctx.gpu.axes (a GpuAxis: its block's origin, block * local * factor, and the threads)."""
   if size % (local * factor) != 0: raise LowerError(f"gpu axis of size {size} is not divisible by local {local} * upcast {factor}")
   blocks = size // (local * factor)
   block = ctx.rng(blocks, AxisType.GLOBAL) if blocks > 1 else UOp.const(0)
   thread = ctx.rng(local, AxisType.LOCAL) if local > 1 else None
-  ctx.gpu_axes[axis] = (block * (local * factor) if blocks > 1 else UOp.const(0), thread, local, factor)
-  return _Walk(block if thread is None else block * local + thread, factor)
+  ctx.gpu.axes[axis] = GpuAxis(block * (local * factor) if blocks > 1 else UOp.const(0), thread, local, factor)
+  return Walk(block if thread is None else block * local + thread, factor)
 
 
 def _check_lower_args(root: UOp, out: UOp, o: Opts):
@@ -442,55 +333,52 @@ def check_opts(root: UOp, o: Opts) -> None:
   """Refuse Opts that don't fit the kernel computing `root`, naming the field and the kernel's shape. Every entry must
   change the program: an Opts that lower() would have to ignore in part is an error, never silently dropped."""
   shape = root.shape
-  def bad(field_name: str, why: str): raise LowerError(f"Opts.{field_name}: {why} (kernel shape {shape})")
+  def refuse(field_name: str, why: str): raise LowerError(f"Opts.{field_name}: {why} (kernel shape {shape})")
   up = dict(o.upcast)
   for name, pairs in (("upcast", o.upcast), ("tile", o.tile), ("local", o.local)):
     for k, f in pairs:
-      if not 0 <= k < len(shape): bad(name, f"there is no axis {k}")
-      if f < 1: bad(name, f"axis {k}: {f} must be at least 1")
+      if not 0 <= k < len(shape): refuse(name, f"there is no axis {k}")
+      if f < 1: refuse(name, f"axis {k}: {f} must be at least 1")
   for k, f in o.upcast:
-    if shape[k] % f: bad("upcast", f"{f} does not divide axis {k} of size {shape[k]}")
-  if o.unroll < 1: bad("unroll", f"must be at least 1, got {o.unroll}")
+    if shape[k] % f: refuse("upcast", f"{f} does not divide axis {k} of size {shape[k]}")
+  if o.unroll < 1: refuse("unroll", f"must be at least 1, got {o.unroll}")
   reduces = [u for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0]
   inner = {u.src[0].shape[-1] for u in reduces}
   if o.unroll > 1:
-    if not inner: bad("unroll", f"{o.unroll}, but the kernel has no reduction to unroll")
-    if wrong := sorted(n for n in inner if n % o.unroll): bad("unroll", f"{o.unroll} does not divide the reduced axis of size {wrong[0]}")
+    if not inner: refuse("unroll", f"{o.unroll}, but the kernel has no reduction to unroll")
+    if wrong := sorted(n for n in inner if n % o.unroll): refuse("unroll", f"{o.unroll} does not divide the reduced axis of size {wrong[0]}")
   if o.reduce_vector != 1:
     rv = o.reduce_vector
-    if rv < 2 or rv & (rv - 1): bad("reduce_vector", f"lanes must be a power of two, got {rv}")
-    if not inner: bad("reduce_vector", f"{rv}, but the kernel has no reduction")
+    if rv < 2 or rv & (rv - 1): refuse("reduce_vector", f"lanes must be a power of two, got {rv}")
+    if not inner: refuse("reduce_vector", f"{rv}, but the kernel has no reduction")
     if wrong := sorted(n for n in inner if n % (rv * o.unroll)):
-      bad("reduce_vector", f"{rv} lanes * unroll {o.unroll} do not divide the reduced axis of size {wrong[0]}")
-    if o.vector is not None: bad("reduce_vector", "a kernel has one vector axis: an output axis (vector) or the reduction's, not both")
+      refuse("reduce_vector", f"{rv} lanes * unroll {o.unroll} do not divide the reduced axis of size {wrong[0]}")
+    if o.vector is not None: refuse("reduce_vector", "a kernel has one vector axis: an output axis (vector) or the reduction's, not both")
   if o.fma and not any(u.arg[0] is Ops.ADD and u.dtype is dtypes.f32 for u in reduces):
-    bad("fma", "the kernel has no f32 sum to fuse multiply-adds into")
+    refuse("fma", "the kernel has no f32 sum to fuse multiply-adds into")
   if o.vector is not None:
     k, w = o.vector
-    if not 0 <= k < len(shape): bad("vector", f"there is no axis {k}")
-    if w < 2 or w & (w - 1): bad("vector", f"lanes must be a power of two, got {w}")
-    if shape[k] % (w * up.get(k, 1)): bad("vector", f"{w} lanes * upcast {up.get(k, 1)} do not divide axis {k} of size {shape[k]}")
+    if not 0 <= k < len(shape): refuse("vector", f"there is no axis {k}")
+    if w < 2 or w & (w - 1): refuse("vector", f"lanes must be a power of two, got {w}")
+    if shape[k] % (w * up.get(k, 1)): refuse("vector", f"{w} lanes * upcast {up.get(k, 1)} do not divide axis {k} of size {shape[k]}")
+  # an option of the other machine (each field's metadata says whose it is) is refused, in the words of its metadata
+  for f in dataclasses.fields(Opts):
+    if f.metadata.get("machine") == ("cpu" if o.gpu else "gpu") and getattr(o, f.name) != f.default: refuse(f.name, f.metadata["elsewhere"])
   if o.gpu:
-    if o.vector is not None or o.reduce_vector != 1: bad("vector", "GPU kernels take no SIMD vectors: threads are their lanes")
-    if o.thread is not None or o.tile: bad("thread" if o.thread is not None else "tile", "a GPU kernel has no CPU threads or cache tiles")
-    from uopc.gpulower import check_gpu_opts
-    check_gpu_opts(root, o, bad)
+    check_gpu_opts(root, o, refuse, gemm_pattern(root) if o.stage or o.tc else None)
     return
-  if o.local: bad("local", "threads per block need gpu=True")
-  for name, default in (("group", 1), ("stage", 0), ("tc", False)):
-    if getattr(o, name) != default: bad(name, "is a GPU option: it needs gpu=True")
   lanes = {o.vector[0]: o.vector[1]} if o.vector is not None else {}
   step = lambda k: up.get(k, 1) * lanes.get(k, 1)      # the elements of axis k one iteration of its loop computes
   for k, t in o.tile:
-    if not 1 < t < shape[k] or shape[k] % t: bad("tile", f"{t} must divide axis {k} of size {shape[k]} and lie strictly between 1 and it")
-    if t % step(k): bad("tile", f"{t} on axis {k} must hold whole register tiles of {step(k)} (upcast * vector lanes)")
+    if not 1 < t < shape[k] or shape[k] % t: refuse("tile", f"{t} must divide axis {k} of size {shape[k]} and lie strictly between 1 and it")
+    if t % step(k): refuse("tile", f"{t} on axis {k} must hold whole register tiles of {step(k)} (upcast * vector lanes)")
   if o.thread is not None:
     k = o.thread
-    if not 0 <= k < len(shape): bad("thread", f"there is no axis {k}")
-    if shape[k] // step(k) < 2: bad("thread", f"axis {k} of size {shape[k]} (upcast * lanes {step(k)}) leaves no loop to split")
+    if not 0 <= k < len(shape): refuse("thread", f"there is no axis {k}")
+    if shape[k] // step(k) < 2: refuse("thread", f"axis {k} of size {shape[k]} (upcast * lanes {step(k)}) leaves no loop to split")
 
 
-def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[_Walk]:
+def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[Walk]:
   """(base, factor) for each output axis, creating the output RANGEs in loop order."""
   o = ctx.opts
   up, tiles = dict(o.upcast), dict(o.tile)          # check_opts has made sure every entry fits the shape
@@ -503,13 +391,70 @@ def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[_Walk]:
   # are in cache; the THREAD axis goes before everything, as the loop OpenMP splits
   blocks = {k: ctx.rng(shape[k] // t, kind(k)) for k, t in tiles.items()}
   axes = ([o.thread] if o.thread is not None else []) + [k for k in range(len(shape)) if k != o.thread]
-  parts: dict[int, _Walk] = {}
+  parts: dict[int, Walk] = {}
   for k in axes:
     f, w = up.get(k, 1), (lanes if k == vaxis else 1)
     if k not in tiles: parts[k] = _axis_parts(ctx, shape[k], f, kind(k), w); continue
     within = tiles[k] // (f * w)    # iterations inside one tile
-    parts[k] = _Walk(blocks[k] * within + ctx.rng(within) if within > 1 else blocks[k], f, ctx.rng(w, AxisType.UPCAST) if w > 1 else None, w)
+    parts[k] = Walk(blocks[k] * within + ctx.rng(within) if within > 1 else blocks[k], f, ctx.rng(w, AxisType.UPCAST) if w > 1 else None, w)
   return [parts[k] for k in range(len(shape))]
+
+
+# ---- the GEMM pattern: which kernels stage= and tc= apply to -------------------------------------------------------
+
+def _peel(u: UOp) -> tuple[list[UOp], UOp]:
+  """The movement ops on top of u (outermost first) and the node under them."""
+  chain = []
+  while u.op in MOVEMENT:
+    chain.append(u)
+    u = u.src[0]
+  return chain, u
+
+
+def _replay(chain: list[UOp], u: UOp) -> UOp:
+  """The movement ops of `chain` applied to u, as they were applied to the node they came from (elementwise ops
+  commute with movement: movement(x * y) is movement(x) * movement(y))."""
+  for m in reversed(chain): u = m.replace(src=(u,))
+  return u
+
+
+def _axes_moved(node: UOp, n_out: int) -> set[int]:
+  """The output axes (of the first n_out axes of node's shape) along which node's value can change: rangeify it at an
+  index of fresh ranges and see which ones its scalar value still mentions."""
+  ctx = Ctx()
+  idx = tuple(ctx.rng(s) if s > 1 else UOp.const(0) for s in node.shape)
+  mentioned = set(ranges_in(rangeify(node, idx, ctx)))
+  return {k for k in range(n_out) if idx[k] in mentioned}
+
+
+@functools.lru_cache(maxsize=512)
+def gemm_pattern(root: UOp) -> Gemm | None:
+  """The Gemm that kernel root computes, or None (see uopc.lowering.Gemm): what stage and tc lower, and what uopc.opt
+  looks for to choose them."""
+  nodes = root.toposort()
+  reduces = [u for u in nodes if u.op is Ops.REDUCE]
+  if len(reduces) != 1: return None
+  r = reduces[0]
+  if r.arg != (Ops.ADD, 1) or r.dtype is not dtypes.f32: return None
+  # root reaches the reduction through elementwise ops only, so the reduction is asked for at the output's own index
+  reaches: dict[UOp, bool] = {}
+  for u in nodes:
+    reaches[u] = u is r or any(reaches[s] for s in u.src)
+    if reaches[u] and u is not r and u.op not in ALU: return None
+  chain, product = _peel(r.src[0])
+  if product.op is not Ops.MUL: return None
+  x, y = (_replay(chain, s) for s in product.src)
+  n = len(r.shape)
+  ax, ay = _axes_moved(x, n), _axes_moved(y, n)
+  only_x, only_y = sorted(ax - ay), sorted(ay - ax)
+  if not only_x or not only_y: return None
+  x16 = y16 = None
+  halves = []
+  for s in product.src:
+    c, base = _peel(s)
+    halves.append(_replay(chain, _replay(c, base.src[0])) if base.op is Ops.CAST and base.src[0].dtype is dtypes.f16 else None)
+  if all(h is not None for h in halves): x16, y16 = halves
+  return Gemm(r, x, y, only_x[-1], only_y[-1], r.src[0].shape[-1], x16, y16)
 
 
 def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
@@ -519,22 +464,19 @@ def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   _check_lower_args(root, out, ctx.opts)
   if prod(root.shape) == 0: return sink()                   # nothing to compute
   o = ctx.opts
-  if o.gpu and (o.stage or o.tc):
-    from uopc.gpulower import gemm_pattern, tc_outputs
-    ctx.gemm = gemm_pattern(root)
+  if o.gpu and (o.stage or o.tc): ctx.gpu.gemm = gemm_pattern(root)
   if o.gpu and o.tc: combos = tc_outputs(ctx, root.shape)
   else:
     parts = _output_parts(ctx, root.shape)
     combos = _combos(parts)
-  ctx.out_combos = combos
+  ctx.gpu.outputs = combos
   stores = []
   for idx in combos:
     address = ravel(idx, root.shape) if root.shape else UOp.const(0)   # outputs are contiguous, row-major
     stores.append(out.index(address).store(rangeify(root, idx, ctx)))
   body = stores[0] if len(stores) == 1 else UOp(Ops.SINK, tuple(stores))
-  shared_lane = [ctx.group_lane] if ctx.group_lane is not None else []
+  shared_lane = [ctx.gpu.group_lane] if ctx.gpu.group_lane is not None else []
   program = sink(body.end(*ranges_in(*(i for idx in combos for i in idx), *shared_lane)))
   return simplify(merge_ends(program))
 
 
-__all__ = ["ravel", "unravel", "identity", "Opts", "check_opts", "Ctx", "ranges_in", "rangeify", "lower", "merge_ends", "LowerError"]

@@ -36,7 +36,7 @@ threadIdx.x), and each range's coordinate is a digit of that number, the first r
 (flat // prod(sizes[k+1:])) % sizes[k]. So the last LOCAL range moves fastest from thread to thread, and a warp is 32
 consecutive threads. Renderers and emulators compute the coordinates the same way, from this paragraph.
 
-The memory-safety proof (DESIGN 5.3): each LOAD and STORE index is proven in range from the symbolic bounds, or the
+The memory-safety proof: each LOAD and STORE index is proven in range from the symbolic bounds, or the
 kernel is refused with an error naming the memory, the index and its bounds. It covers every address space: GLOBAL
 BUFFERs, and ALLOCs in LOCAL memory (a thread's accumulators and registers) and SHARED memory (a GPU block's), on CPU
 and GPU programs alike; a LOAD or STORE reaches memory only through an INDEX of one element, and an element of a
@@ -46,16 +46,22 @@ renderers emit C's / and % only where bounds show a positive divisor and a non-n
 call helpers that give NumPy's answer (x // 0 == x % 0 == 0) instead of trapping.
 """
 from __future__ import annotations
-import importlib.metadata, math, threading
+import importlib, importlib.metadata, math, threading
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 from uopc.uop import UOp, Ops
 from uopc.dtype import AddrSpace, DType
 from uopc.symbolic import bounds
+from uopc.uir import to_uir
 
 
 class BackendError(Exception):
   """An unknown backend, or a program or buffer a backend refuses before running it."""
+
+
+class CompileError(BackendError):
+  """A backend's compiler (gcc, nvcc, NVRTC) refused a kernel; the message has the compiler's output and the numbered
+  source."""
 
 
 class UnsafeKernelError(BackendError):
@@ -130,7 +136,6 @@ def get_backend(name: str | None = "C") -> Backend:
     if key in _registered: factory = _registered[key]
     elif key in _BUILTIN:
       mod, _, attr = _BUILTIN[key].partition(":")
-      import importlib
       factory = getattr(importlib.import_module(mod), attr)
     elif key in (eps := _entry_points()): factory = eps[key].load()
     else: raise BackendError(f"unknown backend {name!r}; available: {', '.join(available_backends())}")
@@ -160,13 +165,12 @@ def _where(m: UOp) -> str:
 
 
 def _shown(index: UOp) -> str:
-  from uopc.uir import to_uir
   expr = to_uir(index).strip().replace("\n", "; ")
   return expr if len(expr) < 400 else expr[:400] + " ..."
 
 
 def check_memory_safety(program: UOp | list[UOp] | tuple[UOp, ...]) -> None:
-  """Refuse a program with a memory access not proven inside its memory (DESIGN 5.3), in every address space: each
+  """Refuse a program with a memory access not proven inside its memory, in every address space: each
   INDEX of a BUFFER or ALLOC (LOCAL or SHARED) takes one flat index whose bounds lie in the memory; each LOAD and STORE
   goes through such an INDEX and moves one element; an INDEX of a register array (a STACK, WMMA's fragments) stays
   inside its shape."""
@@ -199,12 +203,5 @@ def check_memory_safety(program: UOp | list[UOp] | tuple[UOp, ...]) -> None:
         raise UnsafeKernelError(f"{_where(mem)} has {n} elements but the index can be {lo}..{hi}, outside 0..{n - 1}: {_shown(u.src[1])}")
 
 
-def run_on(backend: Backend, sink: UOp, buffers: dict, name: str = "kernel") -> None:
-  """Run a lowered program on any backend: the NumPy arrays in `buffers` (by BUFFER slot) are checked, copied in, the
-  kernel launched through uopc.runtime, and the arrays it writes copied back (so outputs land in them, as with run_c)."""
-  from uopc.runtime import run_lowered
-  run_lowered(sink, buffers, backend, name)
-
-
-__all__ = ["run_on", "Backend", "BackendError", "UnsafeKernelError", "LinearProgram", "get_backend", "register_backend",
+__all__ = ["Backend", "BackendError", "CompileError", "UnsafeKernelError", "LinearProgram", "get_backend", "register_backend",
            "available_backends", "check_memory_safety", "base_memory", "memory_name"]

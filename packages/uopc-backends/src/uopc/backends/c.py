@@ -1,8 +1,10 @@
 """The C backend: render a linearized program as one C function, compile it with gcc (cached on disk), run it.
 
     CRenderer().render(program)  -> C source: a prelude and `void name(float* restrict data0, ...)`
-    render_c(sink, name)         -> the same for the SINK that lower() returns (linearized and proven safe first)
-    run_c(sink, {slot: array})   -> runs a lowered program on NumPy arrays in place, through uopc.runtime
+    compiler.compile(src, name)  -> the loaded function (gcc's shared object, from the disk cache when it is there)
+    CBackend                     -> the backend get_backend("C") returns: host memory, launches are C calls
+
+(uopc.testing's render_c and run_c do the same for the SINK that lower() returns.)
 
 The renderer is tables over every op a linearized program can hold: `code_for_op` (ALU: op -> a small format
 function), `range_code` (a RANGE by its AxisType: LOOP and REDUCE as `for` loops, THREAD as a `for` under
@@ -18,13 +20,12 @@ trapping.
 
 Compilation keeps IEEE semantics (no -ffast-math, no contraction of a*b+c into an fma, -fwrapv for the i32
 wrap-around the IR defines) and caches shared objects on disk under $UOPC_CACHE_DIR (default ~/.cache/uopc),
-keyed by a hash of the source, the flags, the compiler version and the target CPU. An entry is written to a
-temporary file and renamed into place, so concurrent processes and killed ones never leave a half-written
-entry. Each entry ends with a SHA-256 of the shared object, checked before dlopen: a damaged entry (a truncated
-.so makes dlopen crash the process with SIGBUS, not fail) is rebuilt, like one that fails to load.
+keyed by a hash of the source, the flags, the compiler version and the target CPU: entries of uopc.compile_cache,
+written atomically and sealed with a checksum that is checked before dlopen (a damaged entry is rebuilt, like one
+that fails to load). A cache that can't be written costs a warning, and the entries go to a private directory.
 """
 from __future__ import annotations
-import atexit, ctypes, functools, hashlib, math, os, re, shutil, subprocess, tempfile, threading, time, warnings
+import atexit, ctypes, functools, hashlib, math, os, re, shutil, subprocess, tempfile, threading, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -33,13 +34,9 @@ from uopc.uop import UOp, Ops, AxisType, ALU, users_of
 from uopc.dtype import AddrSpace, DType, dtypes, I32_MIN
 from uopc.symbolic import vmin, bounds, simplify
 from uopc.evaluate import round_f32, round_f16
-from uopc.linearize import linearize
-from uopc.backends import BackendError, LinearProgram, base_memory, memory_name
-from uopc.runtime import program_buffers, run_lowered, cache_dir
-
-
-class CompileError(BackendError):
-  """gcc refused a kernel; the message has gcc's output and the numbered source."""
+from uopc.opt import Caps
+from uopc.compile_cache import cache_dir, read_entry, write_entry
+from uopc.backends import BackendError, CompileError, LinearProgram, base_memory, memory_name
 
 
 # 2**x in f32 to within 1.2 ulp (libm's exp2f is 0.5 ulp but a call per element, and per lane of a vector): round x to
@@ -49,10 +46,10 @@ class CompileError(BackendError):
 # give the same bits. x is clamped to [-160, 160] first, which NaN passes through.
 EXP2_POLY = (1.0, 0.6931471824645996, 0.24022646248340607, 0.05550329014658928, 0.009618489071726799, 0.0013399907620623708,
              0.00015345732390414923)
-_HORNER = lambda T, f: "".join(f" p = p*f + {repr(c)}f;" for c in EXP2_POLY[-2::-1])
+EXP2_HORNER = "".join(f" p = p*f + {repr(c)}f;" for c in EXP2_POLY[-2::-1])   # p = p*f + c, highest degree first
 EXP2_SCALAR = f"""static inline float uopc_exp2(float x) {{    /* 2**x to 1.2 ulp, see EXP2_POLY in uopc.backends.c */
   x = x < -160.0f ? -160.0f : x; x = x > 160.0f ? 160.0f : x;
-  float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{_HORNER("float", "f")}
+  float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{EXP2_HORNER}
   int n = t == t ? (int)t : 0, a = n >> 1, b = n - a;
   union {{ int i; float f; }} sa = {{(a + 127) << 23}}, sb = {{(b + 127) << 23}};
   return (p * sa.f) * sb.f;
@@ -150,13 +147,13 @@ class CRenderer:
   # ranges of its kind) -> the lines that open it. LOOP, REDUCE and THREAD open a block that their END closes; GLOBAL and
   # LOCAL are the launch grid's coordinates (see grid_index).
   range_code: dict[AxisType, Callable[[CRenderer, str, str, int, list[int]], list[str]]] = {
-    AxisType.LOOP: lambda rn, var, end, dim, sizes: [_loop(var, end)],
-    AxisType.REDUCE: lambda rn, var, end, dim, sizes: [_loop(var, end)],
-    AxisType.THREAD: lambda rn, var, end, dim, sizes: ["#pragma omp parallel for", _loop(var, end)],
-    AxisType.GLOBAL: lambda rn, var, end, dim, sizes: [f"int {var} = {rn.grid_index(AxisType.GLOBAL, dim, sizes)};"],
-    AxisType.LOCAL: lambda rn, var, end, dim, sizes: [f"int {var} = {rn.grid_index(AxisType.LOCAL, dim, sizes)};"],
+    AxisType.LOOP: lambda renderer, var, end, dim, sizes: [_loop(var, end)],
+    AxisType.REDUCE: lambda renderer, var, end, dim, sizes: [_loop(var, end)],
+    AxisType.THREAD: lambda renderer, var, end, dim, sizes: ["#pragma omp parallel for", _loop(var, end)],
+    AxisType.GLOBAL: lambda renderer, var, end, dim, sizes: [f"int {var} = {renderer.grid_index(AxisType.GLOBAL, dim, sizes)};"],
+    AxisType.LOCAL: lambda renderer, var, end, dim, sizes: [f"int {var} = {renderer.grid_index(AxisType.LOCAL, dim, sizes)};"],
     # the lanes of a vector: no loop, a vector of lane numbers (see _Body)
-    AxisType.UPCAST: lambda rn, var, end, dim, sizes: [f"i32x{end} {var} = {{{', '.join(map(str, range(int(end))))}}};"],
+    AxisType.UPCAST: lambda renderer, var, end, dim, sizes: [f"i32x{end} {var} = {{{', '.join(map(str, range(int(end))))}}};"],
   }
   opens_block = {AxisType.LOOP, AxisType.REDUCE, AxisType.THREAD}
   # UPCAST ranges as vector lanes (see _Body); a renderer that sets this False runs them as plain loops, the same program
@@ -226,7 +223,7 @@ def vector_prelude(width: int, fused: bool) -> str:
            # uopc_exp2 on every lane, operation for operation (see EXP2_POLY)
            f"static inline f32x{w} exp2_f32x{w}(f32x{w} x) {{\n"
            f"  x = sel_f32x{w}(x < -160.0f, bcast_f32x{w}(-160.0f), x); x = sel_f32x{w}(x > 160.0f, bcast_f32x{w}(160.0f), x);\n"
-           f"  f32x{w} t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = bcast_f32x{w}({repr(EXP2_POLY[-1])}f);{_HORNER('', 'f')}\n"
+           f"  f32x{w} t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = bcast_f32x{w}({repr(EXP2_POLY[-1])}f);{EXP2_HORNER}\n"
            f"  i32x{w} n = __builtin_convertvector(sel_f32x{w}(t == t, t, bcast_f32x{w}(0.0f)), i32x{w}), a = n >> 1, b = n - a;\n"
            f"  return (p * (f32x{w})((a + 127) << 23)) * (f32x{w})((b + 127) << 23);\n}}"]
   if fused:
@@ -241,8 +238,8 @@ def vector_prelude(width: int, fused: bool) -> str:
 
 class _Body:
   """The statements of one kernel, rendered in order (CRenderer.render's working state)."""
-  def __init__(self, rn: CRenderer, lin: tuple[UOp, ...]):
-    self.rn, self.lin = rn, lin
+  def __init__(self, renderer: CRenderer, lin: tuple[UOp, ...]):
+    self.renderer, self.lin = renderer, lin
     self.users = users_of(list(lin))
     # the loop depth of every node, to see which values are used deeper than where they are computed
     self.depth: dict[UOp, int] = {}
@@ -260,7 +257,7 @@ class _Body:
                  for kind in self.dims}
     self.stacks: dict[UOp, list[str]] = {}     # a STACK (a WMMA operand): its elements' expressions
     self.blocks: list[bool] = []       # for each open RANGE: did it open a { block
-    lanes = [u for u in lin if u.op is Ops.RANGE and u.arg.kind is AxisType.UPCAST] if rn.vectorize else []
+    lanes = [u for u in lin if u.op is Ops.RANGE and u.arg.kind is AxisType.UPCAST] if renderer.vectorize else []
     widths = {bounds(u.src[0])[1] for u in lanes}       # the end of each lane range
     if len(widths) > 1: raise BackendError(f"the vector axes of a kernel share one width, got {sorted(widths)}")
     self.width = widths.pop() if widths else 1
@@ -310,9 +307,9 @@ class _Body:
   def vtype(self, d: DType) -> str: return f"{'f32' if d is dtypes.f32 else 'i32'}x{self.width}"
   def ctype(self, u: UOp) -> str:
     if u in self.vec: return self.vtype(u.dtype)
-    # a scalar bool value is held in an int (0 or 1; memory stays _Bool): GCC 12 at -O2 miscompiled
-    # ((a < b) & c) | (c != 1) with c a _Bool temporary (found by the evaluator-vs-C fuzzer; an int temporary is right)
-    return "int" if u.dtype is dtypes.bool else self.rn.type_name(u.dtype)
+    # a scalar bool value is held in an int (0 or 1; memory stays _Bool): GCC 12 at -O2 miscompiles
+    # ((a < b) & c) | (c != 1) with c a _Bool temporary, and gets it right with an int
+    return "int" if u.dtype is dtypes.bool else self.renderer.type_name(u.dtype)
   def vector(self, s: UOp) -> str:
     """s's value as a vector: itself, or a scalar broadcast to every lane (a bool as a mask)."""
     if s in self.vec: return self.r[s]
@@ -330,46 +327,64 @@ class _Body:
     return [w for v in self.users.get(u, ()) for w in (self.uses(v) if v.op is Ops.INDEX else [v])]
 
   def emit(self, u: UOp) -> None:
-    rn, r, op = self.rn, self.r, u.op
-    if op is Ops.BUFFER: r[u] = memory_name(u)
-    elif op is Ops.CONST: r[u] = render_const(u.arg, u.dtype, rn.half)
-    elif op is Ops.RANGE:
-      kind = u.arg.kind if u.arg.kind is not AxisType.UPCAST or rn.vectorize else AxisType.LOOP
-      r[u] = f"ridx{u.arg.idx}"
-      dim = self.dims.get(kind, 0)
-      if kind in self.dims: self.dims[kind] += 1
-      if u not in self.address_only:
-        self.lines.extend(self.pad() + line for line in rn.range_code[kind](rn, r[u], r[u.src[0]], dim, self.grid.get(kind, [])))
-      self.blocks.append(kind in rn.opens_block)
-    elif op is Ops.END:
-      if self.blocks.pop(): self.lines.append(f"{self.pad()}}}")
-    elif op is Ops.ALLOC:
-      r[u] = f"acc{self.counter['acc']}"
-      self.counter["acc"] += 1
-      ctype = self.vtype(u.dtype) if u in self.vmem else rn.type_name(u.dtype)
-      self.lines.append(self.pad() + rn.alloc_code[u.addrspace](ctype, r[u], u.arg.shape[0]))
-    elif op is Ops.AFTER: r[u] = r[u.src[0]]
-    elif op is Ops.INDEX:
-      mem = base_memory(u.src[0])
-      r[u] = r[u.src[0]] if mem.op is Ops.ALLOC and mem.arg.shape[0] == 1 else f"{r[u.src[0]]}[{r[u.src[1]]}]"
-    elif op is Ops.LOAD:
-      if u in self.vec and base_memory(u.src[0].src[0]).op is Ops.BUFFER: self.var("val", u, self.vector_load(u.src[0]))
-      else: self.var("val", u, r[u.src[0]])
-    elif op is Ops.STORE: self.store(u)
-    elif op is Ops.SINK: pass
-    elif op is Ops.BARRIER: self.lines.append(f"{self.pad()}{rn.barrier}")
-    elif op is Ops.STACK: self.stacks[u] = [r[s] for s in u.src]
-    elif op is Ops.WMMA: rn.render_wmma(self, u)
-    elif u in self.vec: r[u] = self.vector_alu(u)
-    elif op is Ops.CAST: r[u] = rn.render_cast(u.src[0], u.dtype, r[u.src[0]])
-    elif op in (Ops.FLOORDIV, Ops.FLOORMOD): r[u] = self.divmod(u, r[u.src[0]], r[u.src[1]])
-    elif u.dtype is dtypes.f16 and op in _VIA_F32:   # f16 math in f32, rounded back to f16
-      r[u] = f"(({rn.half})({rn.code_for_op[op](dtypes.f32, *(f'((float){r[s]})' for s in u.src))}))"
-    elif op in rn.code_for_op: r[u] = rn.code_for_op[op](u.dtype, *(r[s] for s in u.src))
-    else: raise BackendError(f"the C renderer has no rule for {op!r} (is the program lowered?)")
-    if op in ALU and u not in self.horizontal and u not in self.address_only:
+    """Render one statement of the program: an ALU op is an expression (a variable when it must be, see MAX_INLINE),
+    every other op one of the statements below."""
+    if u.op not in ALU:
+      if (statement := _Body.statements.get(u.op)) is None: raise BackendError(f"the C renderer has no rule for {u.op!r} (is the program lowered?)")
+      statement(self, u)
+      return
+    r = self.r
+    r[u] = self.alu(u)
+    if u not in self.horizontal and u not in self.address_only:
       us = self.uses(u)
       if len(us) > 1 or len(r[u]) > MAX_INLINE or any(self.depth[w] > self.depth[u] for w in us): self.var("alu", u, r[u])
+
+  def alu(self, u: UOp) -> str:
+    """The expression of an ALU op: the renderer's code_for_op, except casts and floor division (which read their
+    operands' types and bounds) and f16 math (done in f32 and rounded back to f16)."""
+    renderer, r, op = self.renderer, self.r, u.op
+    if u in self.vec: return self.vector_alu(u)
+    if op is Ops.CAST: return renderer.render_cast(u.src[0], u.dtype, r[u.src[0]])
+    if op in (Ops.FLOORDIV, Ops.FLOORMOD): return self.divmod(u, r[u.src[0]], r[u.src[1]])
+    if u.dtype is dtypes.f16 and op in _VIA_F32:
+      return f"(({renderer.half})({renderer.code_for_op[op](dtypes.f32, *(f'((float){r[s]})' for s in u.src))}))"
+    if op in renderer.code_for_op: return renderer.code_for_op[op](u.dtype, *(r[s] for s in u.src))
+    raise BackendError(f"the C renderer has no rule for {op!r}")
+
+  # -- the statements: every op of a linearized program that is not ALU (the table `statements` below)
+  def buffer(self, u: UOp) -> None: self.r[u] = memory_name(u)
+  def const(self, u: UOp) -> None: self.r[u] = render_const(u.arg, u.dtype, self.renderer.half)
+  def after(self, u: UOp) -> None: self.r[u] = self.r[u.src[0]]                 # memory, once its dependencies have run
+  def stack(self, u: UOp) -> None: self.stacks[u] = [self.r[s] for s in u.src]   # a WMMA operand: its elements
+  def barrier(self, u: UOp) -> None: self.lines.append(f"{self.pad()}{self.renderer.barrier}")
+  def wmma(self, u: UOp) -> None: self.renderer.render_wmma(self, u)
+
+  def open_range(self, u: UOp) -> None:
+    renderer = self.renderer
+    kind = u.arg.kind if u.arg.kind is not AxisType.UPCAST or renderer.vectorize else AxisType.LOOP
+    self.r[u] = f"ridx{u.arg.idx}"
+    dim = self.dims.get(kind, 0)
+    if kind in self.dims: self.dims[kind] += 1
+    if u not in self.address_only:
+      self.lines.extend(self.pad() + line for line in renderer.range_code[kind](renderer, self.r[u], self.r[u.src[0]], dim, self.grid.get(kind, [])))
+    self.blocks.append(kind in renderer.opens_block)
+
+  def close_range(self, u: UOp) -> None:
+    if self.blocks.pop(): self.lines.append(f"{self.pad()}}}")
+
+  def alloc(self, u: UOp) -> None:
+    self.r[u] = f"acc{self.counter['acc']}"
+    self.counter["acc"] += 1
+    ctype = self.vtype(u.dtype) if u in self.vmem else self.renderer.type_name(u.dtype)
+    self.lines.append(self.pad() + self.renderer.alloc_code[u.addrspace](ctype, self.r[u], u.arg.shape[0]))
+
+  def index(self, u: UOp) -> None:
+    r, mem = self.r, base_memory(u.src[0])
+    r[u] = r[u.src[0]] if mem.op is Ops.ALLOC and mem.arg.shape[0] == 1 else f"{r[u.src[0]]}[{r[u.src[1]]}]"
+
+  def load(self, u: UOp) -> None:
+    if u in self.vec and base_memory(u.src[0].src[0]).op is Ops.BUFFER: self.var("val", u, self.vector_load(u.src[0]))
+    else: self.var("val", u, self.r[u.src[0]])
 
   def divmod(self, u: UOp, a: str, b: str) -> str:
     if vmin(u.src[0]) >= 0 and vmin(u.src[1]) > 0: return f"({a}{'/' if u.op is Ops.FLOORDIV else '%'}{b})"
@@ -402,9 +417,9 @@ class _Body:
     # a mask lane is -1 or 0; `& 1` makes it C's 1 or 0. Not `!= 0`: gcc 12 at -O2 folds (mask[l] != 0) into mask[l] and
     # gives -1 for true (found by the Opts fuzzer on (x < y).cast(i32))
     lane = [f"({a}[_l]&1)" if s.dtype is dtypes.bool else f"{a}[_l]" for a, s in zip(args, srcs)]
-    if op is Ops.CAST: scalar = self.rn.render_cast(srcs[0], d, lane[0])
+    if op is Ops.CAST: scalar = self.renderer.render_cast(srcs[0], d, lane[0])
     elif op in (Ops.FLOORDIV, Ops.FLOORMOD): scalar = self.divmod(u, *lane)
-    else: scalar = self.rn.code_for_op[op](d, *lane)
+    else: scalar = self.renderer.code_for_op[op](d, *lane)
     if d is dtypes.bool: scalar = f"-(int)({scalar})"
     decls = " ".join(f"{self.vtype(s.dtype)} {a} = {x};" for a, s, x in zip(args, srcs, v))
     return f"({{ {decls} {self.vtype(d)} _r; for (int _l = 0; _l < {w}; _l++) _r[_l] = {scalar}; _r; }})"
@@ -436,10 +451,10 @@ class _Body:
     out: dict[UOp, str] = {}
     for n in root.toposort():
       if n in self.r and n not in self.vec: out[n] = self.r[n]
-      elif n.op is Ops.CONST: out[n] = render_const(n.arg, n.dtype, self.rn.half)
+      elif n.op is Ops.CONST: out[n] = render_const(n.arg, n.dtype, self.renderer.half)
       elif n.op in (Ops.FLOORDIV, Ops.FLOORMOD): out[n] = self.divmod(n, out[n.src[0]], out[n.src[1]])
-      elif n.op is Ops.CAST: out[n] = self.rn.render_cast(n.src[0], n.dtype, out[n.src[0]])
-      elif n.op in self.rn.code_for_op: out[n] = self.rn.code_for_op[n.op](n.dtype, *(out[s] for s in n.src))
+      elif n.op is Ops.CAST: out[n] = self.renderer.render_cast(n.src[0], n.dtype, out[n.src[0]])
+      elif n.op in self.renderer.code_for_op: out[n] = self.renderer.code_for_op[n.op](n.dtype, *(out[s] for s in n.src))
       else: raise BackendError(f"can't render {n.op!r} in a lane's address")
     return out[root]
 
@@ -466,7 +481,7 @@ class _Body:
         raise BackendError("a vector updates a scalar accumulator only as acc = op(acc, vector)")
       lane = "(_h[_l]&1)" if vec.dtype is dtypes.bool else "_h[_l]"
       # the operands in the node's order: max(-0.0, 0.0) and max(0.0, -0.0) differ
-      step = self.rn.code_for_op[rop](value.dtype, *(self.r[target] if s is own[0] else lane for s in value.src))
+      step = self.renderer.code_for_op[rop](value.dtype, *(self.r[target] if s is own[0] else lane for s in value.src))
       self.lines.append(f"{pad}{{ {self.vtype(vec.dtype)} _h = {self.r[vec]}; for (int _l = 0; _l < {w}; _l++) {self.r[target]} = {step}; }}")
     elif mem.op is Ops.BUFFER and target.src[1] in self.vec:
       name = self.r[target.src[0]]
@@ -482,13 +497,11 @@ class _Body:
     elif value in self.vec: raise BackendError("a vector stored to one address: every lane would write the same element")
     else: self.lines.append(f"{pad}{self.r[target]} = {self.r[value]};")
 
-
-def render_c(sink: UOp, name: str = "kernel") -> str:
-  """C source for the output of lower(): the prelude and one function `void name(T* restrict dataN, ...)`, one parameter
-  per BUFFER of the program in slot order. The program is linearized and proven memory-safe first (by its LinearProgram)."""
-  if not isinstance(sink, UOp) or sink.op is not Ops.SINK: raise BackendError("render_c takes the SINK that lower() returns")
-  lin = linearize(sink)
-  return CRenderer().render(LinearProgram(name, tuple(lin), tuple(program_buffers(lin))))
+  statements: dict[Ops, Callable[[_Body, UOp], None]] = {
+    Ops.BUFFER: buffer, Ops.CONST: const, Ops.RANGE: open_range, Ops.END: close_range, Ops.ALLOC: alloc, Ops.AFTER: after,
+    Ops.INDEX: index, Ops.LOAD: load, Ops.STORE: store, Ops.SINK: lambda body, u: None, Ops.BARRIER: barrier, Ops.STACK: stack,
+    Ops.WMMA: wmma,
+  }
 
 
 # ---- compiling, with a content-addressed cache on disk -----------------------------------------------------------
@@ -514,10 +527,6 @@ def _check_asan_preloaded() -> None:
   if not loaded:
     raise CompileError("UOPC_SANITIZE is set but the ASan runtime is not loaded: run python with "
                        "LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 (as nox -s sanitize does)")
-
-
-_SEAL_TAG = b"uopc-sha256:"
-_SEAL_LEN = len(_SEAL_TAG) + 32
 
 
 @dataclass
@@ -571,19 +580,15 @@ class CCompiler:
 
   @staticmethod
   def _load(path: Path, name: str, src: str) -> CProgram | None:
+    # no entry, or a damaged one (removed by read_entry), or a cache directory we may not search (EACCES): _build makes it
+    if read_entry(path) is None: return None
     try:
-      if not path.exists(): return None
-    except OSError: return None   # a cache directory we may not search (EACCES): no entry here; _build falls back
-    try:
-      data = path.read_bytes()
-      so, tag, digest = data[:-_SEAL_LEN], data[-_SEAL_LEN:-32], data[-32:]
-      if tag != _SEAL_TAG or hashlib.sha256(so).digest() != digest: raise OSError(f"{path}: damaged cache entry")
-      lib = ctypes.CDLL(str(path))
+      lib = ctypes.CDLL(str(path))   # the seal after the ELF data is where the dynamic loader never looks
       fn = getattr(lib, name)
       fn.restype = None
       return CProgram(name, src, path, fn, lib)
     except (OSError, AttributeError):
-      # a corrupt or foreign entry (a truncated file, the wrong symbol): remove it, and the caller rebuilds it
+      # an entry that doesn't load or lacks the symbol (a foreign file): remove it, and the caller rebuilds it
       try: path.unlink()
       except OSError: pass
       return None
@@ -607,14 +612,12 @@ class CCompiler:
       if proc.returncode != 0:
         numbered = "\n".join(f"{i:4d} | {l}" for i, l in enumerate(src.splitlines(), 1))
         raise CompileError(f"{self.cc} failed (exit {proc.returncode}):\n{proc.stderr.strip()}\n--- source ---\n{numbered}")
-    # the checksum goes after the ELF data, where the dynamic loader never looks
-    entry = so + _SEAL_TAG + hashlib.sha256(so).digest()
     try:
-      write_entry(path, entry)
+      write_entry(path, so)
       return path
     except OSError as e:
       with self._lock: private = self._fallback_dir(path.parent, e) / path.name   # compiles run in threads
-      try: write_entry(private, entry)
+      try: write_entry(private, so)
       except OSError as e2:
         raise CompileError(f"can't store a compiled kernel: the cache {path.parent} fails ({e.strerror or e}) and so does {private.parent} "
                            f"({e2.strerror or e2})") from None
@@ -642,46 +645,6 @@ class CCompiler:
     it; see UOPC_SANITIZE)."""
     if "libasan" not in os.environ.get("LD_PRELOAD", ""): return None
     return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-
-
-STALE_TEMP_SECONDS = 3600
-_swept: set[Path] = set()
-
-
-def sweep_stale_temps(cache: Path) -> None:
-  """Remove the temporaries (.NAME.XXXX.tmp) that processes killed mid-write left in a cache directory, once per process
-  and directory. Only those older than an hour: a younger one may be another process's write in progress."""
-  if cache in _swept: return
-  _swept.add(cache)
-  try:
-    for f in cache.glob(".*.tmp"):
-      try:
-        if time.time() - f.stat().st_mtime > STALE_TEMP_SECONDS: f.unlink()
-      except OSError: pass
-  except OSError: pass
-
-
-def write_entry(path: Path, data: bytes) -> None:
-  """Write a cache entry atomically: a temporary file beside `path`, then renamed over it, so readers see the old entry or
-  the whole new one, never a part, and a failure (a full disk) leaves nothing behind. A directory removed while we run
-  is made again (once). Not fsynced: after a power loss an entry may be torn, and its checksum seal then fails, so it
-  is rebuilt."""
-  sweep_stale_temps(path.parent)
-  for attempt in (0, 1):
-    try:
-      path.parent.mkdir(parents=True, exist_ok=True)
-      fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    except FileNotFoundError:
-      if attempt: raise
-      continue
-    try:
-      with os.fdopen(fd, "wb") as f: f.write(data)
-      os.replace(tmp, path)
-      return
-    except BaseException:
-      try: os.unlink(tmp)
-      except OSError: pass
-      raise
 
 
 compiler = CCompiler()
@@ -737,7 +700,6 @@ class CBackend:
   def __init__(self):
     self._pool: dict[tuple[int, str], list[np.ndarray]] = {}
     self._pooled = 0
-    from uopc.opt import Caps
     flags = _cpu_flags()
     # f32 lanes of the widest vector unit; 4 (SSE, NEON) when the flags can't tell
     width = 16 if "avx512f" in flags else 8 if "avx2" in flags or "avx" in flags else 4
@@ -767,12 +729,5 @@ class CBackend:
   def synchronize(self) -> None: pass   # a C call returns when the kernel is done
 
 
-def run_c(sink: UOp, buffers: dict[int, np.ndarray], name: str = "kernel") -> None:
-  """Render, compile (cached) and run a lowered program on NumPy arrays keyed by BUFFER slot, in place (through
-  uopc.runtime, like every other way of running a kernel)."""
-  from uopc.backends import get_backend
-  run_lowered(sink, buffers, get_backend("C"), name)
-
-
-__all__ = ["render_c", "run_c", "CRenderer", "CBackend", "CCompiler", "CompileError", "compiler", "sanitize_name",
-           "render_const", "PRELUDE", "CFLAGS", "SANITIZE_FLAGS", "sanitizing", "cache_dir", "MAX_INLINE", "write_entry"]
+__all__ = ["CRenderer", "CBackend", "CCompiler", "CProgram", "compiler", "sanitize_name", "render_const", "PRELUDE", "EXP2_POLY",
+           "EXP2_HORNER", "CFLAGS", "SANITIZE_FLAGS", "sanitizing", "MAX_INLINE"]

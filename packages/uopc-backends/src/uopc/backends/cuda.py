@@ -21,22 +21,22 @@ backend still renders and compiles, so every kernel can be checked with nvcc, an
 NoDeviceError, which says why no device was found.
 """
 from __future__ import annotations
-import ctypes, hashlib, os, shutil, subprocess, tempfile, threading, warnings
+import ctypes, functools, hashlib, importlib.util, os, shutil, subprocess, tempfile, threading, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from uopc.uop import UOp, Ops, AxisType
 from uopc.dtype import AddrSpace, DType, dtypes
-from uopc.backends import BackendError, LinearProgram
-from uopc.backends.c import CCompiler, CRenderer, CompileError, EXP2_POLY, _array, sanitize_name, write_entry
-from uopc.runtime import cache_dir
+from uopc.opt import Caps
+from uopc.compile_cache import cache_dir, read_entry, write_entry
+from uopc.backends import BackendError, CompileError, LinearProgram
+from uopc.backends.c import CCompiler, CRenderer, EXP2_POLY, EXP2_HORNER, _array, sanitize_name
 
 
 class NoDeviceError(BackendError):
   """The CUDA backend was asked for memory or a launch where there is no GPU (or no driver)."""
 
 
-_HORNER = "".join(f" p = p*f + {repr(c)}f;" for c in EXP2_POLY[-2::-1])
 PRELUDE = f"""#define INFINITY (__int_as_float(0x7f800000))
 #define NAN (__int_as_float(0x7fffffff))
 __device__ static inline int floordiv_i32(int a, int b) {{
@@ -55,7 +55,7 @@ __device__ static inline int cast_f32_i32(float x) {{
 }}
 __device__ static inline float uopc_exp2(float x) {{   /* the C backend's uopc_exp2, operation for operation */
   x = x < -160.0f ? -160.0f : x; x = x > 160.0f ? 160.0f : x;
-  float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{_HORNER}
+  float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{EXP2_HORNER}
   int n = t == t ? (int)t : 0, a = n >> 1, b = n - a;
   return (p * __int_as_float((a + 127) << 23)) * __int_as_float((b + 127) << 23);
 }}
@@ -118,7 +118,6 @@ class CUDARenderer(CRenderer):
 # ---- compiling: nvcc (or NVRTC) to a cubin, cached on disk ----------------------------------------------------------
 
 NVCC_FLAGS = ["-cubin", "-O3", "--fmad=false", "-std=c++17"]
-_SEAL_TAG = b"uopc-sha256:"
 
 
 def default_arch() -> str:
@@ -134,7 +133,7 @@ class CUDAProgram:
   src: str
   arch: str
   cubin: bytes
-  function: object = None               # the loaded CUfunction, once a launch needs it
+  function: ctypes.c_void_p | None = None   # the loaded CUfunction, once a launch needs it
 
 
 class CUDACompiler:
@@ -163,9 +162,9 @@ class CUDACompiler:
     tool = self.tool()
     key = hashlib.sha256("\0".join([src, arch, " ".join(NVCC_FLAGS), tool, self.version(tool)]).encode()).hexdigest()[:32]
     path = cache_dir() / f"{key}.cubin"
-    if (cubin := _read_sealed(path)) is not None: return cubin
+    if (cubin := read_entry(path)) is not None: return cubin
     cubin = self._nvcc(src, arch) if tool == "nvcc" else self._nvrtc(src, name, arch)
-    try: write_entry(path, cubin + _SEAL_TAG + hashlib.sha256(cubin).digest())
+    try: write_entry(path, cubin)
     except OSError as e:   # not a directory, read-only, full: the cubin is still good, only not cached
       if path.parent not in self._unwritable:
         self._unwritable.add(path.parent)
@@ -216,24 +215,9 @@ def _failure(tool: str, status: int, log: str, src: str) -> str:
   return f"{tool} failed (status {status}):\n{log.strip()}\n--- source ---\n{numbered}"
 
 
-def _read_sealed(path: Path) -> bytes | None:
-  """A cache entry's contents, or None when it is missing or damaged (then it is removed, to be rebuilt)."""
-  try: data = path.read_bytes()
-  except OSError: return None
-  body, tag, digest = data[:-44], data[-44:-32], data[-32:]
-  if tag == _SEAL_TAG and hashlib.sha256(body).digest() == digest: return body
-  try: path.unlink()
-  except OSError: pass
-  return None
-
-
-_nvrtc_lib: object = None
-
-
 def _pip_cuda_dirs(sub: str) -> list[Path]:
   """The `sub` folders (lib, include) of NVIDIA's pip wheels: nvidia-cuda-nvrtc and nvidia-cuda-runtime install into
   site-packages/nvidia/cu13/ (CUDA 13) or nvidia/cuda_nvrtc/, nvidia/cuda_runtime/ (CUDA 12)."""
-  import importlib.util
   try: spec = importlib.util.find_spec("nvidia")
   except (ImportError, ValueError): return []
   roots = list(spec.submodule_search_locations or []) if spec is not None else []
@@ -248,19 +232,15 @@ def _cuda_include() -> str | None:
   return None
 
 
-def _nvrtc():
-  """libnvrtc (the system's, else a pip wheel's), or None where it isn't installed."""
-  global _nvrtc_lib
-  if _nvrtc_lib is None:
-    _nvrtc_lib = False
-    names = ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"]
-    names += [str(f) for d in _pip_cuda_dirs("lib") for f in sorted(d.glob("libnvrtc.so*"), reverse=True)]
-    for name in names:
-      try:
-        _nvrtc_lib = ctypes.CDLL(name)
-        break
-      except OSError: continue
-  return _nvrtc_lib or None
+@functools.lru_cache(maxsize=None)
+def _nvrtc() -> ctypes.CDLL | None:
+  """libnvrtc (the system's, else a pip wheel's), or None where it isn't installed (looked for once)."""
+  names = ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"]
+  names += [str(f) for d in _pip_cuda_dirs("lib") for f in sorted(d.glob("libnvrtc.so*"), reverse=True)]
+  for name in names:
+    try: return ctypes.CDLL(name)
+    except OSError: continue
+  return None
 
 
 def _nvrtc_check(status: int, what: str) -> None:
@@ -342,7 +322,6 @@ class CUDABackend:
   renderer = CUDARenderer()
 
   def __init__(self):
-    from uopc.opt import Caps
     self.arch = default_arch()
     self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=int(self.arch.split("_")[-1].rstrip("a")) >= 80)
     self.compiler = CUDACompiler()

@@ -26,11 +26,13 @@ zero gives 0, a float cast to i32 out of range gives INT_MIN, and EXP2 is the sa
 float64 and rounded once to f32 (exact for all but products that need more than double's 53 bits near a tie).
 """
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 import numpy as np
-from uopc.uop import UOp, Ops, AxisType
+from uopc.uop import UOp, Ops, AxisType, ALU
 from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.interpret import loop_jumps
+from uopc.opt import Caps
 from uopc.backends import BackendError, LinearProgram, memory_name
 from uopc.backends.c import EXP2_POLY
 
@@ -124,36 +126,49 @@ def _wrap(x) -> np.ndarray:
   return ((np.asarray(x, np.int64) + 2**31) % 2**32 - 2**31).astype(np.int32)
 
 
+def _arith(int_op, float_op):
+  """ADD or MUL: on i32 in int64, wrapped back to i32 (the C backend's -fwrapv arithmetic); on floats in their own type."""
+  def apply(a: np.ndarray, b: np.ndarray, d: DType) -> np.ndarray:
+    if d is dtypes.i32: return _wrap(int_op(a.astype(np.int64), b.astype(np.int64)))
+    return float_op(a, b).astype(_np(d))
+  return apply
+
+
+def _floor(fn):
+  """FLOORDIV or FLOORMOD of i32 values: floor semantics, and 0 for a zero divisor (NumPy's x // 0, as the C helpers)."""
+  def apply(a: np.ndarray, b: np.ndarray, d: DType) -> np.ndarray:
+    a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    return _wrap(np.where(b64 == 0, 0, fn(a64, np.where(b64 == 0, 1, b64))))
+  return apply
+
+
+# the ALU ops on NumPy arrays of every thread's values, one table per arity (CAST: _cast); f16 math is done in f32 and
+# rounded to f16 (the result is cast to the op's dtype)
+_UNARY = {Ops.RECIP: lambda x: np.float32(1) / x.astype(np.float32), Ops.EXP2: lambda x: _exp2(x.astype(np.float32)),
+          Ops.LOG2: np.log2, Ops.SQRT: np.sqrt, Ops.SIN: np.sin}
+_BINARY = {
+  Ops.ADD: _arith(np.add, np.add), Ops.MUL: _arith(np.multiply, np.multiply),
+  Ops.MAX: lambda a, b, d: np.where((a > b) | (a != a), a, b).astype(_np(d)),     # NaN wins, -0.0 vs 0.0 as the C code
+  Ops.CMPLT: lambda a, b, d: a < b, Ops.CMPNE: lambda a, b, d: a != b,
+  Ops.FLOORDIV: _floor(np.floor_divide), Ops.FLOORMOD: _floor(np.mod),
+}
+# on bools, as C's _Bool: + and max are "or", * is "and" (FLOORDIV and FLOORMOD take i32 only)
+_BOOL = {Ops.ADD: lambda a, b: a | b, Ops.MUL: lambda a, b: a & b, Ops.MAX: lambda a, b: a | b, Ops.CMPLT: lambda a, b: ~a & b,
+         Ops.CMPNE: lambda a, b: a != b}
+_TERNARY = {
+  Ops.WHERE: lambda c, a, b, d: np.where(c, a, b).astype(_np(d)),
+  # in float64 and rounded once to f32 (exact for all but products that need more than double's 53 bits near a tie)
+  Ops.MULACC: lambda a, b, c, d: (np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)).astype(np.float32),
+}
+
+
 def _alu(u: UOp, vals: list) -> np.ndarray:
   op, d = u.op, u.dtype
-  if op is Ops.WHERE: return np.where(vals[0], vals[1], vals[2]).astype(_np(d))
   if op is Ops.CAST: return _cast(vals[0], u.src[0].dtype, d)
-  if op is Ops.MULACC:
-    a, b, c = (np.asarray(v, np.float64) for v in vals)
-    return (a * b + c).astype(np.float32)
-  if len(vals) == 1:
-    x = np.asarray(vals[0])
-    if op is Ops.EXP2 and d is dtypes.f32: return _exp2(x)
-    fn = {Ops.RECIP: lambda v: np.float32(1) / v if d is dtypes.f32 else (np.float32(1) / v.astype(np.float32)).astype(np.float16),
-          Ops.EXP2: lambda v: _exp2(v.astype(np.float32)).astype(np.float16),
-          Ops.LOG2: np.log2, Ops.SQRT: np.sqrt, Ops.SIN: np.sin}[op]
-    return np.asarray(fn(x)).astype(_np(d))
+  if len(vals) == 3: return _TERNARY[op](*vals, d)
+  if len(vals) == 1: return np.asarray(_UNARY[op](np.asarray(vals[0]))).astype(_np(d))
   a, b = (np.asarray(v) for v in vals)
-  src = u.src[0].dtype
-  if src is dtypes.bool:
-    return {Ops.ADD: lambda: a | b, Ops.MUL: lambda: a & b, Ops.MAX: lambda: a | b, Ops.CMPLT: lambda: ~a & b,
-            Ops.CMPNE: lambda: a != b}[op]()
-  if op is Ops.CMPLT: return a < b
-  if op is Ops.CMPNE: return a != b
-  if op is Ops.MAX: return np.where((a > b) | (a != a), a, b).astype(_np(d))      # NaN wins, -0.0 vs 0.0 as the C code
-  if src is dtypes.i32:
-    if op in (Ops.FLOORDIV, Ops.FLOORMOD):
-      a64, b64 = a.astype(np.int64), b.astype(np.int64)
-      safe = np.where(b64 == 0, 1, b64)
-      r = np.mod(a64, safe) if op is Ops.FLOORMOD else np.floor_divide(a64, safe)
-      return _wrap(np.where(b64 == 0, 0, r))
-    return _wrap(a.astype(np.int64) + b.astype(np.int64) if op is Ops.ADD else a.astype(np.int64) * b.astype(np.int64))
-  return (a + b if op is Ops.ADD else a * b).astype(_np(d))
+  return _BOOL[op](a, b) if u.src[0].dtype is dtypes.bool else _BINARY[op](a, b, d)
 
 
 # ---- memory ----------------------------------------------------------------------------------------------------------
@@ -252,6 +267,75 @@ def grid_coordinates(sizes: tuple[int, ...], flat: np.ndarray) -> list[np.ndarra
   return out
 
 
+@dataclass
+class _Launch:
+  """One launch being emulated: every thread's values so far (an array with one entry per thread, or a scalar when every
+  thread agrees), the buffers by slot, the shared memory of the blocks, and each thread's number."""
+  name: str
+  buffers: dict[int, np.ndarray]
+  threads: int
+  blocks: int
+  per_block: int
+  tid: np.ndarray
+  val: dict[UOp, object] = field(default_factory=dict)
+  shared: dict[UOp, _Memory] = field(default_factory=dict)
+
+
+def _alloc(launch: _Launch, u: UOp) -> _Memory:
+  if u.addrspace is AddrSpace.SHARED:     # one per launch, as a GPU's: a loop around it reuses the same memory
+    return launch.shared.setdefault(u, _Memory(u, launch.threads, launch.blocks, launch.per_block))
+  return _Memory(u, launch.threads, launch.blocks, launch.per_block)   # a thread's registers, fresh each time
+
+
+def _index(launch: _Launch, u: UOp):
+  base = launch.val[u.src[0]]
+  if u.src[0].addrspace is AddrSpace.ALU: return np.asarray(base)[..., int(launch.val[u.src[1]])]   # an element of a STACK
+  return (base, launch.val[u.src[1]])
+
+
+def _load(launch: _Launch, u: UOp):
+  mem, i = launch.val[u.src[0]]
+  if isinstance(mem, _Memory): return mem.load(i, launch.tid)
+  i = np.asarray(i)
+  if i.size and (i.min() < 0 or i.max() >= mem.size): raise BackendError(f"{launch.name}: load of element {int(i.max())} of a buffer of {mem.size}")
+  return mem[i]
+
+
+def _store(launch: _Launch, u: UOp) -> None:
+  (mem, i), v = launch.val[u.src[0]], launch.val[u.src[1]]
+  if isinstance(mem, _Memory): mem.store(i, v, launch.tid)
+  else:
+    i, v = np.broadcast_arrays(np.asarray(i), np.asarray(v))
+    mem[i] = v
+
+
+def _barrier(launch: _Launch, u: UOp) -> None:
+  for m in launch.shared.values(): m.barrier()
+
+
+def _wmma(launch: _Launch, u: UOp) -> np.ndarray:
+  a, b, c = (np.broadcast_to(np.asarray(launch.val[s]), (launch.threads, s.shape[0])) for s in u.src)
+  return wmma(a.astype(np.float32), b.astype(np.float32), c.astype(np.float32))
+
+
+# the value of each statement for all threads at once, but a loop's RANGE and END (which move the program counter: see
+# run_grid); None for an effect
+STATEMENTS: dict[Ops, Callable[[_Launch, UOp], object]] = {
+  Ops.CONST: lambda launch, u: np.asarray(u.arg, _np(u.dtype))[()],
+  Ops.BUFFER: lambda launch, u: launch.buffers[u.arg.slot],
+  Ops.ALLOC: _alloc,
+  Ops.AFTER: lambda launch, u: launch.val[u.src[0]],
+  Ops.INDEX: _index,
+  Ops.LOAD: _load,
+  Ops.STORE: _store,
+  Ops.BARRIER: _barrier,
+  Ops.SINK: lambda launch, u: None,
+  Ops.STACK: lambda launch, u: np.stack(np.broadcast_arrays(*(np.asarray(launch.val[s]) for s in u.src)), axis=-1),
+  Ops.WMMA: _wmma,
+  **dict.fromkeys(ALU, lambda launch, u: _alu(u, [launch.val[s] for s in u.src])),
+}
+
+
 def run_grid(program: EmulatedProgram, arrays: list[np.ndarray]) -> None:
   """Run `program` on the flat NumPy arrays `arrays` (one per parameter, in order), every thread of its grid at once."""
   lin, jumps = program.uops, program.jumps
@@ -264,23 +348,15 @@ def run_grid(program: EmulatedProgram, arrays: list[np.ndarray]) -> None:
   tid = np.arange(threads, dtype=np.int64)
   coords = dict(zip(kinds[AxisType.GLOBAL], grid_coordinates(gsizes, tid // per_block)))
   coords.update(zip(kinds[AxisType.LOCAL], grid_coordinates(lsizes, tid % per_block)))
-  buffers = {b.arg.slot: a for b, a in zip(program.params, arrays)}
-  val: dict[UOp, object] = {}
-  shared: dict[UOp, _Memory] = {}
+  launch = _Launch(program.name, {b.arg.slot: a for b, a in zip(program.params, arrays)}, threads, blocks, per_block, tid)
+  val = launch.val
   pc, n = 0, len(lin)
   with np.errstate(all="ignore"):
     while pc < n:
       u = lin[pc]
       op = u.op
-      if op is Ops.CONST: val[u] = np.asarray(u.arg, _np(u.dtype))[()]
-      elif op is Ops.BUFFER: val[u] = buffers[u.arg.slot]
-      elif op is Ops.ALLOC:
-        if u.addrspace is AddrSpace.SHARED:     # one per launch, as a GPU's: a loop around it reuses the same memory
-          val[u] = shared.setdefault(u, _Memory(u, threads, blocks, per_block))
-        else: val[u] = _Memory(u, threads, blocks, per_block)
-      elif op is Ops.AFTER: val[u] = val[u.src[0]]
-      elif op is Ops.RANGE:
-        if u in coords: val[u] = coords[u]
+      if op is Ops.RANGE:
+        if u in coords: val[u] = coords[u]           # a GLOBAL or LOCAL range: each thread's coordinate
         else:
           if int(val[u.src[0]]) <= 0: pc = jumps[pc] + 1; continue
           val[u] = np.int32(0)
@@ -289,32 +365,8 @@ def run_grid(program: EmulatedProgram, arrays: list[np.ndarray]) -> None:
         if r not in coords:
           val[r] = np.int32(val[r] + 1)
           if val[r] < val[r.src[0]]: pc = jumps[pc] + 1; continue
-      elif op is Ops.INDEX:
-        base = val[u.src[0]]
-        if u.src[0].addrspace is AddrSpace.ALU: val[u] = np.asarray(base)[..., int(val[u.src[1]])]   # an element of a STACK
-        else: val[u] = (base, val[u.src[1]])
-      elif op is Ops.LOAD:
-        mem, i = val[u.src[0]]
-        if isinstance(mem, _Memory): val[u] = mem.load(i, tid)
-        else:
-          i = np.asarray(i)
-          if i.size and (i.min() < 0 or i.max() >= mem.size):
-            raise BackendError(f"{program.name}: load of element {int(i.max())} of a buffer of {mem.size}")
-          val[u] = mem[i]
-      elif op is Ops.STORE:
-        (mem, i), v = val[u.src[0]], val[u.src[1]]
-        if isinstance(mem, _Memory): mem.store(i, v, tid)
-        else:
-          i, v = np.broadcast_arrays(np.asarray(i), np.asarray(v))
-          mem[i] = v
-      elif op is Ops.BARRIER:
-        for m in shared.values(): m.barrier()
-      elif op is Ops.SINK: pass
-      elif op is Ops.STACK: val[u] = np.stack(np.broadcast_arrays(*(np.asarray(val[s]) for s in u.src)), axis=-1)
-      elif op is Ops.WMMA:
-        a, b, c = (np.broadcast_to(np.asarray(val[s]), (threads, s.shape[0])) for s in u.src)
-        val[u] = wmma(a.astype(np.float32), b.astype(np.float32), c.astype(np.float32))
-      else: val[u] = _alu(u, [val[s] for s in u.src])
+      elif (statement := STATEMENTS.get(op)) is not None: val[u] = statement(launch, u)
+      else: raise BackendError(f"{program.name}: the PYTHON backend has no rule for {op!r} (is the program lowered?)")
       pc += 1
 
 
@@ -324,7 +376,6 @@ class PythonBackend:
   renderer = None
 
   def __init__(self):
-    from uopc.opt import Caps
     # the GPU that CUDA lowers for (sm_80 and later): the same Opts, so the emulator runs the kernels CUDA would
     self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=True)
 
@@ -342,4 +393,4 @@ class PythonBackend:
   def synchronize(self) -> None: pass
 
 
-__all__ = ["PythonBackend", "RaceError", "run_grid", "wmma", "grid_coordinates", "EmulatedProgram"]
+__all__ = ["PythonBackend", "RaceError", "run_grid", "wmma", "grid_coordinates", "EmulatedProgram", "STATEMENTS"]

@@ -7,10 +7,11 @@ dtype/shape/data_offsets per tensor, then the raw little-endian data), with NumP
 interchange with the `safetensors` library.
 """
 from __future__ import annotations
-import json, math, os, stat, struct, tempfile
+import json, math, os, stat, struct
 from pathlib import Path
 from typing import Any
 import numpy as np
+from uopc.compile_cache import write_file
 from uopc.tensor import Tensor, TensorError
 
 
@@ -91,25 +92,12 @@ def safe_save(state: dict[str, Tensor], path: str | Path, metadata: dict[str, st
   if metadata: header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
   h = json.dumps(header, separators=(",", ":")).encode()
   h += b" " * (-len(h) % 8)   # the data starts 8-byte aligned
-  path = Path(os.path.realpath(path))   # through a symlink to its target, which the rename then replaces
-  try: fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  def write(f) -> None:
+    f.write(struct.pack("<Q", len(h)))
+    f.write(h)
+    for b in blobs: f.write(b)
+  try: write_file(path, write)   # atomic and durable: a temporary beside it, synced, renamed, the directory synced
   except OSError as e: raise SafetensorsError(f"{path}: can't write it ({e.strerror or e})") from None
-  try:
-    with os.fdopen(fd, "wb") as f:
-      try: os.fchmod(f.fileno(), 0o666 & ~_umask())   # the mode open() would give (mkstemp's is 0600)
-      except OSError: pass                             # a filesystem without modes (vfat, some mounts) keeps its own
-      f.write(struct.pack("<Q", len(h)))
-      f.write(h)
-      for b in blobs: f.write(b)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)                       # the rename itself survives a crash too
-  except BaseException as e:
-    try: os.unlink(tmp)
-    except OSError: pass
-    if isinstance(e, OSError): raise SafetensorsError(f"{path}: can't write it ({e.strerror or e})") from None
-    raise
 
 
 def _file_path(path, what: str) -> Path:
@@ -117,20 +105,6 @@ def _file_path(path, what: str) -> Path:
   if not isinstance(path, (str, os.PathLike)) or "\0" in os.fspath(path):
     raise SafetensorsError(f"{what}: a file name is a str or a Path without NUL characters, got {path!r:.80}")
   return Path(path)
-
-
-def _umask() -> int:
-  try:
-    with open("/proc/self/status") as f: return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
-  except (OSError, StopIteration, ValueError, IndexError): return 0o022
-
-
-def _fsync_dir(d: Path) -> None:
-  try:
-    fd = os.open(d, os.O_RDONLY)
-    try: os.fsync(fd)
-    finally: os.close(fd)
-  except OSError: pass   # some filesystems can't sync a directory; the data itself is synced
 
 
 def _entry(path, name: str, info) -> tuple[np.dtype, tuple[int, ...], int, int]:

@@ -22,6 +22,7 @@ from uopc.uop import UOp, Ops, prod
 from uopc.kernelize import kernelize, kernelize_cached, Kernel
 from uopc.backends import BackendError, get_backend
 from uopc.runtime import Buffer, run_schedule, np_dtype
+from uopc.search import policy_from_env
 from uopc.grad import gradient as grad_of
 from uopc.tensor.errors import TensorError, TensorIndexError, TensorTypeError
 from uopc.tensor.args import NP_TO_DTYPE, to_dtype, dtype_named, check_size, broadcast_shape, promote
@@ -150,7 +151,7 @@ class TensorCore:
     todo = list({id(t): t for t in (self, *others) if not is_realized(t.uop)}.values())
     if not todo: return self
     outs = [(t.uop, new_buffer(t.numel(), t.dtype)) for t in todo]
-    launches = run_schedule(kernelize_cached(outs, new_buffer), get_backend(self.device), buffers)
+    launches = run_schedule(kernelize_cached(outs, new_buffer), get_backend(self.device), buffers, policy_from_env())
     if (cap := capturing()) is not None: cap.launches += launches
     for t, (u, b) in zip(todo, outs):
       # a value computed from gradient leaves (not a leaf itself: an optimizer's update is a fresh start) keeps its graph

@@ -1,5 +1,5 @@
-"""The seed's week-4 tests, compiled to C and run: GEMM from movement ops, the syllabus GEMM that is not a GEMM,
-the PAD/FLIP composites, and random movement chains (rank 3 and 4) extended with REDUCE, STACK and INDEX."""
+"""Shaped programs of movement ops, compiled to C and run against NumPy: GEMM from movement ops, the syllabus GEMM that
+is not a GEMM, the PAD/FLIP composites, and random movement chains (rank 3 and 4) extended with REDUCE, STACK and INDEX."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck

@@ -1,0 +1,104 @@
+"""Opts is the single source of truth for its options (uopc.lowering): its constructor checks every field by the field's
+type, to_dict/from_dict carry every field, check_opts refuses an option of the other machine by the field's metadata,
+and uopc.opt's search candidates change a base Opts with dataclasses.replace, keeping every field they don't vary.
+
+Before, each of these was a hand-written list of some of the fields: search stored 9 of the 12 (group, stage and tc were
+dropped, so a stored GPU choice came back as another kernel), and the candidates rebuilt Opts from 7 fields (a GPU
+base's candidates came out as CPU Opts)."""
+import dataclasses, json
+import pytest
+from uopc.uop import Ops, buf
+from uopc.lowering import Opts, LowerError
+from uopc.rangeify import check_opts
+from uopc.kernelize import kernelize
+from uopc.opt import Caps, candidates, choose_opts
+
+# a value other than the default for every field (each a valid Opts on its own type)
+EVERY_FIELD = Opts(upcast={0: 2}, thread=1, unroll=4, tile={1: 8}, gpu=True, local={0: 16, 1: 4}, vector=(1, 8), reduce_vector=4,
+                   fma=True, group=32, stage=16, tc=True)
+
+
+def test_every_field_is_set_in_the_example_so_the_round_trips_below_cover_them_all():
+  assert all(getattr(EVERY_FIELD, f.name) != f.default for f in dataclasses.fields(Opts))
+
+
+def test_to_dict_and_from_dict_keep_every_field_through_json():
+  d = EVERY_FIELD.to_dict()
+  assert set(d) == {f.name for f in dataclasses.fields(Opts)}
+  back = Opts.from_dict(json.loads(json.dumps(d)))
+  assert back == EVERY_FIELD and hash(back) == hash(EVERY_FIELD)
+  assert [getattr(back, f.name) for f in dataclasses.fields(Opts)] == [getattr(EVERY_FIELD, f.name) for f in dataclasses.fields(Opts)]
+
+
+@pytest.mark.parametrize("d, says", [({}, "from_dict takes a dict of the fields"), ([], "from_dict takes a dict of the fields"),
+                                     ({**Opts().to_dict(), "colour": 1}, "from_dict takes a dict of the fields"),
+                                     ({**Opts().to_dict(), "stage": "16"}, "Opts.stage is an int")])
+def test_from_dict_refuses_what_to_dict_never_writes(d, says):
+  with pytest.raises(LowerError, match=says): Opts.from_dict(d)
+
+
+WRONG = {"upcast": ({0: "x"}, "Opts.upcast takes {axis: size}"), "thread": (1.0, "Opts.thread is an axis number"),
+         "unroll": (1.5, "Opts.unroll is an int"), "tile": (3, "Opts.tile takes {axis: size}"), "gpu": (1, "Opts.gpu is a bool"),
+         "local": (((0, 2), (0, 4)), "Opts.local names an axis twice"), "vector": ((0,), r"Opts.vector is \(axis, lanes\)"),
+         "reduce_vector": (None, "Opts.reduce_vector is an int"), "fma": ("yes", "Opts.fma is a bool"), "group": (True, "Opts.group is an int"),
+         "stage": (2.0, "Opts.stage is an int"), "tc": (0, "Opts.tc is a bool")}
+
+
+def test_every_field_has_a_wrong_value_below():
+  assert set(WRONG) == {f.name for f in dataclasses.fields(Opts)}
+
+
+@pytest.mark.parametrize("name", list(WRONG))
+def test_the_constructor_checks_every_field_by_its_type(name):
+  value, says = WRONG[name]
+  with pytest.raises(LowerError, match=says): Opts(**{name: value})
+
+
+def gemm(n: int = 64):
+  a = buf(0, n * n).reshape((n, 1, n)).expand((n, n, n))
+  b = buf(1, n * n).reshape((n, n)).permute((1, 0)).reshape((1, n, n)).expand((n, n, n))
+  [k] = kernelize([((a * b).reduce(Ops.ADD, 1), buf(2, n * n))])
+  return k
+
+
+@pytest.mark.parametrize("machine", ["cpu", "gpu"])
+def test_check_opts_refuses_each_option_of_the_other_machine_by_name(machine):
+  root = gemm().canonical_root
+  others = [f for f in dataclasses.fields(Opts) if f.metadata.get("machine") == ("gpu" if machine == "cpu" else "cpu")]
+  assert others
+  for f in others:
+    o = dataclasses.replace(Opts(gpu=machine == "gpu"), **{f.name: getattr(EVERY_FIELD, f.name)})
+    with pytest.raises(LowerError, match=f"Opts.{f.name}: {f.metadata['elsewhere']}"): check_opts(root, o)
+
+
+@pytest.mark.parametrize("caps", [Caps(threads=4, vector_width=8, fma=True), Caps(gpu=True, max_local=1024, fma=True)], ids=["cpu", "gpu"])
+def test_candidates_keep_every_field_of_their_base_that_they_dont_vary(caps):
+  k = gemm()
+  base = choose_opts(k, caps)
+  varied = {"upcast", "thread", "unroll", "tile", "vector", "reduce_vector"}
+  found = candidates(k, caps, base)
+  assert found[0] is base and (len(found) > 1 or caps.gpu)
+  for o in found:
+    for f in dataclasses.fields(Opts):
+      if f.name not in varied: assert getattr(o, f.name) == getattr(base, f.name), (f.name, o, base)
+
+
+NESTED = r"""
+import sys
+from uopc.uop import Ops, buf
+from uopc.kernelize import make_kernel
+from uopc.opt import analyze
+garbage = [object() for _ in range(int(sys.argv[1]))]       # other allocations before: other ids for every UOp
+a = buf(0, 16 * 32).reshape((16, 32))
+inner = (a * buf(1, 32).reshape((1, 32)).expand((16, 32))).reduce(Ops.ADD, 1)       # sum_k a[j, k] * b[k]
+print(analyze(make_kernel((inner * buf(2, 16)).reduce(Ops.ADD, 1), buf(3, 1))).reduce_strides)   # sum_j inner[j] * c[j]
+"""
+
+
+def test_analyze_reads_a_load_of_nested_reductions_along_the_outer_ones_axis_in_every_process():
+  # a[j, k] moves by 32 along the outer sum's axis j and by 1 along the inner one's k; analyze took the first of a *set*
+  # of UOps (ordered by their ids), so the same kernel got reduce_vector=16 in one process and none in another
+  import subprocess, sys
+  seen = {subprocess.run([sys.executable, "-c", NESTED, str(n)], capture_output=True, text=True, check=True).stdout.strip()
+          for n in (0, 1, 7, 100, 1000, 5000)}
+  assert seen == {"(32, 1, 1)"}, seen
