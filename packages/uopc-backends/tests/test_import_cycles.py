@@ -25,11 +25,17 @@ def modules(packages: Path = PACKAGES) -> dict[str, Path]:
 
 def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
   """The modules of `known` that module `name` imports, anywhere in its file. Importing a.b.c runs a and a.b first, so
-  it counts as importing them too; `from a import b` imports the module a.b when there is one."""
+  it counts as importing them too, except a package the importer itself lives in: that one is being imported already
+  (uopc.tensor.core importing uopc.tensor.errors needs nothing of uopc.tensor's __init__). `from a import b` imports the
+  module a.b when there is one, and needs a itself only when b is a name a defines."""
   package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+  own = {".".join(name.split(".")[:k]) for k in range(1, len(name.split(".")))}   # the packages `name` lives in
   named: set[str] = set()
+  needed: set[str] = set()      # modules whose own code must have run: named outright, or a name taken from them
   for node in ast.walk(ast.parse(path.read_text(), str(path))):
-    if isinstance(node, ast.Import): named.update(a.name for a in node.names)
+    if isinstance(node, ast.Import):
+      named.update(a.name for a in node.names)
+      needed.update(a.name for a in node.names)
     elif isinstance(node, ast.ImportFrom):
       base = node.module or ""
       if node.level:
@@ -37,10 +43,11 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
         base = ".".join(up + ([base] if base else []))
       named.add(base)
       named.update(f"{base}.{a.name}" for a in node.names)
+      if any(f"{base}.{a.name}" not in known for a in node.names): needed.add(base)
   out = set()
   for m in named:
     parts = m.split(".")
-    out.update(prefix for k in range(1, len(parts) + 1) if (prefix := ".".join(parts[:k])) in known)
+    out.update(prefix for k in range(1, len(parts) + 1) if (prefix := ".".join(parts[:k])) in known and (prefix not in own or prefix in needed))
   out.discard(name)
   return out
 
