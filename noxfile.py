@@ -35,10 +35,16 @@ def _install_chain(session: nox.Session, package: str, *extra: str, extras: str 
   session.install(*(f"./packages/{p}" + (extras if p == package else "") for p in CHAIN[package]), *extra)
 
 
+# the compile cache the test sessions share: under .nox, so no run shares state with the user's ~/.cache, and one
+# for all sessions, so a kernel the tensor session compiled is not compiled again by torch's (entries are keyed by the
+# source, the flags, the compiler and the CPU: the sanitizer's builds are entries of their own)
+CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".nox", "uopc-cache")
+
+
 def _pytest(session: nox.Session, *paths: str, env: dict | None = None) -> None:
-  """pytest over `paths` on UOPC_TEST_WORKERS processes, the compile cache in the session's own directory (runs don't
-  share state with the user's ~/.cache), every skip printed with its reason and failing unless conftest.py expects it."""
-  env = {"UOPC_CACHE_DIR": os.path.join(session.virtualenv.location, "uopc-cache"), "UOPC_STRICT_SKIPS": "1", **(env or {})}
+  """pytest over `paths` on UOPC_TEST_WORKERS processes with the shared compile cache, every skip printed with its
+  reason and failing unless conftest.py expects it."""
+  env = {"UOPC_CACHE_DIR": CACHE, "UOPC_STRICT_SKIPS": "1", **(env or {})}
   session.run("pytest", *paths, "-q", "-rs", "-n", os.environ.get("UOPC_TEST_WORKERS", "2"), *session.posargs, env=env)
 
 
@@ -101,7 +107,7 @@ def sanitize(session: nox.Session) -> None:
   logs = os.path.join(session.virtualenv.location, "sanitizer-logs")
   shutil.rmtree(logs, ignore_errors=True)
   os.makedirs(logs)
-  env = {"UOPC_CACHE_DIR": os.path.join(session.virtualenv.location, "uopc-cache"), "UOPC_SANITIZE": "1",
+  env = {"UOPC_CACHE_DIR": CACHE, "UOPC_SANITIZE": "1",
          # the CUDA compile checks are the backends session's: this one audits the C kernels, without NVRTC installed
          "UOPC_EXPECTED_SKIPS": "libnvrtc is not installed",
          # libstdc++ too: ASan must find the real __cxa_throw when it starts, or a C++ library that throws (matplotlib's)
