@@ -10,9 +10,9 @@ from uopc.uop import Ops, ALU, MOVEMENT
 
 # what a shaped graph holds: the values Tensor builds, kernelize cuts, rangeify lowers and autodiff differentiates
 SHAPED = ALU | MOVEMENT | {Ops.CONST, Ops.BUFFER, Ops.STACK, Ops.INDEX, Ops.REDUCE, Ops.STAGE}
-# what a linearized program holds: no shapes left, memory and loops instead (what renderers and interpreters read)
+# what a linearized program holds: no shapes left, memory and loops instead, and vectors (what renderers and interpreters read)
 LINEAR = ALU | {Ops.CONST, Ops.BUFFER, Ops.ALLOC, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.AFTER, Ops.SINK, Ops.RANGE, Ops.END, Ops.BARRIER,
-                Ops.STACK, Ops.WMMA}
+                Ops.STACK, Ops.WMMA, Ops.VECTORIZE, Ops.GEP}
 # what only the evaluator meets: a function's parameters and its calls (inlined before anything else looks)
 CALLS = {Ops.PARAM, Ops.CALL}
 

@@ -9,7 +9,7 @@ from uopc.uop import UOp, Ops, buf
 from uopc.uir import parse
 from uopc.symbolic import simplify
 from uopc.composite import pad_axis, flip_axis, anti_eye, move_axis
-from uopc.rangeify import lower
+from uopc.rangeify import lower, Opts, Ctx
 from uopc.testing import render_c, run_c
 from uopc.testing import run_shaped
 from seed_programs import ROWSUM_UIR, gemm_uir, syllabus_uir, view_chain, sub_max, sub_max_through_a_flatten, neighbors, conv1d
@@ -178,3 +178,19 @@ def test_flat_t():
 def test_gemm_from_movement_ops_values(N):
   a, b = np.random.default_rng(N).standard_normal((2, N, N)).astype(np.float32)
   np.testing.assert_allclose(run_shaped(parse(gemm_uir(N)), [a.ravel(), b.ravel()]), a @ b, atol=1e-4)
+
+
+def test_the_prelude_holds_only_the_helpers_the_kernel_uses():
+  plain = c_of(buf(0, 4) * 2.0, 1, "plain")
+  assert plain.startswith("void plain(")                       # no math.h, no helper, no vector type
+  ex = c_of(buf(0, 4).alu(Ops.EXP2), 1, "ex")
+  assert "float uopc_exp2(float x)" in ex and "#include <math.h>" not in ex and "floordiv_i32" not in ex and "typedef" not in ex
+  div = c_of(buf(0, 4, dtypes.i32) // buf(1, 4, dtypes.i32), 2, "div")
+  assert "int floordiv_i32(int a, int b)" in div and "floormod_i32" not in div and "uopc_exp2" not in div
+  assert "#include <math.h>" in c_of(buf(0, 8).reshape((2, 4)).reduce(Ops.MAX, 1), 1, "mx")      # -INFINITY
+  x = buf(0, 64)
+  vec = render_c(lower((x * 2.0).alu(Ops.EXP2), buf(1, 64), Ctx(opts=Opts(vector=(0, 8)))), "vec")
+  assert "typedef float f32x8 " in vec and "f32x8 exp2_f32x8(f32x8 x)" in vec and "sel_f32x8(" in vec and "bcast_f32x8(" in vec
+  assert "float uopc_exp2" not in vec and "fma_f32x8" not in vec and "f32x16" not in vec and "i32x8_u" not in vec
+  for root, inputs in [(buf(0, 4).alu(Ops.EXP2), [np.zeros(4, np.float32)]), ((x * 2.0).alu(Ops.EXP2), [np.zeros(64, np.float32)])]:
+    np.testing.assert_array_equal(run_shaped(root, inputs, opts=Opts(vector=(0, 4))), np.ones(root.shape, np.float32))   # it compiles

@@ -27,7 +27,7 @@ def gemm_file(tmp_path) -> Path:
 
 def loop_nest(src: str) -> list[tuple[tuple[str, ...], str]]:
   """Each statement of the kernel with the loop sizes open around it, outermost first."""
-  body = src[src.index("\nvoid "):].splitlines()[2:-1]
+  body = src[re.search(r"^void ", src, re.M).start():].splitlines()[1:-1]     # the function, after the prelude it may have
   out, open_ = [], []
   for line in (l.strip() for l in body):
     if line == "}": open_.pop(); continue

@@ -13,7 +13,9 @@ from uopc.backends import get_backend, LinearProgram, check_memory_safety
 from uopc.backends.python import RaceError, wmma
 from uopc.backends import cuda
 from uopc.backends.cuda import CUDARenderer, CUDACompiler, NoDeviceError, device_available
-from uopc.runtime import run_lowered, program_buffers
+from uopc.runtime import run_lowered, program_buffers, vectorized, compile_kernel
+from uopc.kernelize import make_kernel
+from uopc.dtype import AddrSpace
 from uopc.testing import run_shaped
 
 PY = "PYTHON"
@@ -160,7 +162,7 @@ def test_too_many_threads_for_the_backend_are_refused():
 
 
 def rendered(sink, name="k"):
-  lin = linearize(sink)
+  lin = linearize(vectorized(sink, get_backend("CUDA")))       # with the CUDA backend's 16-byte vectors, as it compiles
   check_memory_safety(lin)
   return CUDARenderer().render(LinearProgram(name, tuple(lin), tuple(program_buffers(lin))))
 
@@ -168,7 +170,7 @@ def rendered(sink, name="k"):
 def test_the_cuda_renderer_maps_grid_shared_memory_and_barriers():
   src = rendered(staged_gemm_sink(), "tiled")
   assert 'extern "C" __global__ void __launch_bounds__(16) tiled(' in src
-  assert "__shared__ float" in src and src.count("__syncthreads();") == 2
+  assert "__shared__ __align__(16) float" in src and src.count("__syncthreads();") == 2
   assert "blockIdx.x" in src and "threadIdx.x" in src and "#pragma omp" not in src
   tc = rendered(lower(matmul(16, 8, 16, dtypes.f16), buf(2, 128), Ctx(opts=Opts(gpu=True, tc=True))), "wmma")
   assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in tc and "half* __restrict__ data0" in tc and "cuda_fp16.h" in tc
@@ -178,13 +180,33 @@ def test_the_cuda_renderer_maps_grid_shared_memory_and_barriers():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_cuda_kernels_compile_with_nvcc(arch):
   compiler = CUDACompiler()
-  for sink in gpu_test_sinks(): assert compiler.compile(rendered(sink), "k", arch)[:4] == b"\x7fELF"
+  sources = [rendered(sink) for sink in gpu_test_sinks()]
+  for src in sources: assert compiler.compile(src, "k", arch)[:4] == b"\x7fELF"
+  assert all(f"*(({t}*)(data" in "".join(sources) for t in ("float4", "half8", "int4"))       # 16-byte loads and stores were compiled
+
+
+def test_a_threads_neighbouring_elements_move_as_16_byte_vectors_on_the_emulator():
+  """uopc.vectorize folds a staged GEMM's reads of B's tile (shared memory) and its stores of C's rows (global) into
+  float4 moves; the emulator runs them (element by element, each checked for races) and gets the GEMM."""
+  a, b = rand(4, 32, 48), rand(5, 48, 32)
+  opts = Opts(gpu=True, local={0: 8, 1: 2}, upcast={1: 4}, stage=4)
+  prog = compile_kernel(make_kernel(matmul(32, 32, 48), buf(2, 32 * 32)), get_backend(PY), opts)
+  wide = [u for u in prog.uops if u.op is Ops.INDEX and u.arg is not None]
+  assert {u.dtype for u in wide} == {dtypes.f32.vec(4)} and {u.src[0].addrspace for u in wide} == {AddrSpace.SHARED, AddrSpace.GLOBAL}
+  np.testing.assert_allclose(run_shaped(matmul(32, 32, 48), [a, b], PY, opts), a @ b, rtol=1e-5, atol=1e-5)
+  sink = lower(matmul(32, 32, 48), buf(2, 32 * 32), Ctx(opts=opts))
+  with pytest.raises(RaceError, match=r"acc\d+ \(shared\)"):
+    run_lowered(without_barriers(sink, (0,)), {0: a, 1: b, 2: np.zeros(32 * 32, np.float32)}, get_backend(PY))
 
 
 def gpu_test_sinks() -> list[UOp]:
-  """A staged f32 GEMM, a tensor-core f16 GEMM and a block-shared reduction: every GPU lowering's shape."""
+  """A staged f32 GEMM, a tensor-core f16 GEMM and a block-shared reduction: every GPU lowering's shape; and kernels whose
+  threads move 16 bytes at once: float4 (a staged GEMM's tile of B and its rows of C), half8 and int4."""
+  wide = lambda root: lower(root, buf(1, 256, root.dtype), Ctx(opts=Opts(gpu=True, local={0: 8}, upcast={0: 8})))
   return [staged_gemm_sink(), lower(matmul(16, 8, 16, dtypes.f16), buf(2, 128), Ctx(opts=Opts(gpu=True, tc=True))),
-          lower(buf(0, 256).reshape((4, 64)).reduce(Ops.MAX, 1), buf(1, 4), Ctx(opts=Opts(gpu=True, group=16)))]
+          lower(buf(0, 256).reshape((4, 64)).reduce(Ops.MAX, 1), buf(1, 4), Ctx(opts=Opts(gpu=True, group=16))),
+          lower(matmul(32, 32, 32), buf(2, 32 * 32), Ctx(opts=Opts(gpu=True, local={0: 4, 1: 4}, upcast={0: 2, 1: 4}, stage=8))),
+          wide(buf(0, 256, dtypes.f16) * 2.0 + 1.0), wide(buf(0, 256, dtypes.i32) * 3 + 1)]
 
 
 @pytest.mark.skipif(cuda._nvrtc() is None, reason="libnvrtc is not installed (pip install nvidia-cuda-nvrtc, or a CUDA toolkit)")

@@ -80,6 +80,26 @@ def test_the_bounds_check_accepts_an_index_that_exactly_fills_its_buffer():
   assert np.array_equal(out, a[1:])
 
 
+def wide_copy(start_of, n_in: int, n_out: int, lanes: int = 4):
+  """A lowered program that moves vectors: for r: data1[r*lanes:(r+1)*lanes] = data0[start_of(r):start_of(r)+lanes]."""
+  r = range_(n_out // lanes, 0)
+  vec = dtypes.f32.vec(lanes)
+  load = UOp(Ops.INDEX, (buf(0, n_in), start_of(r)), vec).load()
+  return sink(UOp(Ops.INDEX, (buf(1, n_out), r * lanes), vec).store(load).end(r))
+
+
+def test_a_vector_load_whose_last_lanes_pass_the_end_is_refused(no_gcc):
+  # the index of the last vector is 12..15 of 16, but its first element's index, 13, is inside: every lane must be
+  msg = refused(wide_copy(lambda r: r * 4 + 1, 16, 16), {0: np.zeros(16, np.float32), 1: np.zeros(16, np.float32)})
+  assert "data0 has 16 elements but the index can be 1..13 and a f32x4 reaches 3 elements past it, outside 0..15" in msg
+
+
+def test_a_vector_load_that_exactly_fills_its_buffer_runs():
+  a, out = np.arange(17, dtype=np.float32), np.zeros(16, np.float32)
+  run_c(wide_copy(lambda r: r * 4 + 1, 17, 16), {0: a, 1: out})
+  assert np.array_equal(out, a[1:])
+
+
 # ---- integer division: floor semantics, and NumPy's answers where C would trap -------------------------------------
 
 EDGES = [I32_MIN, I32_MIN + 1, -7, -3, -2, -1, 0, 1, 2, 3, 7, I32_MAX - 1, I32_MAX]

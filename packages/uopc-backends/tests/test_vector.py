@@ -1,16 +1,19 @@
-"""Vector code (an UPCAST range rendered as GCC vector lanes, Opts.vector / reduce_vector / fma): the compiled kernel
-computes what the scalar program computes, bit for bit. Two oracles run the same lowered program with its lanes as a
-plain loop: the C renderer with vectorize=False, and uopc.interpret (exact where the evaluator's scalar functions are
-the C library's: everything but the transcendentals)."""
+"""Vector code (an UPCAST range made vector values by uopc.vectorize and printed as GCC vectors, Opts.vector /
+reduce_vector / fma): the compiled kernel computes what the scalar program computes, bit for bit. Two oracles run the
+same lowered program with its lanes as a plain loop: the C backend on a machine without vectors (vector_width=1: the
+pass leaves the lanes as a loop), and uopc.interpret (exact where the evaluator's scalar functions are the C library's:
+everything but the transcendentals), which also runs the vectorized program."""
+import dataclasses
 import numpy as np
 import pytest
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, buf
 from uopc.rangeify import Opts, Ctx, lower, LowerError
 from uopc.linearize import linearize
+from uopc.vectorize import vectorize
 from uopc.interpret import run_linear
 from uopc.backends import BackendError, register_backend
-from uopc.backends.c import CRenderer, CBackend
+from uopc.backends.c import CBackend
 from uopc.testing import render_c
 from uopc.runtime import np_dtype
 from uopc.testing import run_shaped
@@ -22,18 +25,23 @@ def own_cache(tmp_path, monkeypatch):
 
 
 class LanesAsLoops(CBackend):
+  """The C backend on a machine without SIMD vectors: uopc.vectorize leaves UPCAST lanes as a loop."""
   name = "LANES-AS-LOOPS"
-  renderer = type("LoopRenderer", (CRenderer,), {"vectorize": False})()
+
+  def __init__(self):
+    super().__init__()
+    self.caps = dataclasses.replace(self.caps, vector_width=1)
 
 
 register_backend("LANES-AS-LOOPS", LanesAsLoops)
 
 
-def interpreted(root: UOp, inputs: list[np.ndarray], opts: Opts) -> np.ndarray:
+def interpreted(root: UOp, inputs: list[np.ndarray], opts: Opts, vectors: bool = False) -> np.ndarray:
   n = max(1, int(np.prod(root.shape)))
   mem = {i: a.ravel().tolist() for i, a in enumerate(inputs)}
   mem[len(inputs)] = [None] * n
-  run_linear(linearize(lower(root, buf(len(inputs), n, root.dtype), Ctx(opts=opts))), mem)
+  sink = lower(root, buf(len(inputs), n, root.dtype), Ctx(opts=opts))
+  run_linear(linearize(vectorize(sink) if vectors else sink), mem)
   out = np.array([0 if v is None else v for v in mem[len(inputs)]], dtype=np_dtype(root.dtype))
   return out[:int(np.prod(root.shape))].reshape(root.shape)
 
@@ -123,7 +131,9 @@ def test_vector_code_computes_what_the_scalar_program_computes_bit_for_bit(make,
   got = run_shaped(root, inputs, opts=opts)
   assert same_bits(got, run_shaped(root, inputs, backend="LANES-AS-LOOPS", opts=opts))
   transcendental = any(u.op in (Ops.EXP2, Ops.LOG2, Ops.SIN) for u in root.toposort())
-  if not transcendental: assert same_bits(got, interpreted(root, inputs, opts))
+  if not transcendental:
+    assert same_bits(got, interpreted(root, inputs, opts))
+    assert same_bits(got, interpreted(root, inputs, opts, vectors=True))      # the interpreter runs the vector program too
 
 
 def test_a_vector_kernel_moves_whole_vectors_and_fuses_multiply_adds():

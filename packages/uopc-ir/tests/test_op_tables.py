@@ -26,9 +26,10 @@ def test_the_evaluator_has_scalar_semantics_for_every_alu_op():
 
 
 def test_the_evaluator_folds_or_refuses_every_op():
-  # a CALL is inlined by the first pass (evaluate._inline_calls) before these rules run; a STACK of literals is a literal
+  # a CALL is inlined by the first pass (evaluate._inline_calls) before these rules run; a STACK of literals is a literal,
+  # and so is a VECTORIZE of scalar literals (a vector's literal)
   assert_covers("evaluate._inline_calls", evaluate._inline_calls.pdict, {Ops.CALL})
-  assert_covers("evaluate._evaluate", evaluate._evaluate.pdict, set(Ops), leaves_out={Ops.CALL, Ops.STACK})
+  assert_covers("evaluate._evaluate", evaluate._evaluate.pdict, set(Ops), leaves_out={Ops.CALL, Ops.STACK, Ops.VECTORIZE})
 
 
 def test_the_simplifier_folds_every_alu_op_on_constants():

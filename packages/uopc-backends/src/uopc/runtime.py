@@ -1,6 +1,6 @@
 """uopc.runtime: the one road from a kernel to a running program.
 
-    compile_kernel(kernel, backend, opts=None) -> Program    choose Opts, lower, linearize, prove safe, render, compile
+    compile_kernel(kernel, backend, opts=None) -> Program    choose Opts, lower, vectorize, linearize, prove safe, render, compile
     compile_program(sink, backend, name) -> Program          the same road for a SINK that is already lowered
     program(buffers)                                         launch it on Buffers, each checked against its parameter
     run_schedule(kernels, backend, buffers)                  a schedule's kernels in order, allocating their outputs
@@ -42,6 +42,7 @@ from uopc.uir import to_uir
 from uopc.lowering import Opts, Ctx, LowerError
 from uopc.rangeify import lower
 from uopc.linearize import linearize
+from uopc.vectorize import vectorize
 from uopc.kernelize import Kernel
 from uopc.symbolic import bounds
 from uopc.opt import Caps, choose_opts
@@ -342,7 +343,7 @@ class _Pending:
   def __init__(self, sink: UOp, backend: Backend, name: str, params: tuple[UOp, ...], opts: Opts | None, shape: tuple[int, ...],
                start: float, keys: tuple):
     self.backend, self.name, self.params, self.opts, self.shape, self.start, self.keys = backend, name, params, opts, shape, start, keys
-    self.lin = tuple(linearize(sink))
+    self.lin = tuple(linearize(vectorized(sink, backend)))
     if missing := {u for u in self.lin if u.op is Ops.BUFFER} - set(params):
       raise BackendError(f"{name}: the program uses BUFFER slots {sorted(b.arg.slot for b in missing)} that are not among its parameters")
     program = LinearProgram(name, self.lin, params)    # the memory-safety proof, for every backend, before anything is rendered
@@ -363,6 +364,13 @@ class _Pending:
     return prog
 
 
+def vectorized(sink: UOp, backend: Backend) -> UOp:
+  """A lowered program with the vectors `backend`'s machine has (uopc.vectorize): its UPCAST lanes as SIMD vectors where
+  it has them (caps.vector_width > 1; else they stay loops), its neighbouring memory moves as wide ones of caps.vector_bytes."""
+  caps = backend_caps(backend)
+  return vectorize(sink, lanes=caps.vector_width > 1, memory_bytes=caps.vector_bytes)
+
+
 def _grid(lin: Sequence[UOp], kind: AxisType) -> tuple[int, ...] | None:
   """The launch grid's sizes along the GLOBAL (or LOCAL) ranges, in range order; None when the program has none."""
   sizes = [bounds(u.src[0])[1] for u in sorted((u for u in lin if u.op is Ops.RANGE and u.arg.kind is kind), key=lambda r: r.arg)]
@@ -370,13 +378,13 @@ def _grid(lin: Sequence[UOp], kind: AxisType) -> tuple[int, ...] | None:
 
 
 def _cost(lin: Sequence[UOp], params: tuple[UOp, ...]) -> tuple[int, int]:
-  """(FLOPs, bytes) of one launch: every float ALU op times the trip count of the loops around it (index arithmetic
-  is not counted), and every parameter's memory once."""
+  """(FLOPs, bytes) of one launch: every float ALU op (on a vector, one per lane) times the trip count of the loops around
+  it (index arithmetic is not counted), and every parameter's memory once."""
   trips, flops = [1], 0
   for u in lin:
     if u.op is Ops.RANGE: trips.append(trips[-1] * max(0, bounds(u.src[0])[1]))
     elif u.op is Ops.END: trips.pop()
-    elif u.op in ALU and u.op is not Ops.CAST and (u.dtype.is_float or u.src[0].dtype.is_float): flops += trips[-1]
+    elif u.op in ALU and u.op is not Ops.CAST and (u.dtype.is_float or u.src[0].dtype.is_float): flops += trips[-1] * u.src[0].dtype.count
   return flops, sum(b.shape[0] * b.dtype.itemsize for b in params)
 
 

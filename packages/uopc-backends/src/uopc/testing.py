@@ -13,7 +13,7 @@ from uopc.kernelize import make_kernel
 from uopc.linearize import linearize
 from uopc.backends import Backend, BackendError, LinearProgram, get_backend
 from uopc.backends.c import CRenderer
-from uopc.runtime import Buffer, compile_kernel, np_dtype, program_buffers, run_lowered
+from uopc.runtime import Buffer, compile_kernel, np_dtype, program_buffers, run_lowered, vectorized
 
 
 def run_shaped(root: UOp, inputs: list[np.ndarray], backend: str = "C", opts: Opts | None = None) -> np.ndarray:
@@ -38,9 +38,10 @@ def run_shaped(root: UOp, inputs: list[np.ndarray], backend: str = "C", opts: Op
 
 def render_c(sink: UOp, name: str = "kernel") -> str:
   """C source for the output of lower(): the prelude and one function `void name(T* restrict dataN, ...)`, one parameter
-  per BUFFER of the program in slot order. The program is linearized and proven memory-safe first (by its LinearProgram)."""
+  per BUFFER of the program in slot order. The program is vectorized for the C backend's machine, linearized and proven
+  memory-safe first (by its LinearProgram)."""
   if not isinstance(sink, UOp) or sink.op is not Ops.SINK: raise BackendError("render_c takes the SINK that lower() returns")
-  lin = linearize(sink)
+  lin = linearize(vectorized(sink, get_backend("C")))
   return CRenderer().render(LinearProgram(name, tuple(lin), tuple(program_buffers(lin))))
 
 

@@ -1,12 +1,13 @@
 """Evaluation by rewriting: run a memory-free, loop-free graph down to a literal.
 
-    run(u)        -> a literal UOp: a CONST, or a STACK of literals (an f16 scalar is CAST(CONST, f16))
+    run(u)        -> a literal UOp: a CONST, or a STACK of literals (an f16 scalar is CAST(CONST, f16)), or a vector's
+                     VECTORIZE of scalar literals
     to_python(u)  -> the literal's value as a python bool/int/float, or nested lists
 
 The evaluator is two PatternMatchers. The first inlines every CALL by binding its PARAMs (only the body's own
 scope, `call_params`: a nested CALL's body is left alone until that CALL is inlined in turn). The second folds
-each op whose sources are already literals: ALU, WHERE and CAST elementwise, STACK, INDEX, the movement ops
-and REDUCE. Because graph_rewrite rewrites sources first, every rule can assume literal sources; an op that
+each op whose sources are already literals: ALU, WHERE and CAST elementwise (on vectors lane by lane), STACK and
+VECTORIZE, GEP, INDEX, the movement ops and REDUCE. Because graph_rewrite rewrites sources first, every rule can assume literal sources; an op that
 has no value without memory or loops (BUFFER, LOAD, RANGE, ...) is refused with an EvalError naming it.
 
 The scalar semantics live here, in `exec_alu` and `cast_value`, and are the C backend's: i32 wraps modulo
@@ -146,6 +147,9 @@ def literal(values: list, shape: tuple[int, ...], dtype: DType) -> UOp:
   """The literal UOp holding flat row-major `values` with `shape`: nested STACKs of CONSTs (CAST to f16 for
   f16). An empty shape (a 0 axis) has no STACK form; it is the literal zero of shape (1, ..., 1) expanded to it."""
   if 0 in shape: return literal([0], (1,) * len(shape), dtype).expand(shape)
+  if dtype.count > 1:
+    if shape: raise EvalError(f"run evaluates vectors of shape (), got a {dtype.name} of shape {shape}")
+    return UOp(Ops.VECTORIZE, tuple(_scalar(v, dtype.scalar()) for v in values))
   level = [_scalar(v, dtype) for v in values]
   for n in reversed(shape):
     level = [UOp(Ops.STACK, tuple(level[i:i + n])) for i in range(0, len(level), n)]
@@ -160,7 +164,7 @@ def _values(u: UOp, memo: dict) -> list:
   if (r := memo.get(u)) is not None: return r
   if u.op is Ops.CONST: r = [u.arg]
   elif u.op is Ops.CAST: r = [u.src[0].arg]
-  elif u.op is Ops.STACK: r = [v for s in u.src for v in _values(s, memo)]
+  elif u.op is Ops.STACK or u.op is Ops.VECTORIZE: r = [v for s in u.src for v in _values(s, memo)]
   else: r = []                                   # the empty literal: an EXPAND to a shape with a 0
   memo[u] = r
   return r
@@ -193,14 +197,15 @@ def _fold_const(u: UOp, ctx: dict) -> UOp | None:
   return UOp.const(v) if v != u.arg and u.arg == u.arg else None
 
 def _fold_alu(u: UOp, ctx: dict) -> UOp:
+  lane = u.dtype.scalar()       # a vector's op is its lanes' ops
   if u.op is Ops.CAST:
-    v = [cast_value(x, u.dtype) for x in _values(u.src[0], ctx)]
+    v = [cast_value(x, lane) for x in _values(u.src[0], ctx)]
     # CAST(CONST float, f16) of an f16 value is already a literal; CAST(CONST True, f16) is not (True == 1.0 in python)
     src = u.src[0]
     if u.dtype is dtypes.f16 and src.op is Ops.CONST and type(src.arg) is float and src.arg == v[0] and u.shape == (): return u
   else:
     cols = [_values(s, ctx) for s in u.src]
-    v = [exec_alu(u.op, u.dtype, *args) for args in zip(*cols)]
+    v = [exec_alu(u.op, lane, *args) for args in zip(*cols)]
   return literal(v, u.shape, u.dtype)
 
 def _fold_index(u: UOp, ctx: dict) -> UOp:
@@ -276,6 +281,7 @@ _evaluate = PatternMatcher([
   (UPat(Ops.INDEX, name="u"), _fold_index),
   (UPat(MOVEMENT - {Ops.EXPAND}, name="u"), _fold_movement),
   (UPat(Ops.REDUCE, name="u"), _fold_reduce),
+  (UPat(Ops.GEP, name="u"), lambda u, ctx: literal([_values(u.src[0], ctx)[u.arg]], (), u.dtype)),
   (UPat({Ops.PARAM, Ops.BUFFER, Ops.ALLOC, Ops.LOAD, Ops.STORE, Ops.AFTER, Ops.SINK, Ops.RANGE, Ops.END, Ops.BARRIER, Ops.WMMA},
         name="u"), _refuse),
 ])
@@ -324,7 +330,7 @@ def to_python(u: UOp):
   """The value of a graph as python data: a bool/int/float for shape (), nested lists otherwise."""
   lit = run(u)
   vals, shape = _values(lit, {}), lit.shape
-  if not shape: return vals[0]
+  if not shape: return vals[0] if lit.dtype.count == 1 else vals     # a vector: its lanes
   if 0 in shape:                                   # nested lists down to the first empty axis
     k = shape.index(0)
     out: list = []

@@ -30,6 +30,7 @@ from uopc.evaluate import exec_alu, cast_value, const_value, wrap_i32 as _wrap, 
 # module aliases: `Ops.X` is slow in python 3.11 (EnumType's __getattr__ hook), and these run per node
 _ADD, _MUL, _CONST, _RANGE, _FLOORDIV, _FLOORMOD = Ops.ADD, Ops.MUL, Ops.CONST, Ops.RANGE, Ops.FLOORDIV, Ops.FLOORMOD
 _CMPLT, _CMPNE, _MAX, _WHERE, _CAST = Ops.CMPLT, Ops.CMPNE, Ops.MAX, Ops.WHERE, Ops.CAST
+_GEP, _VECTORIZE = Ops.GEP, Ops.VECTORIZE
 _i32, _bool, _f32 = dtypes.i32, dtypes.bool, dtypes.f32
 
 
@@ -61,6 +62,13 @@ def _compute_bounds(u: UOp) -> tuple:
   """(lo, hi, exact): lo <= u <= hi for every value of the loop counters and inputs; exact when the ADD/MUL
   arithmetic that produced u can't have wrapped around (the div/mod laws need that)."""
   op, d = u.op, u.dtype
+  if op is _GEP: return u.src[0]._bounds        # a lane of a vector lies within the vector's bounds
+  if d.count > 1:
+    # a vector's bounds hold for every lane: its lanes' union for VECTORIZE; lane by lane, the scalar rules below
+    if op is _VECTORIZE:
+      lanes = [s._bounds for s in u.src]
+      return (min(b[0] for b in lanes), max(b[1] for b in lanes), all(b[2] for b in lanes))
+    d = d.scalar()
   if d is not _i32 and d is not _bool:
     if op is _CONST: return (u.arg, u.arg, True)
     return _full(d)
@@ -119,7 +127,7 @@ def bounds(u: UOp) -> tuple:
   """(lo, hi) with lo <= u <= hi for every value u can take: ints for i32, bools for bool, floats otherwise."""
   if not isinstance(u, UOp): raise UOpError(f"bounds takes a UOp, got {type(u).__name__}")
   lo, hi, _ = _bounds_of(u)
-  return (bool(lo), bool(hi)) if u.dtype is _bool else (lo, hi)
+  return (bool(lo), bool(hi)) if u.dtype.scalar() is _bool else (lo, hi)
 
 def vmin(u: UOp): return bounds(u)[0]
 def vmax(u: UOp): return bounds(u)[1]

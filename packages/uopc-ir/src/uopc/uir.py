@@ -24,7 +24,7 @@ from __future__ import annotations
 import json, re
 from typing import Any, Callable, NamedTuple
 from uopc.uop import UOp, Ops, ParamArg, CallArg, RangeArg, AxisType, UOpError, BINARY, MOVEMENT
-from uopc.dtype import AddrSpace, dtypes
+from uopc.dtype import AddrSpace, DType, dtypes
 
 
 class ParseError(Exception):
@@ -50,8 +50,13 @@ def _tuple(k: str, v: str) -> tuple:
   if not isinstance(t, tuple): raise ParseError(f"{k} must be a tuple, got {v!r}")
   return t
 
+def _dtype(k: str, v: str) -> DType:
+  """A dtype by name: a scalar (f32) or a vector of one (f32x8)."""
+  if m := re.fullmatch(r"([a-z]+\d*)x(\d+)", v): return dtypes.from_name(m.group(1)).vec(int(m.group(2)))
+  return dtypes.from_name(v)
+
 # attribute -> its value reader
-_READ = {"dtype": lambda k, v: dtypes.from_name(v), "slot": _int, "pop": _int, "idx": _int, "op": _reduce_op,
+_READ = {"dtype": _dtype, "slot": _int, "pop": _int, "idx": _int, "op": _reduce_op,
          "kind": lambda k, v: _enum(AxisType, k, v), "space": lambda k, v: _enum(AddrSpace, k, v), "shape": _tuple,
          "name": lambda k, v: json.loads(v) if v.startswith('"') else v, "arg": lambda k, v: _literal(v)}
 
@@ -104,6 +109,9 @@ _FORMS: dict[Ops, _ArgForm] = {
   Ops.CALL: _ArgForm(None, ("name",), lambda op, src, lit, a: UOp(op, src, CallArg(a.get("name", "f"))),
                      lambda u, ops: (ops, [f"name={_fmt_name(u.arg.name)}"])),
   Ops.CAST: _ArgForm(None, ("dtype",), _build_cast, lambda u, ops: (ops, [f"dtype={u.arg.name}"])),
+  # a vector INDEX names its vector dtype (the n elements it reads or writes); a plain one has no attribute
+  Ops.INDEX: _ArgForm(None, ("dtype",), lambda op, src, lit, a: UOp(op, src, a.get("dtype")),
+                      lambda u, ops: (ops, [f"dtype={u.arg.name}"] if u.arg is not None else [])),
   Ops.RANGE: _ArgForm(None, ("idx", "kind"), lambda op, src, lit, a: UOp(op, src, RangeArg(a.get("idx", 0), a.get("kind", AxisType.LOOP))),
                       lambda u, ops: (ops, [f"idx={u.arg.idx}", f"kind={u.arg.kind.name.lower()}"])),
   Ops.REDUCE: _ArgForm(None, ("op", "pop"), lambda op, src, lit, a: UOp(op, src, (a.get("op", Ops.ADD), a.get("pop", 1))),

@@ -30,7 +30,8 @@ class Ops(Enum):
   CALL = auto()       # src[0] = body, src[1:] = arguments. arg: CallArg
   CONST = auto()      # arg: python value (bool/int/float). shape ()
   STACK = auto()      # new leading axis; all srcs share one shape
-  INDEX = auto()      # src[0] indexed by src[1:]; pops axes off the left
+  INDEX = auto()      # src[0] indexed by src[1:]; pops axes off the left. arg: None, or for memory a vector dtype
+                      # d.vec(n): the n consecutive elements from the one flat index on (a vector LOAD or STORE)
   CAST = auto()       # arg: DType
   RECIP = auto()      # 1/x
   ADD = auto(); MUL = auto(); CMPLT = auto()
@@ -58,6 +59,9 @@ class Ops(Enum):
   BARRIER = auto()    # (*deps): __syncthreads()
   WMMA = auto()       # (a, b, c): a warp's tensor-core multiply-add D = A @ B + C (m16n8k16), each operand a STACK of
                       # the lane's fragment; lowered from GEMMs with Opts(tc=True) (uopc.gpulower)
+  # ---- vectors (made by uopc.vectorize, the last lowering pass; an ALU op on vectors works lane by lane) -------------
+  VECTORIZE = auto()  # (*scalars): the vector of their values, lane k = src[k]; dtype src dtype.vec(len(src))
+  GEP = auto()        # (vector,) arg: lane. That lane's scalar value
 
   def __repr__(self): return "Ops." + self.name
   __hash__ = object.__hash__   # members are singletons: identity hashing is correct and much faster
@@ -75,7 +79,7 @@ class AxisType(Enum):
   LOOP = auto()      # a plain serial for-loop
   REDUCE = auto()    # a for-loop that a reduction accumulates over
   UPCAST = auto()    # the lanes of one SIMD vector (Opts.vector, Opts.reduce_vector): a loop in the program's
-                     # meaning, rendered as vector lanes by the C backend (Opts.upcast unrolls without a RANGE)
+                     # meaning, made vector values by uopc.vectorize (Opts.upcast unrolls without a RANGE)
   THREAD = auto()    # parallel across CPU threads
   GLOBAL = auto()    # GPU blockIdx
   LOCAL = auto()     # GPU threadIdx
@@ -220,6 +224,7 @@ class UOp:
     is the float CONST cast to f16."""
     v = _py_scalar(v)
     if dtype is None or dtype is dtypes.from_py(v): return UOp(Ops.CONST, (), v)
+    if dtype.count > 1: return UOp(Ops.VECTORIZE, (UOp.const(v, dtype.scalar()),) * dtype.count)   # every lane v
     if dtype is dtypes.f16: return UOp(Ops.CONST, (), float(v)).cast(dtypes.f16)
     if dtype is dtypes.void: raise UOpError("a CONST can't have dtype void")
     convert = bool if dtype is dtypes.bool else int if dtype is dtypes.i32 else float
@@ -452,7 +457,9 @@ def _infer_buffer(op, src, arg):
   if len(arg.shape) != 1: raise UOpError(f"{op.name} is flat")
   # every address in generated code is an i32: a bigger buffer could never be indexed whole
   if arg.shape[0] > I32_MAX: raise UOpError(f"{op.name} of {arg.shape[0]} elements: an i32 index reaches at most {I32_MAX}")
-  if op is Ops.BUFFER: return arg.dtype, arg.shape, AddrSpace.GLOBAL
+  if op is Ops.BUFFER:
+    if arg.dtype.count != 1: raise UOpError(f"a BUFFER holds scalars, got {arg.dtype.name} (a vector is a view of memory: INDEX's arg)")
+    return arg.dtype, arg.shape, AddrSpace.GLOBAL
   space = AddrSpace.LOCAL if arg.addrspace is None else arg.addrspace
   # an ALLOC in ALU "memory" was a value that no LOAD or STORE accepts, its INDEX skipped by the memory-safety proof
   if space is not AddrSpace.LOCAL and space is not AddrSpace.SHARED: raise UOpError(f"ALLOC lives in LOCAL or SHARED memory, got {space!r}")
@@ -486,12 +493,35 @@ def _infer_index(op, src, arg):
   if n > len(x.shape): raise UOpError(f"INDEX: {n} indices into shape {x.shape}")
   for i in src[1:]:
     if i.dtype is not _i32 or i.shape != (): raise UOpError("INDEX indices are i32 scalars")
-  return x.dtype, x.shape[n:], x.addrspace
+  if arg is None: return x.dtype, x.shape[n:], x.addrspace
+  # a vector of consecutive elements: n scalars of flat memory from one index on
+  if not (isinstance(arg, DType) and arg.count > 1 and arg.scalar() is x.dtype):
+    raise UOpError(f"INDEX: the arg is a vector of the memory's {x.dtype.name} elements, got {_show(arg)}")
+  if x.addrspace is _A or len(x.shape) != 1 or n != 1:
+    raise UOpError(f"INDEX as {arg.name}: a vector is read from flat memory at one index, got {x.addrspace!r} of shape {x.shape} and {n} indices")
+  return arg, (), x.addrspace
+
+def _infer_vectorize(op, src, arg):
+  if len(src) < 2: raise UOpError(f"VECTORIZE makes a vector of 2 or more lanes, got {len(src)}")
+  d = src[0].dtype
+  for s in src:
+    if s.dtype is not d or s.shape != (): raise UOpError(f"VECTORIZE lanes are scalars of one dtype, got {s.dtype.name}{list(s.shape)} and {d.name}")
+  if d.count != 1 or d is _void: raise UOpError(f"VECTORIZE lanes are scalar values, got {d.name}")
+  return d.vec(len(src)), (), _A
+
+def _infer_gep(op, src, arg):
+  if len(src) != 1: _nsrc(op, src, 1)
+  d = src[0].dtype
+  if d.count == 1: raise UOpError(f"GEP takes a lane of a vector, got a {d.name}")
+  if type(arg) is not int or not 0 <= arg < d.count: raise UOpError(f"GEP: lane {_show(arg)} of a {d.name} (lanes 0..{d.count - 1})")
+  return d.scalar(), (), _A
 
 def _infer_where(op, src, arg):
   if len(src) != 3: _nsrc(op, src, 3)
   c, a, b = src
-  if c.dtype is not _bool: raise UOpError("WHERE condition must be bool")
+  if c.dtype is not (_bool if a.dtype.count == 1 else _bool.vec(a.dtype.count)):
+    raise UOpError("WHERE condition must be bool" if a.dtype.count == 1 else
+                   f"WHERE of {a.dtype.name}: the condition must be {_bool.vec(a.dtype.count).name}, got {c.dtype.name}")
   if a.dtype is not b.dtype: raise UOpError(f"WHERE branches disagree: {a.dtype} vs {b.dtype}")
   if not c.shape == a.shape == b.shape: raise UOpError(f"WHERE shape mismatch {c.shape} {a.shape} {b.shape}")
   if a.dtype is _void: raise UOpError("WHERE of void")
@@ -501,8 +531,8 @@ def _infer_mulacc(op, src, arg):
   if len(src) != 3: _nsrc(op, src, 3)
   a, b, c = src
   if not a.shape == b.shape == c.shape: raise UOpError(f"MULACC shape mismatch {a.shape} {b.shape} {c.shape}")
-  if not a.dtype is b.dtype is c.dtype is dtypes.f32: raise UOpError(f"MULACC is f32 only, got {a.dtype} {b.dtype} {c.dtype}")
-  return dtypes.f32, a.shape, _A
+  if not (a.dtype is b.dtype is c.dtype and a.dtype.scalar() is dtypes.f32): raise UOpError(f"MULACC is f32 only, got {a.dtype} {b.dtype} {c.dtype}")
+  return a.dtype, a.shape, _A
 
 def _infer_unary(op, src, arg):
   if len(src) != 1: raise UOpError(f"{op} is unary")
@@ -510,6 +540,7 @@ def _infer_unary(op, src, arg):
   if op is _CAST:
     if not isinstance(arg, DType) or arg is _void: raise UOpError(f"CAST needs a value dtype as its arg, got {_show(arg)}")
     if x.dtype is _void: raise UOpError("CAST of void")
+    if arg.count != x.dtype.count: raise UOpError(f"CAST of {x.dtype.name} to {arg.name}: a cast keeps the lanes")
     return arg, x.shape, _A
   if not x.dtype.is_float: raise UOpError(f"{op} needs a float, got {x.dtype}")
   return x.dtype, x.shape, _A
@@ -521,8 +552,9 @@ def _infer_binary(op, src, arg):
   dtype = a.dtype
   if dtype is not b.dtype: raise UOpError(f"{op}: dtype mismatch {dtype} vs {b.dtype} (use CAST)")
   if dtype is _void: raise UOpError(f"{op} of void")
-  if (op is _FLOORDIV or op is _FLOORMOD) and dtype is not _i32: raise UOpError(f"{op} is integer only")
-  return (_bool if op is _CMPLT or op is _CMPNE else dtype), a.shape, _A
+  if (op is _FLOORDIV or op is _FLOORMOD) and dtype.scalar() is not _i32: raise UOpError(f"{op} is integer only")
+  if op is _CMPLT or op is _CMPNE: return (_bool if dtype.count == 1 else _bool.vec(dtype.count)), a.shape, _A
+  return dtype, a.shape, _A
 
 def _infer_load(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
@@ -608,7 +640,7 @@ _RULES: dict[Ops, Callable] = {
   Ops.LOAD: _infer_load, Ops.STORE: _infer_store, Ops.AFTER: _infer_after, Ops.SINK: _infer_void, Ops.BARRIER: _infer_void,
   Ops.END: _infer_end, Ops.RANGE: _infer_range, Ops.RESHAPE: _infer_reshape, Ops.EXPAND: _infer_expand,
   Ops.PERMUTE: _infer_permute, Ops.SHRINK: _infer_shrink, Ops.REDUCE: _infer_reduce, Ops.STAGE: _infer_stage,
-  Ops.WMMA: _infer_wmma,
+  Ops.WMMA: _infer_wmma, Ops.VECTORIZE: _infer_vectorize, Ops.GEP: _infer_gep,
 }
 
 

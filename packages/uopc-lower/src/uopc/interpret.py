@@ -4,7 +4,8 @@
 
 It reads the list top to bottom, as the C renderer prints it: a RANGE starts a loop (its body runs again at its
 END while the counter is below the end; an empty loop is skipped), an ALLOC makes fresh storage each time it is
-reached, INDEX/LOAD/STORE touch memory, and every value is computed with the evaluator's scalar semantics
+reached, INDEX/LOAD/STORE touch memory (a vector INDEX its n consecutive elements), a vector (uopc.vectorize) is a
+tuple of its lanes and an op on vectors works lane by lane, and every value is computed with the evaluator's scalar semantics
 (`uopc.evaluate.exec_alu`), which are the C backend's: i32 wraps, f32 rounds, MAX propagates NaN, and integer
 division by zero gives NumPy's 0 as the compiled code does. Because it follows the linearizer's order
 literally, a misplaced node gives a wrong answer or a read of storage that was never written, which it reports.
@@ -39,17 +40,23 @@ def loop_jumps(lin: list[UOp]) -> dict[int, int]:
   return jumps
 
 
-def _load(val: dict, u: UOp, memory: dict):
-  mem, i = val[u.src[0]]
+def _element(mem, i: int):
   if not 0 <= i < len(mem): raise InterpretError(f"load of element {i} of memory with {len(mem)} elements")
   if (v := mem[i]) is None: raise InterpretError(f"load of element {i} of an accumulator before anything was stored in it")
   return v
 
 
-def _store(val: dict, u: UOp, memory: dict) -> None:
+def _load(val: dict, u: UOp, memory: dict):
   mem, i = val[u.src[0]]
-  if not 0 <= i < len(mem): raise InterpretError(f"store to element {i} of memory with {len(mem)} elements")
-  mem[i] = val[u.src[1]]
+  if u.src[0].arg is None: return _element(mem, i)
+  return tuple(_element(mem, i + k) for k in range(u.dtype.count))     # a vector of consecutive elements
+
+
+def _store(val: dict, u: UOp, memory: dict) -> None:
+  (mem, i), v = val[u.src[0]], val[u.src[1]]
+  for k, x in enumerate(v if u.src[0].arg is not None else (v,)):
+    if not 0 <= i + k < len(mem): raise InterpretError(f"store to element {i + k} of memory with {len(mem)} elements")
+    mem[i + k] = x
 
 
 def _buffer(val: dict, u: UOp, memory: dict) -> MutableSequence:
@@ -57,11 +64,16 @@ def _buffer(val: dict, u: UOp, memory: dict) -> MutableSequence:
   return memory[u.arg.slot]
 
 
+def _scalar_alu(op: Ops, dtype, args: list):
+  if op is Ops.CAST: return cast_value(args[0], dtype)
+  if op in (Ops.FLOORDIV, Ops.FLOORMOD) and args[1] == 0: return 0    # the compiled code's x // 0 == x % 0 == 0
+  return exec_alu(op, dtype, *args)
+
+
 def _alu(val: dict, u: UOp, memory: dict):
   args = [val[s] for s in u.src]
-  if u.op is Ops.CAST: return cast_value(args[0], u.dtype)
-  if u.op in (Ops.FLOORDIV, Ops.FLOORMOD) and args[1] == 0: return 0    # the compiled code's x // 0 == x % 0 == 0
-  return exec_alu(u.op, u.dtype, *args)
+  if u.src[0].dtype.count == 1: return _scalar_alu(u.op, u.dtype, args)
+  return tuple(_scalar_alu(u.op, u.dtype.scalar(), list(lanes)) for lanes in zip(*args))    # on vectors, lane by lane
 
 
 # the value of each statement but a loop's RANGE and END (which move the program counter: see run_linear), from the
@@ -76,6 +88,8 @@ STATEMENTS: dict[Ops, Callable[[dict, UOp, dict], object]] = {
   Ops.STORE: _store,
   Ops.SINK: lambda val, u, memory: None,
   Ops.BARRIER: lambda val, u, memory: None,                       # one thread at a time: nothing to wait for
+  Ops.VECTORIZE: lambda val, u, memory: tuple(val[s] for s in u.src),
+  Ops.GEP: lambda val, u, memory: val[u.src[0]][u.arg],
   **dict.fromkeys(ALU, _alu),
 }
 

@@ -4,8 +4,9 @@
     analyze(kernel) -> Analysis                what they read: each load's stride along each loop
     candidates(kernel, caps, base)             valid Opts around a choice, for the timed search (uopc.search)
 
-`Caps` is what a backend tells the optimizer about its machine: how many threads run a parallel loop, how many f32
-lanes a vector holds, the cache sizes, whether it has fused multiply-add, whether it is a GPU.
+`Caps` is what a backend tells the optimizer (and uopc.vectorize) about its machine: how many threads run a parallel
+loop, how many f32 lanes a vector holds, how wide a memory move can be, the cache sizes, whether it has fused
+multiply-add, whether it is a GPU.
 
 The heuristics read the kernel the way a person would: lower it plainly once, and evaluate every load's index at
 counter 0 and 1 of each loop to get its stride. Then, for a CPU:
@@ -41,7 +42,8 @@ from uopc.symbolic import simplify
 class Caps:
   """What a backend's machine offers the optimizer."""
   threads: int = 1                  # threads a parallel (THREAD) loop is split across
-  vector_width: int = 1             # f32 lanes in one SIMD register (1: no vectors)
+  vector_width: int = 1             # f32 lanes in one SIMD register (1: no vectors: UPCAST lanes stay loops, uopc.vectorize)
+  vector_bytes: int = 0             # the widest aligned load or store that neighbouring scalar ones fold into (a GPU's 16)
   fma: bool = False                 # fused multiply-add units
   l1_bytes: int = 32 * 1024         # per-core data cache
   l2_bytes: int = 1024 * 1024
@@ -53,6 +55,8 @@ class Caps:
     for name in ("threads", "vector_width", "l1_bytes", "l2_bytes", "max_local"):
       v = getattr(self, name)
       if type(v) is not int or v < 1: raise LowerError(f"Caps.{name} must be a positive int, got {v!r}")
+    if type(self.vector_bytes) is not int or self.vector_bytes < 0:
+      raise LowerError(f"Caps.vector_bytes must be an int >= 0, got {self.vector_bytes!r}")
 
 
 # a kernel doing less than this many element operations runs on one thread: waking the others costs more

@@ -39,8 +39,9 @@ consecutive threads. Renderers and emulators compute the coordinates the same wa
 The memory-safety proof: each LOAD and STORE index is proven in range from the symbolic bounds, or the
 kernel is refused with an error naming the memory, the index and its bounds. It covers every address space: GLOBAL
 BUFFERs, and ALLOCs in LOCAL memory (a thread's accumulators and registers) and SHARED memory (a GPU block's), on CPU
-and GPU programs alike; a LOAD or STORE reaches memory only through an INDEX of one element, and an element of a
-register array (a STACK, a WMMA fragment) is indexed inside it too. It runs where a LinearProgram is made, so no
+and GPU programs alike; a LOAD or STORE reaches memory only through an INDEX of one element, or of a vector's n
+consecutive elements (uopc.vectorize), every one of which is proven inside, and an element of a register array (a
+STACK, a WMMA fragment) is indexed inside it too. It runs where a LinearProgram is made, so no
 renderer or backend can be handed a program it refused, whichever road built it. Division by zero needs no proof: the
 renderers emit C's / and % only where bounds show a positive divisor and a non-negative dividend, and otherwise
 call helpers that give NumPy's answer (x // 0 == x % 0 == 0) instead of trapping.
@@ -171,9 +172,9 @@ def _shown(index: UOp) -> str:
 
 def check_memory_safety(program: UOp | list[UOp] | tuple[UOp, ...]) -> None:
   """Refuse a program with a memory access not proven inside its memory, in every address space: each
-  INDEX of a BUFFER or ALLOC (LOCAL or SHARED) takes one flat index whose bounds lie in the memory; each LOAD and STORE
-  goes through such an INDEX and moves one element; an INDEX of a register array (a STACK, WMMA's fragments) stays
-  inside its shape."""
+  INDEX of a BUFFER or ALLOC (LOCAL or SHARED) takes one flat index whose bounds lie in the memory (for a vector INDEX,
+  the index of its first element: all n of them lie in it); each LOAD and STORE goes through such an INDEX and moves
+  its element (or vector); an INDEX of a register array (a STACK, WMMA's fragments) stays inside its shape."""
   nodes = program.toposort() if isinstance(program, UOp) else program
   for u in nodes:
     op = u.op
@@ -199,8 +200,10 @@ def check_memory_safety(program: UOp | list[UOp] | tuple[UOp, ...]) -> None:
       if len(u.src) != 2: raise UnsafeKernelError(f"{_where(mem)}: a memory INDEX takes one flat index, got {len(u.src) - 1}")
       n = mem.shape[0]
       lo, hi = bounds(u.src[1])
-      if lo < 0 or hi >= n:
-        raise UnsafeKernelError(f"{_where(mem)} has {n} elements but the index can be {lo}..{hi}, outside 0..{n - 1}: {_shown(u.src[1])}")
+      lanes = u.dtype.count if u.arg is not None else 1     # a vector INDEX reaches this many elements from its index on
+      if lo < 0 or hi + lanes - 1 >= n:
+        what = f"the index can be {lo}..{hi}" + (f" and a {u.dtype.name} reaches {lanes - 1} elements past it" if lanes > 1 else "")
+        raise UnsafeKernelError(f"{_where(mem)} has {n} elements but {what}, outside 0..{n - 1}: {_shown(u.src[1])}")
 
 
 __all__ = ["Backend", "BackendError", "CompileError", "UnsafeKernelError", "LinearProgram", "get_backend", "register_backend",

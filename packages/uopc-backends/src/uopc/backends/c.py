@@ -7,16 +7,21 @@
 (uopc.testing's render_c and run_c do the same for the SINK that lower() returns.)
 
 The renderer is tables over every op a linearized program can hold: `code_for_op` (ALU: op -> a small format
-function), `range_code` (a RANGE by its AxisType: LOOP and REDUCE as `for` loops, THREAD as a `for` under
-OpenMP's pragma, GLOBAL and LOCAL as index expressions a GPU subclass supplies), `alloc_code` (an ALLOC by its
-address space), `barrier`, and the `prelude` and `signature` hooks. A CUDA renderer is a subclass that changes a
-handful of those entries. Names follow the book: `dataN` is the BUFFER in slot N, `ridxN` the counter of RANGE N,
-`accN` an accumulator (ALLOC), `valN` a loaded value, `aluN` an expression that gets a variable because it is
-used more than once, inside a deeper loop than where it is computed, or is long (so the source stays linear in
-the size of the program: inlining a chain of 20,000 multiplies would copy each prefix into the next). C's / and %
-appear only where bounds prove the operands non-negative (and the divisor positive); elsewhere the prelude's
-floordiv_i32/floormod_i32 give floor semantics, NumPy's 0 for a zero divisor, and wrap INT_MIN / -1 instead of
-trapping.
+function), `range_code` (a RANGE by its AxisType: LOOP and REDUCE as `for` loops, THREAD as a `for` under OpenMP's
+pragma, GLOBAL and LOCAL as index expressions a GPU subclass supplies), `alloc_code` (an ALLOC by its address space),
+`barrier`, and the `prelude` and `signature` hooks. A CUDA renderer is a subclass that changes a handful of those
+entries. Names follow the book: `dataN` is the BUFFER in slot N, `ridxN` the counter of RANGE N, `accN` an accumulator
+(ALLOC), `valN` a loaded value, `aluN` an expression that gets a variable because it is used more than once, inside a
+deeper loop than where it is computed, or is long (so the source stays linear in the size of the program: inlining a
+chain of 20,000 multiplies would copy each prefix into the next). C's / and % appear only where bounds prove the
+operands non-negative (and the divisor positive); elsewhere the prelude's floordiv_i32/floormod_i32 give floor
+semantics, NumPy's 0 for a zero divisor, and wrap INT_MIN / -1 instead of trapping.
+
+Vectors are printed, never decided here: uopc.vectorize made them (vector dtypes, VECTORIZE, GEP, vector LOADs and
+STOREs). They are GCC vector types (`f32x16`; a bool vector is an int mask), `vector_code_for_op` is code_for_op on
+them, and a vector LOAD or STORE moves n elements through an unaligned view (`f32x16_u`). The prelude holds only the
+helpers a kernel's code uses (HELPERS, vector_helpers): a kernel without exp2 has no exp2 polynomial, one without
+vectors no vector types.
 
 Compilation keeps IEEE semantics (no -ffast-math, no contraction of a*b+c into an fma, -fwrapv for the i32
 wrap-around the IR defines) and caches shared objects on disk under $UOPC_CACHE_DIR (default ~/.cache/uopc),
@@ -32,7 +37,7 @@ from typing import Callable
 import numpy as np
 from uopc.uop import UOp, Ops, AxisType, ALU, users_of
 from uopc.dtype import AddrSpace, DType, dtypes, I32_MIN
-from uopc.symbolic import vmin, bounds, simplify
+from uopc.symbolic import vmin, bounds
 from uopc.evaluate import round_f32, round_f16
 from uopc.opt import Caps
 from uopc.compile_cache import cache_dir, read_entry, write_entry
@@ -55,24 +60,78 @@ EXP2_SCALAR = f"""static inline float uopc_exp2(float x) {{    /* 2**x to 1.2 ul
   return (p * sa.f) * sb.f;
 }}
 """
-
-
-PRELUDE = """#include <math.h>
-static inline int floordiv_i32(int a, int b) {
+FLOORDIV_I32 = """static inline int floordiv_i32(int a, int b) {
   if (b == 0) return 0;                               /* numpy's x // 0 */
   if (b == -1) return (int)(0u - (unsigned)a);        /* INT_MIN // -1 wraps, it does not trap */
   int q = a / b;
   return q - ((a % b != 0) & ((a < 0) != (b < 0)));
 }
-static inline int floormod_i32(int a, int b) {
+"""
+FLOORMOD_I32 = """static inline int floormod_i32(int a, int b) {
   if (b == 0 || b == -1) return 0;
   int r = a % b;
   return r + ((r != 0) & ((r < 0) != (b < 0))) * b;
 }
-static inline int cast_f32_i32(float x) {             /* C leaves NaN and out-of-range undefined; uopc says INT_MIN */
+"""
+CAST_F32_I32 = """static inline int cast_f32_i32(float x) {             /* C leaves NaN and out-of-range undefined; uopc says INT_MIN */
   return (x >= -2147483648.0f && x < 2147483648.0f) ? (int)x : (-2147483647-1);
 }
-""" + EXP2_SCALAR
+"""
+
+# The prelude's pieces, in the order they are written: (a pattern that finds a use, the code). A kernel's prelude holds
+# the pieces its code uses, and those the pieces it holds use in turn (a piece uses only pieces before it).
+HELPERS: list[tuple[str, str]] = [
+  (r"\b(?:NAN|INFINITY|fmaf|log2f|sqrtf|sinf)\b", "#include <math.h>\n"),
+  (r"\bfloordiv_i32\b", FLOORDIV_I32), (r"\bfloormod_i32\b", FLOORMOD_I32), (r"\bcast_f32_i32\b", CAST_F32_I32),
+  (r"\buopc_exp2\b", EXP2_SCALAR),
+]
+
+
+def vector_helpers(w: int) -> list[tuple[str, str]]:
+  """The prelude's pieces for GCC vectors of w lanes: the types (a bool vector is a mask of ints, -1 true and 0 false,
+  which is what vector comparisons give), unaligned views for moves at any element, and broadcast, select, exp2 and
+  fused multiply-add."""
+  nb = w * 4
+  # gcc's own builtins for the x86 fused multiply-adds: immintrin.h would cost 0.15 s of every compile to parse
+  fma_isa = {16: ("__AVX512F__", "__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)"),
+             8: ("__FMA__", "__builtin_ia32_vfmaddps256(a, b, c)"), 4: ("__FMA__", "__builtin_ia32_vfmaddps(a, b, c)")}
+  lanewise = f"f32x{w} r; for (int l = 0; l < {w}; l++) r[l] = fmaf(a[l], b[l], c[l]); return r;"
+  if w in fma_isa:
+    macro, builtin = fma_isa[w]
+    fma = f"\n#if defined(__x86_64__) && defined({macro})\n  return {builtin};\n#else\n  {lanewise}\n#endif\n"
+  else: fma = f" {lanewise} "
+  name = lambda n: rf"(?<![A-Za-z0-9]){n}(?![A-Za-z0-9])"    # f32x8 in bcast_f32x8 and f32x8_u too, never in f32x16
+  return [
+    (name(f"i32x{w}"), f"typedef int i32x{w} __attribute__((vector_size({nb})));\n"),
+    (name(f"f32x{w}"), f"typedef float f32x{w} __attribute__((vector_size({nb})));\n"),
+    # unaligned views for vector loads and stores at any element (aligned(4)), that may alias the buffer's floats
+    (rf"\bf32x{w}_u\b", f"typedef float f32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));\n"),
+    (rf"\bi32x{w}_u\b", f"typedef int i32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));\n"),
+    # x - (+0) is x for every x, -0.0 and NaN included (x + 0 would turn -0.0 into +0.0)
+    (rf"\bbcast_f32x{w}\b", f"static inline f32x{w} bcast_f32x{w}(float x) {{ return x - (f32x{w}){{}}; }}\n"),
+    (rf"\bbcast_i32x{w}\b", f"static inline i32x{w} bcast_i32x{w}(int x) {{ return x - (i32x{w}){{}}; }}\n"),
+    (rf"\bsel_f32x{w}\b",
+     f"static inline f32x{w} sel_f32x{w}(i32x{w} m, f32x{w} a, f32x{w} b) {{ return (f32x{w})((m & (i32x{w})a) | (~m & (i32x{w})b)); }}\n"),
+    (rf"\bsel_i32x{w}\b", f"static inline i32x{w} sel_i32x{w}(i32x{w} m, i32x{w} a, i32x{w} b) {{ return (m & a) | (~m & b); }}\n"),
+    # uopc_exp2 on every lane, operation for operation (see EXP2_POLY)
+    (rf"\bexp2_f32x{w}\b", f"static inline f32x{w} exp2_f32x{w}(f32x{w} x) {{\n"
+     f"  x = sel_f32x{w}(x < -160.0f, bcast_f32x{w}(-160.0f), x); x = sel_f32x{w}(x > 160.0f, bcast_f32x{w}(160.0f), x);\n"
+     f"  f32x{w} t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = bcast_f32x{w}({repr(EXP2_POLY[-1])}f);{EXP2_HORNER}\n"
+     f"  i32x{w} n = __builtin_convertvector(sel_f32x{w}(t == t, t, bcast_f32x{w}(0.0f)), i32x{w}), a = n >> 1, b = n - a;\n"
+     f"  return (p * (f32x{w})((a + 127) << 23)) * (f32x{w})((b + 127) << 23);\n}}\n"),
+    (rf"\bfma_f32x{w}\b", f"static inline f32x{w} fma_f32x{w}(f32x{w} a, f32x{w} b, f32x{w} c) {{{fma}}}\n"),
+  ]
+
+
+def used_helpers(helpers: list[tuple[str, str]], code: str) -> str:
+  """The pieces of `helpers` that `code` uses, with what they use in turn, in their order."""
+  chosen = []
+  for pattern, piece in reversed(helpers):
+    if re.search(pattern, code):
+      chosen.append(piece)
+      code += piece
+  return "".join(reversed(chosen))
+
 
 _C_KEYWORDS = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float",
                "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static",
@@ -143,29 +202,45 @@ class CRenderer:
     Ops.SQRT: lambda d, x: f"sqrtf({x})",
     Ops.SIN: lambda d, x: f"sinf({x})",
   }
+  # the ALU ops GCC's vector extension does on whole vectors: (vector dtype, the first operand's dtype, operands). A bool
+  # vector is a mask (-1 true, 0 false): + and max are "or", * is "and", a < b is ~a & b. The other ops, and f16, are done
+  # lane by lane with the scalar code (_Body.vector_alu); floor division is C's / and % where bounds allow
+  vector_code_for_op: dict[Ops, Callable[..., str]] = {
+    Ops.ADD: lambda d, s, a, b: f"({a}|{b})" if s.scalar() is dtypes.bool else f"({a}+{b})",
+    Ops.MUL: lambda d, s, a, b: f"({a}&{b})" if s.scalar() is dtypes.bool else f"({a}*{b})",
+    Ops.CMPNE: lambda d, s, a, b: f"({a}!={b})",
+    Ops.CMPLT: lambda d, s, a, b: f"(~{a}&{b})" if s.scalar() is dtypes.bool else f"({a}<{b})",
+    # NaN wins, as numpy.maximum
+    Ops.MAX: lambda d, s, a, b: f"({a}|{b})" if s.scalar() is dtypes.bool else
+      f"sel_{_gcc(d)}({f'(({a}>{b})|({a}!={a}))' if d.is_float else f'({a}>{b})'}, {a}, {b})",
+    Ops.WHERE: lambda d, s, c, a, b: f"sel_{_gcc(d)}({c}, {a}, {b})",
+    Ops.RECIP: lambda d, s, x: f"(1.0f/{x})",
+    Ops.EXP2: lambda d, s, x: f"exp2_{_gcc(d)}({x})",
+    Ops.MULACC: lambda d, s, a, b, c: f"fma_{_gcc(d)}({a}, {b}, {c})",
+  }
   # a RANGE by its kind: (renderer, counter, end, its position among the ranges of its kind, the sizes of all of the
-  # ranges of its kind) -> the lines that open it. LOOP, REDUCE and THREAD open a block that their END closes; GLOBAL and
-  # LOCAL are the launch grid's coordinates (see grid_index).
+  # ranges of its kind) -> the lines that open it. LOOP, REDUCE, THREAD and UPCAST open a block that their END closes;
+  # GLOBAL and LOCAL are the launch grid's coordinates (see grid_index). UPCAST lanes reach a renderer as a range only for
+  # a machine without vectors (uopc.vectorize turns them into vector values): a loop, the program's scalar meaning
   range_code: dict[AxisType, Callable[[CRenderer, str, str, int, list[int]], list[str]]] = {
     AxisType.LOOP: lambda renderer, var, end, dim, sizes: [_loop(var, end)],
     AxisType.REDUCE: lambda renderer, var, end, dim, sizes: [_loop(var, end)],
+    AxisType.UPCAST: lambda renderer, var, end, dim, sizes: [_loop(var, end)],
     AxisType.THREAD: lambda renderer, var, end, dim, sizes: ["#pragma omp parallel for", _loop(var, end)],
     AxisType.GLOBAL: lambda renderer, var, end, dim, sizes: [f"int {var} = {renderer.grid_index(AxisType.GLOBAL, dim, sizes)};"],
     AxisType.LOCAL: lambda renderer, var, end, dim, sizes: [f"int {var} = {renderer.grid_index(AxisType.LOCAL, dim, sizes)};"],
-    # the lanes of a vector: no loop, a vector of lane numbers (see _Body)
-    AxisType.UPCAST: lambda renderer, var, end, dim, sizes: [f"i32x{end} {var} = {{{', '.join(map(str, range(int(end))))}}};"],
   }
-  opens_block = {AxisType.LOOP, AxisType.REDUCE, AxisType.THREAD}
-  # UPCAST ranges as vector lanes (see _Body); a renderer that sets this False runs them as plain loops, the same program
-  # in its scalar meaning (the oracle for the vector code)
-  vectorize = True
+  opens_block = {AxisType.LOOP, AxisType.REDUCE, AxisType.UPCAST, AxisType.THREAD}
   # an ALLOC by its address space: (C type, name, elements) -> its declaration. On a CPU one thread is the whole
   # "block", so shared memory is an ordinary array
   alloc_code: dict[AddrSpace, Callable[[str, str, int], str]] = {AddrSpace.LOCAL: _array, AddrSpace.SHARED: _array}
+  helpers = HELPERS                 # the prelude's pieces (see used_helpers)
 
   half = "_Float16"                 # the C type of f16 values
 
-  def type_name(self, d: DType) -> str: return self.half if d is dtypes.f16 else d.ctype
+  def type_name(self, d: DType) -> str:
+    if d.count > 1: return _gcc(d)
+    return self.half if d is dtypes.f16 else d.ctype
 
   def grid_index(self, kind: AxisType, dim: int, sizes: list[int]) -> str:
     raise BackendError(f"the C renderer has no GPU grid for a {kind.name} range: lower with Opts(gpu=False) for a CPU backend")
@@ -178,7 +253,32 @@ class CRenderer:
   def render_wmma(self, body: _Body, u: UOp) -> None:
     raise BackendError(f"{type(self).__name__} has no tensor cores: WMMA is lowered only for a GPU backend (Opts(tc=True))")
 
-  def prelude(self, program: LinearProgram) -> str: return PRELUDE
+  # -- vectors (GCC's vector extension): a VECTORIZE, a lane, and a vector moved from or to n elements of memory
+  def render_vectorize(self, d: DType, xs: list[str]) -> str:
+    mask = d.scalar() is dtypes.bool                     # C's 0 or 1 becomes a lane's 0 or -1
+    if all(x == xs[0] for x in xs): return f"(-({_gcc(d)})bcast_{_gcc(d)}({xs[0]}))" if mask else f"bcast_{_gcc(d)}({xs[0]})"
+    return f"(({_gcc(d)}){{{', '.join(f'-({x})' if mask else x for x in xs)}}})"
+
+  # a mask lane is -1 or 0; `& 1` makes it C's 1 or 0. Not `!= 0`: gcc 12 at -O2 folds (mask[l] != 0) into mask[l] and gives
+  # -1 for true (found by the Opts fuzzer on (x < y).cast(i32))
+  def render_gep(self, x: str, d: DType, lane: int | str) -> str: return f"({x}[{lane}]&1)" if d.scalar() is dtypes.bool else f"{x}[{lane}]"
+
+  def vector_load(self, mem: str, at: str, d: DType) -> str:
+    # memory holds bools as bytes, a bool vector is a mask of ints: its lanes are read one by one
+    if d.scalar() is dtypes.bool: return f"(({_gcc(d)}){{{', '.join(f'-(int){mem}[({at}+{c})]' for c in range(d.count))}}})"
+    return f"(*({_gcc(d)}_u*)({mem}+{at}))"
+
+  def vector_store(self, mem: str, at: str, d: DType, value: str) -> list[str]:
+    if d.scalar() is dtypes.bool:
+      return [f"{{ {_gcc(d)} _s = {value};"] + [f"  {mem}[({at}+{c})] = (_s[{c}]&1);" for c in range(d.count)] + ["}"]
+    return [f"*({_gcc(d)}_u*)({mem}+{at}) = {value};"]
+
+  def prelude(self, program: LinearProgram, code: str) -> str:
+    """The helpers `code` (the kernel's function) uses: a kernel without exp2 has no exp2 polynomial, one without
+    vectors no vector types."""
+    widths = sorted({int(w) for w in re.findall(r"[fi]32x(\d+)", code)})
+    return used_helpers(self.helpers + [h for w in widths for h in vector_helpers(w)], code)
+
   def signature(self, program: LinearProgram) -> str:
     params = ", ".join(f"{self.type_name(b.dtype)}*{self.buffer_qualifier} {memory_name(b)}" for b in program.params)
     return f"{self.kernel_prefix} {sanitize_name(program.name)}({params})"   # a name is never pasted in unchecked
@@ -191,49 +291,14 @@ class CRenderer:
       raise BackendError(f"the program uses BUFFER slots {sorted(b.arg.slot for b in missing)} that are not among its parameters")
     body = _Body(self, lin)
     for u in lin: body.emit(u)
-    prelude = self.prelude(program) + (vector_prelude(body.width, body.fused) if body.width > 1 else "")
-    return prelude + self.signature(program) + " {\n" + "\n".join(body.lines) + "\n}\n"
+    code = self.signature(program) + " {\n" + "\n".join(body.lines) + "\n}\n"
+    return self.prelude(program, code) + code
 
 
-# ---- vectors: an UPCAST range is the lanes of one SIMD vector ------------------------------------------------------------
-# A program has at most one UPCAST range (Opts.vector on an output axis, or Opts.reduce_vector on a reduction's axis).
-# In the scalar meaning of the program it is a loop like any other (uopc.interpret runs it as one); here every value that
-# depends on it becomes a GCC vector of its lanes (`f32x16`), and the loop disappears. Loads and stores whose address
-# moves by one element per lane are single vector moves, other addresses gather and scatter lane by lane; an
-# accumulator that lives per lane is a vector register; a scalar accumulator updated from a vector is reduced over the
-# lanes in order, lane 0 first, exactly as the loop would. So the vector code computes what the loop computes, bit for
-# bit (MULACC included: one rounding in both), and the interpreter is its oracle. A bool vector is a mask of ints
-# (-1 true, 0 false), which is what vector comparisons produce. f16 values are never vectorized.
-
-def vector_prelude(width: int, fused: bool) -> str:
-  """The vector types of `width` lanes and their helpers: broadcast, select, fused multiply-add."""
-  w, nb = width, width * 4
-  # gcc's own builtins for the x86 fused multiply-adds: immintrin.h would cost 0.15 s of every compile to parse
-  fma_isa = {16: ("__AVX512F__", "__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)"),
-             8: ("__FMA__", "__builtin_ia32_vfmaddps256(a, b, c)"), 4: ("__FMA__", "__builtin_ia32_vfmaddps(a, b, c)")}
-  lines = [f"typedef float f32x{w} __attribute__((vector_size({nb})));", f"typedef int i32x{w} __attribute__((vector_size({nb})));",
-           # unaligned views for vector loads and stores at any element (aligned(4)), that may alias the buffer's floats
-           f"typedef float f32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));",
-           f"typedef int i32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));",
-           # x - (+0) is x for every x, -0.0 and NaN included (x + 0 would turn -0.0 into +0.0)
-           f"static inline f32x{w} bcast_f32x{w}(float x) {{ return x - (f32x{w}){{}}; }}",
-           f"static inline i32x{w} bcast_i32x{w}(int x) {{ return x - (i32x{w}){{}}; }}",
-           f"static inline f32x{w} sel_f32x{w}(i32x{w} m, f32x{w} a, f32x{w} b) {{ return (f32x{w})((m & (i32x{w})a) | (~m & (i32x{w})b)); }}",
-           f"static inline i32x{w} sel_i32x{w}(i32x{w} m, i32x{w} a, i32x{w} b) {{ return (m & a) | (~m & b); }}",
-           # uopc_exp2 on every lane, operation for operation (see EXP2_POLY)
-           f"static inline f32x{w} exp2_f32x{w}(f32x{w} x) {{\n"
-           f"  x = sel_f32x{w}(x < -160.0f, bcast_f32x{w}(-160.0f), x); x = sel_f32x{w}(x > 160.0f, bcast_f32x{w}(160.0f), x);\n"
-           f"  f32x{w} t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = bcast_f32x{w}({repr(EXP2_POLY[-1])}f);{EXP2_HORNER}\n"
-           f"  i32x{w} n = __builtin_convertvector(sel_f32x{w}(t == t, t, bcast_f32x{w}(0.0f)), i32x{w}), a = n >> 1, b = n - a;\n"
-           f"  return (p * (f32x{w})((a + 127) << 23)) * (f32x{w})((b + 127) << 23);\n}}"]
-  if fused:
-    lanewise = f"f32x{w} r; for (int l = 0; l < {w}; l++) r[l] = fmaf(a[l], b[l], c[l]); return r;"
-    if w in fma_isa:
-      macro, builtin = fma_isa[w]
-      body = f"\n#if defined(__x86_64__) && defined({macro})\n  return {builtin};\n#else\n  {lanewise}\n#endif\n"
-    else: body = f" {lanewise} "
-    lines.append(f"static inline f32x{w} fma_f32x{w}(f32x{w} a, f32x{w} b, f32x{w} c) {{{body}}}")
-  return "\n".join(lines) + "\n"
+def _gcc(d: DType) -> str:
+  """The GCC vector type of vector dtype d: f32xN, or i32xN for i32 and for bool (a mask). f16 is never vectorized."""
+  if d.scalar() is dtypes.f16: raise BackendError(f"f16 values are never vectorized in C ({d.name}): lower this kernel without a vector axis")
+  return f"{'f32' if d.scalar() is dtypes.f32 else 'i32'}x{d.count}"
 
 
 class _Body:
@@ -256,65 +321,13 @@ class _Body:
     self.grid = {kind: [bounds(u.src[0])[1] for u in sorted((u for u in lin if u.op is Ops.RANGE and u.arg.kind is kind), key=lambda r: r.arg)]
                  for kind in self.dims}
     self.stacks: dict[UOp, list[str]] = {}     # a STACK (a WMMA operand): its elements' expressions
+    self.wide: dict[UOp, tuple[str, str]] = {}  # a vector INDEX: (its memory, its first element's index)
     self.blocks: list[bool] = []       # for each open RANGE: did it open a { block
-    lanes = [u for u in lin if u.op is Ops.RANGE and u.arg.kind is AxisType.UPCAST] if renderer.vectorize else []
-    widths = {bounds(u.src[0])[1] for u in lanes}       # the end of each lane range
-    if len(widths) > 1: raise BackendError(f"the vector axes of a kernel share one width, got {sorted(widths)}")
-    self.width = widths.pop() if widths else 1
-    self.fused = False
-    self.address_only: set[UOp] = set()
-    self.lane_of: dict[UOp, UOp] = {}
-    self.vec, self.vmem, self.horizontal = self._vectors(lanes) if lanes else (set(), set(), set())
 
-  # -- which values are vectors
-  def _vectors(self, lanes: list[UOp]) -> tuple[set, set, set]:
-    # the lane each node depends on (an END of the lane's range closes it); a value of two lanes has no vector form
-    lane_of = self.lane_of
-    for u in self.lin:
-      if u in lanes: lane_of[u] = u; continue
-      mine = {lane_of[s] for s in u.src if s in lane_of}
-      if u.op is Ops.END: mine -= set(u.src[1:])
-      if len(mine) > 1: raise BackendError("a value depends on two vector axes")
-      if mine: lane_of[u] = mine.pop()
-    # an accumulator declared inside a lane's scope is one per lane: a vector register (the linearizer declares an ALLOC
-    # in the deepest loop that holds all of its uses, so its place says whether it lives per lane)
-    vmem, open_lanes = set(), []
-    for u in self.lin:
-      if u in lanes: open_lanes.append(u)
-      elif u.op is Ops.END and u.src[1] in lanes: open_lanes.remove(u.src[1])
-      elif u.op is Ops.ALLOC and open_lanes: vmem.add(u)
-    vec: set[UOp] = set()
-    for u in self.lin:
-      if u in lanes or (u.op in ALU and any(s in vec for s in u.src)): vec.add(u)
-      elif u.op is Ops.LOAD:
-        mem = base_memory(u.src[0].src[0])
-        if mem in vmem or (mem.op is Ops.BUFFER and u.src[0].src[1] in vec): vec.add(u)
-    for u in vec:
-      if u.dtype is dtypes.f16: raise BackendError("f16 values are never vectorized: lower this kernel without a vector axis")
-    for m in vmem:
-      if m.arg.shape[0] != 1: raise BackendError("a vector accumulator holds one element per lane")
-    # a scalar accumulator updated from a vector: acc = op(acc, vector), reduced over the lanes
-    horizontal = {u.src[1] for u in self.lin if u.op is Ops.STORE and u.src[1] in vec and base_memory(u.src[0].src[0]).op is Ops.ALLOC
-                  and base_memory(u.src[0].src[0]) not in vmem}
-    # index vectors that only address a buffer are never computed: each vector load or store renders its lanes' addresses
-    for u in reversed(self.lin):
-      if u in vec and u.dtype is dtypes.i32 and all((w.op in (Ops.END, Ops.AFTER) and u in w.src[1:]) or w in self.address_only or
-                                                     (w.op is Ops.INDEX and w.src[1] is u and base_memory(w.src[0]).op is Ops.BUFFER)
-                                                     for w in self.users.get(u, ())):
-        self.address_only.add(u)
-    return vec, vmem, horizontal
-
-  def vtype(self, d: DType) -> str: return f"{'f32' if d is dtypes.f32 else 'i32'}x{self.width}"
   def ctype(self, u: UOp) -> str:
-    if u in self.vec: return self.vtype(u.dtype)
     # a scalar bool value is held in an int (0 or 1; memory stays _Bool): GCC 12 at -O2 miscompiles
     # ((a < b) & c) | (c != 1) with c a _Bool temporary, and gets it right with an int
     return "int" if u.dtype is dtypes.bool else self.renderer.type_name(u.dtype)
-  def vector(self, s: UOp) -> str:
-    """s's value as a vector: itself, or a scalar broadcast to every lane (a bool as a mask)."""
-    if s in self.vec: return self.r[s]
-    if s.dtype is dtypes.bool: return f"(-(i32x{self.width})bcast_i32x{self.width}({self.r[s]}))"
-    return f"bcast_{self.vtype(s.dtype)}({self.r[s]})"
 
   # -- emitting
   def pad(self) -> str: return "  " * (sum(self.blocks) + 1)
@@ -326,30 +339,53 @@ class _Body:
   def uses(self, u: UOp) -> list[UOp]:   # an INDEX is inlined into its LOAD/STORE, so its users are the value's users
     return [w for v in self.users.get(u, ()) for w in (self.uses(v) if v.op is Ops.INDEX else [v])]
 
+  def value(self, u: UOp, expr: str) -> None:
+    """u is the expression `expr`, pasted into its users, or a variable when it is used more than once, inside a deeper
+    loop than where it is computed, or is long (see MAX_INLINE)."""
+    self.r[u] = expr
+    us = self.uses(u)
+    if len(us) > 1 or len(expr) > MAX_INLINE or any(self.depth[w] > self.depth[u] for w in us): self.var("alu", u, expr)
+
   def emit(self, u: UOp) -> None:
-    """Render one statement of the program: an ALU op is an expression (a variable when it must be, see MAX_INLINE),
-    every other op one of the statements below."""
-    if u.op not in ALU:
-      if (statement := _Body.statements.get(u.op)) is None: raise BackendError(f"the C renderer has no rule for {u.op!r} (is the program lowered?)")
-      statement(self, u)
-      return
-    r = self.r
-    r[u] = self.alu(u)
-    if u not in self.horizontal and u not in self.address_only:
-      us = self.uses(u)
-      if len(us) > 1 or len(r[u]) > MAX_INLINE or any(self.depth[w] > self.depth[u] for w in us): self.var("alu", u, r[u])
+    """Render one statement of the program: an ALU op is an expression (see value), every other op one of the
+    statements below."""
+    if u.op in ALU: self.value(u, self.alu(u))
+    elif (statement := _Body.statements.get(u.op)) is not None: statement(self, u)
+    else: raise BackendError(f"the C renderer has no rule for {u.op!r} (is the program lowered?)")
 
   def alu(self, u: UOp) -> str:
     """The expression of an ALU op: the renderer's code_for_op, except casts and floor division (which read their
-    operands' types and bounds) and f16 math (done in f32 and rounded back to f16)."""
+    operands' types and bounds), f16 math (done in f32 and rounded back to f16) and vectors."""
     renderer, r, op = self.renderer, self.r, u.op
-    if u in self.vec: return self.vector_alu(u)
+    if u.dtype.count > 1 or u.src[0].dtype.count > 1: return self.vector_alu(u)
     if op is Ops.CAST: return renderer.render_cast(u.src[0], u.dtype, r[u.src[0]])
     if op in (Ops.FLOORDIV, Ops.FLOORMOD): return self.divmod(u, r[u.src[0]], r[u.src[1]])
     if u.dtype is dtypes.f16 and op in _VIA_F32:
       return f"(({renderer.half})({renderer.code_for_op[op](dtypes.f32, *(f'((float){r[s]})' for s in u.src))}))"
     if op in renderer.code_for_op: return renderer.code_for_op[op](u.dtype, *(r[s] for s in u.src))
     raise BackendError(f"the C renderer has no rule for {op!r}")
+
+  def vector_alu(self, u: UOp) -> str:
+    """An ALU op on vectors: the renderer's vector_code_for_op, else (a cast, a transcendental, floor division that
+    bounds don't allow as C's) the scalar code on every lane, in a loop gcc unrolls."""
+    op, d, srcs, renderer = u.op, u.dtype, u.src, self.renderer
+    v = [self.r[s] for s in srcs]
+    if op in (Ops.FLOORDIV, Ops.FLOORMOD) and vmin(srcs[0]) >= 0 and vmin(srcs[1]) > 0: return f"({v[0]}{'/' if op is Ops.FLOORDIV else '%'}{v[1]})"
+    if (rule := renderer.vector_code_for_op.get(op)) is not None: return rule(d, srcs[0].dtype, *v)
+    if not renderer.vector_code_for_op: raise BackendError(f"{type(renderer).__name__} has no arithmetic on vectors ({op!r} of {d.name})")
+    args = [f"_a{i}" for i in range(len(srcs))]
+    lane = [renderer.render_gep(a, s.dtype, "_l") for a, s in zip(args, srcs)]
+    scalar = d.scalar()
+    if op is Ops.CAST: code = renderer.render_cast(srcs[0], scalar, lane[0])
+    elif op in (Ops.FLOORDIV, Ops.FLOORMOD): code = self.divmod(u, *lane)
+    else: code = renderer.code_for_op[op](scalar, *lane)
+    if scalar is dtypes.bool: code = f"-(int)({code})"
+    decls = " ".join(f"{renderer.type_name(s.dtype)} {a} = {x};" for a, s, x in zip(args, srcs, v))
+    return f"({{ {decls} {renderer.type_name(d)} _r; for (int _l = 0; _l < {d.count}; _l++) _r[_l] = {code}; _r; }})"
+
+  def divmod(self, u: UOp, a: str, b: str) -> str:
+    if vmin(u.src[0]) >= 0 and vmin(u.src[1]) > 0: return f"({a}{'/' if u.op is Ops.FLOORDIV else '%'}{b})"
+    return f"{'floordiv_i32' if u.op is Ops.FLOORDIV else 'floormod_i32'}({a}, {b})"
 
   # -- the statements: every op of a linearized program that is not ALU (the table `statements` below)
   def buffer(self, u: UOp) -> None: self.r[u] = memory_name(u)
@@ -358,15 +394,20 @@ class _Body:
   def stack(self, u: UOp) -> None: self.stacks[u] = [self.r[s] for s in u.src]   # a WMMA operand: its elements
   def barrier(self, u: UOp) -> None: self.lines.append(f"{self.pad()}{self.renderer.barrier}")
   def wmma(self, u: UOp) -> None: self.renderer.render_wmma(self, u)
+  def vectorize(self, u: UOp) -> None:
+    expr = self.renderer.render_vectorize(u.dtype, [self.r[s] for s in u.src])
+    # a constant vector, and one value broadcast to every lane, are pasted where they are used (gcc hoists them; a variable
+    # outside a parallel loop would be a vector the threads share)
+    if all(s.op is Ops.CONST for s in u.src) or all(s is u.src[0] for s in u.src): self.r[u] = expr
+    else: self.value(u, expr)
+  def gep(self, u: UOp) -> None: self.value(u, self.renderer.render_gep(self.r[u.src[0]], u.src[0].dtype, u.arg))
 
   def open_range(self, u: UOp) -> None:
-    renderer = self.renderer
-    kind = u.arg.kind if u.arg.kind is not AxisType.UPCAST or renderer.vectorize else AxisType.LOOP
+    renderer, kind = self.renderer, u.arg.kind
     self.r[u] = f"ridx{u.arg.idx}"
     dim = self.dims.get(kind, 0)
     if kind in self.dims: self.dims[kind] += 1
-    if u not in self.address_only:
-      self.lines.extend(self.pad() + line for line in renderer.range_code[kind](renderer, self.r[u], self.r[u.src[0]], dim, self.grid.get(kind, [])))
+    self.lines.extend(self.pad() + line for line in renderer.range_code[kind](renderer, self.r[u], self.r[u.src[0]], dim, self.grid.get(kind, [])))
     self.blocks.append(kind in renderer.opens_block)
 
   def close_range(self, u: UOp) -> None:
@@ -375,132 +416,27 @@ class _Body:
   def alloc(self, u: UOp) -> None:
     self.r[u] = f"acc{self.counter['acc']}"
     self.counter["acc"] += 1
-    ctype = self.vtype(u.dtype) if u in self.vmem else self.renderer.type_name(u.dtype)
-    self.lines.append(self.pad() + self.renderer.alloc_code[u.addrspace](ctype, self.r[u], u.arg.shape[0]))
+    self.lines.append(self.pad() + self.renderer.alloc_code[u.addrspace](self.renderer.type_name(u.dtype), self.r[u], u.arg.shape[0]))
 
   def index(self, u: UOp) -> None:
     r, mem = self.r, base_memory(u.src[0])
-    r[u] = r[u.src[0]] if mem.op is Ops.ALLOC and mem.arg.shape[0] == 1 else f"{r[u.src[0]]}[{r[u.src[1]]}]"
+    if u.arg is not None: self.wide[u] = (r[u.src[0]], r[u.src[1]])
+    else: r[u] = r[u.src[0]] if mem.op is Ops.ALLOC and mem.arg.shape[0] == 1 else f"{r[u.src[0]]}[{r[u.src[1]]}]"
 
   def load(self, u: UOp) -> None:
-    if u in self.vec and base_memory(u.src[0].src[0]).op is Ops.BUFFER: self.var("val", u, self.vector_load(u.src[0]))
-    else: self.var("val", u, self.r[u.src[0]])
-
-  def divmod(self, u: UOp, a: str, b: str) -> str:
-    if vmin(u.src[0]) >= 0 and vmin(u.src[1]) > 0: return f"({a}{'/' if u.op is Ops.FLOORDIV else '%'}{b})"
-    return f"{'floordiv_i32' if u.op is Ops.FLOORDIV else 'floormod_i32'}({a}, {b})"
-
-  # -- vector values
-  def vector_alu(self, u: UOp) -> str:
-    op, d, w = u.op, u.dtype, self.width
-    srcs = u.src
-    v = [self.vector(s) for s in srcs]
-    mask = srcs[0].dtype is dtypes.bool
-    if op is Ops.ADD: return f"({v[0]}|{v[1]})" if mask else f"({v[0]}+{v[1]})"
-    if op is Ops.MUL: return f"({v[0]}&{v[1]})" if mask else f"({v[0]}*{v[1]})"
-    if op is Ops.CMPNE: return f"({v[0]}!={v[1]})"
-    if op is Ops.CMPLT: return f"(~{v[0]}&{v[1]})" if mask else f"({v[0]}<{v[1]})"
-    if op is Ops.MAX:
-      if mask: return f"({v[0]}|{v[1]})"
-      cond = f"(({v[0]}>{v[1]})|({v[0]}!={v[0]}))" if d.is_float else f"({v[0]}>{v[1]})"   # NaN wins, as numpy.maximum
-      return f"sel_{self.vtype(d)}({cond}, {v[0]}, {v[1]})"
-    if op is Ops.WHERE: return f"sel_{self.vtype(d)}({v[0]}, {v[1]}, {v[2]})"
-    if op is Ops.RECIP and d is dtypes.f32: return f"(1.0f/{v[0]})"
-    if op is Ops.EXP2 and d is dtypes.f32: return f"exp2_{self.vtype(d)}({v[0]})"
-    if op is Ops.MULACC:
-      self.fused = True
-      return f"fma_f32x{w}({v[0]}, {v[1]}, {v[2]})"
-    if op in (Ops.FLOORDIV, Ops.FLOORMOD) and vmin(srcs[0]) >= 0 and vmin(srcs[1]) > 0:
-      return f"({v[0]}{'/' if op is Ops.FLOORDIV else '%'}{v[1]})"
-    # everything else lane by lane, with the scalar code of the op (transcendentals, casts, floor division)
-    args = [f"_a{i}" for i in range(len(srcs))]
-    # a mask lane is -1 or 0; `& 1` makes it C's 1 or 0. Not `!= 0`: gcc 12 at -O2 folds (mask[l] != 0) into mask[l] and
-    # gives -1 for true (found by the Opts fuzzer on (x < y).cast(i32))
-    lane = [f"({a}[_l]&1)" if s.dtype is dtypes.bool else f"{a}[_l]" for a, s in zip(args, srcs)]
-    if op is Ops.CAST: scalar = self.renderer.render_cast(srcs[0], d, lane[0])
-    elif op in (Ops.FLOORDIV, Ops.FLOORMOD): scalar = self.divmod(u, *lane)
-    else: scalar = self.renderer.code_for_op[op](d, *lane)
-    if d is dtypes.bool: scalar = f"-(int)({scalar})"
-    decls = " ".join(f"{self.vtype(s.dtype)} {a} = {x};" for a, s, x in zip(args, srcs, v))
-    return f"({{ {decls} {self.vtype(d)} _r; for (int _l = 0; _l < {w}; _l++) _r[_l] = {scalar}; _r; }})"
-
-  def lanes_of(self, index: UOp) -> tuple[str | None, list[str]]:
-    """An address that depends on the lane: (the expression of lane 0 when lane c is lane 0's address + c, else None;
-    each lane's own address expression, only computed when the address is not contiguous). The address is contiguous
-    when the lane enters it only through sums and products by lane-free factors (an affine function of the lane) and
-    lane 1 lies one element after lane 0: two substitutions, not one per lane."""
-    lane = self.lane_of[index]
-    at = lambda c: simplify(index.substitute({lane: UOp.const(c)}))
-    if self._affine(index, lane) and (d := simplify(at(1) - at(0))).op is Ops.CONST and d.arg == 1: return self.expr(at(0)), []
-    return None, [self.expr(at(c)) for c in range(self.width)]
-
-  @staticmethod
-  def _affine(index: UOp, lane: UOp) -> bool:
-    """Is index an affine function of lane: the lane reaches it only through ADDs and MULs by lane-free values?"""
-    depends: dict[UOp, bool] = {}
-    for u in index.toposort():
-      depends[u] = u is lane or any(depends[s] for s in u.src)
-      if depends[u] and u is not lane:
-        if u.op is Ops.ADD: continue
-        if u.op is Ops.MUL and sum(depends[s] for s in u.src) == 1: continue
-        return False
-    return True
-
-  def expr(self, root: UOp) -> str:
-    """A scalar index expression that is not in the program (a lane's address), over the program's rendered values."""
-    out: dict[UOp, str] = {}
-    for n in root.toposort():
-      if n in self.r and n not in self.vec: out[n] = self.r[n]
-      elif n.op is Ops.CONST: out[n] = render_const(n.arg, n.dtype, self.renderer.half)
-      elif n.op in (Ops.FLOORDIV, Ops.FLOORMOD): out[n] = self.divmod(n, out[n.src[0]], out[n.src[1]])
-      elif n.op is Ops.CAST: out[n] = self.renderer.render_cast(n.src[0], n.dtype, out[n.src[0]])
-      elif n.op in self.renderer.code_for_op: out[n] = self.renderer.code_for_op[n.op](n.dtype, *(out[s] for s in n.src))
-      else: raise BackendError(f"can't render {n.op!r} in a lane's address")
-    return out[root]
-
-  def vector_load(self, index: UOp) -> str:
-    name, d, w = self.r[index.src[0]], index.dtype, self.width
-    base, exprs = self.lanes_of(index.src[1])
-    if base is not None and d is not dtypes.bool: return f"(*({self.vtype(d)}_u*)({name}+{base}))"
-    if base is not None: exprs = [f"({base}+{c})" for c in range(w)]
-    if d is dtypes.bool: return f"((i32x{w}){{{', '.join(f'-(int){name}[{e}]' for e in exprs)}}})"
-    return f"(({self.vtype(d)}){{{', '.join(f'{name}[{e}]' for e in exprs)}}})"
+    at = u.src[0]
+    self.var("val", u, self.renderer.vector_load(*self.wide[at], at.dtype) if at in self.wide else self.r[at])
 
   def store(self, u: UOp) -> None:
     target, value = u.src
-    mem = base_memory(target.src[0])
-    pad, w = self.pad(), self.width
-    if mem.op is Ops.ALLOC and mem in self.vmem:
-      self.lines.append(f"{pad}{self.r[target]} = {self.vector(value)};")
-    elif value in self.horizontal:
-      # acc = op(acc, v): the lanes of v folded into the scalar accumulator one by one, lane 0 first, as the loop does
-      rop = value.op
-      own = [s for s in value.src if s.op is Ops.LOAD and base_memory(s.src[0].src[0]) is mem]
-      vec = next((s for s in value.src if s in self.vec), None)
-      if rop not in (Ops.ADD, Ops.MAX) or len(value.src) != 2 or len(own) != 1 or vec is None or vec is own[0]:
-        raise BackendError("a vector updates a scalar accumulator only as acc = op(acc, vector)")
-      lane = "(_h[_l]&1)" if vec.dtype is dtypes.bool else "_h[_l]"
-      # the operands in the node's order: max(-0.0, 0.0) and max(0.0, -0.0) differ
-      step = self.renderer.code_for_op[rop](value.dtype, *(self.r[target] if s is own[0] else lane for s in value.src))
-      self.lines.append(f"{pad}{{ {self.vtype(vec.dtype)} _h = {self.r[vec]}; for (int _l = 0; _l < {w}; _l++) {self.r[target]} = {step}; }}")
-    elif mem.op is Ops.BUFFER and target.src[1] in self.vec:
-      name = self.r[target.src[0]]
-      base, exprs = self.lanes_of(target.src[1])
-      v = self.vector(value)
-      if base is not None and value.dtype is not dtypes.bool: self.lines.append(f"{pad}*({self.vtype(value.dtype)}_u*)({name}+{base}) = {v};")
-      else:
-        if base is not None: exprs = [f"({base}+{c})" for c in range(w)]
-        self.lines.append(f"{pad}{{ {self.vtype(value.dtype)} _s = {v};")
-        for c, e in enumerate(exprs):
-          self.lines.append(f"{pad}  {name}[{e}] = " + (f"(_s[{c}]&1);" if value.dtype is dtypes.bool else f"_s[{c}];"))
-        self.lines.append(f"{pad}}}")
-    elif value in self.vec: raise BackendError("a vector stored to one address: every lane would write the same element")
+    pad = self.pad()
+    if target in self.wide: self.lines.extend(pad + line for line in self.renderer.vector_store(*self.wide[target], target.dtype, self.r[value]))
     else: self.lines.append(f"{pad}{self.r[target]} = {self.r[value]};")
 
   statements: dict[Ops, Callable[[_Body, UOp], None]] = {
     Ops.BUFFER: buffer, Ops.CONST: const, Ops.RANGE: open_range, Ops.END: close_range, Ops.ALLOC: alloc, Ops.AFTER: after,
     Ops.INDEX: index, Ops.LOAD: load, Ops.STORE: store, Ops.SINK: lambda body, u: None, Ops.BARRIER: barrier, Ops.STACK: stack,
-    Ops.WMMA: wmma,
+    Ops.WMMA: wmma, Ops.VECTORIZE: vectorize, Ops.GEP: gep,
   }
 
 
@@ -729,5 +665,6 @@ class CBackend:
   def synchronize(self) -> None: pass   # a C call returns when the kernel is done
 
 
-__all__ = ["CRenderer", "CBackend", "CCompiler", "CProgram", "compiler", "sanitize_name", "render_const", "PRELUDE", "EXP2_POLY",
+__all__ = ["CRenderer", "CBackend", "CCompiler", "CProgram", "compiler", "sanitize_name", "render_const", "HELPERS", "vector_helpers",
+           "used_helpers", "EXP2_POLY",
            "EXP2_HORNER", "CFLAGS", "SANITIZE_FLAGS", "sanitizing", "MAX_INLINE"]

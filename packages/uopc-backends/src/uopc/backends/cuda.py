@@ -6,7 +6,8 @@
 The renderer is the C renderer with a handful of table entries changed: the kernel prefix, `__restrict__`, the grid
 coordinates (GLOBAL ranges from blockIdx.x, LOCAL ones from threadIdx.x, as uopc.backends lays the grid out: the first
 range is the most significant digit of the flat block or thread number), `__shared__` arrays, `__syncthreads()`,
-`half` for f16 (cuda_fp16.h), and WMMA as the inline PTX of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (sm_80
+`half` for f16 (cuda_fp16.h), 16-byte vector loads and stores (float4, int4, half8: what uopc.vectorize folds
+neighbouring accesses into, Caps.vector_bytes), and WMMA as the inline PTX of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (sm_80
 and later): a lane's 8 halves of A and 4 of B are packed two to a 32-bit register, low element first.
 
 Compilation: nvcc -cubin for the target architecture ($UOPC_CUDA_ARCH, else the device's compute capability, else
@@ -30,36 +31,41 @@ from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.opt import Caps
 from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import BackendError, CompileError, LinearProgram
-from uopc.backends.c import CCompiler, CRenderer, EXP2_POLY, EXP2_HORNER, _array, sanitize_name
+from uopc.backends.c import (CCompiler, CRenderer, EXP2_POLY, EXP2_HORNER, FLOORDIV_I32, FLOORMOD_I32, CAST_F32_I32, _array,
+                              sanitize_name, used_helpers)
 
 
 class NoDeviceError(BackendError):
   """The CUDA backend was asked for memory or a launch where there is no GPU (or no driver)."""
 
 
-PRELUDE = f"""#define INFINITY (__int_as_float(0x7f800000))
-#define NAN (__int_as_float(0x7fffffff))
-__device__ static inline int floordiv_i32(int a, int b) {{
-  if (b == 0) return 0;
-  if (b == -1) return (int)(0u - (unsigned)a);
-  int q = a / b;
-  return q - ((a % b != 0) & ((a < 0) != (b < 0)));
-}}
-__device__ static inline int floormod_i32(int a, int b) {{
-  if (b == 0 || b == -1) return 0;
-  int r = a % b;
-  return r + ((r != 0) & ((r < 0) != (b < 0))) * b;
-}}
-__device__ static inline int cast_f32_i32(float x) {{
-  return (x >= -2147483648.0f && x < 2147483648.0f) ? (int)x : (-2147483647-1);
-}}
-__device__ static inline float uopc_exp2(float x) {{   /* the C backend's uopc_exp2, operation for operation */
+# the prelude's pieces (see uopc.backends.c.used_helpers): a kernel's prelude holds those its code uses
+EXP2_CUDA = f"""__device__ static inline float uopc_exp2(float x) {{   /* the C backend's uopc_exp2, operation for operation */
   x = x < -160.0f ? -160.0f : x; x = x > 160.0f ? 160.0f : x;
   float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{EXP2_HORNER}
   int n = t == t ? (int)t : 0, a = n >> 1, b = n - a;
   return (p * __int_as_float((a + 127) << 23)) * __int_as_float((b + 127) << 23);
 }}
 """
+# eight halves in 16 bytes: CUDA has float4 and int4, and for f16 only half2, so a half8 is four of them
+HALF8 = """struct __align__(16) half8 { half2 x, y, z, w; };
+__device__ static inline half8 make_half8(half a, half b, half c, half d, half e, half f, half g, half h) {
+  half8 r; r.x = __halves2half2(a, b); r.y = __halves2half2(c, d); r.z = __halves2half2(e, f); r.w = __halves2half2(g, h); return r;
+}
+"""
+HELPERS = [
+  (r"\bINFINITY\b", "#define INFINITY (__int_as_float(0x7f800000))\n"), (r"\bNAN\b", "#define NAN (__int_as_float(0x7fffffff))\n"),
+  (r"\bhalf8\b", HALF8),
+  (r"\bfloordiv_i32\b", "__device__ " + FLOORDIV_I32), (r"\bfloormod_i32\b", "__device__ " + FLOORMOD_I32),
+  (r"\bcast_f32_i32\b", "__device__ " + CAST_F32_I32), (r"\buopc_exp2\b", EXP2_CUDA),
+]
+
+
+def _cuda_vector(d: DType) -> str:
+  """The CUDA type of a vector of 16 bytes: float4, int4 or half8."""
+  name = {dtypes.f32.vec(4): "float4", dtypes.i32.vec(4): "int4", dtypes.f16.vec(8): "half8"}.get(d)
+  if name is None: raise BackendError(f"CUDA kernels move vectors of 16 bytes (float4, int4, half8), not {d.name}")
+  return name
 
 
 class CUDARenderer(CRenderer):
@@ -68,10 +74,22 @@ class CUDARenderer(CRenderer):
   buffer_qualifier = " __restrict__"
   barrier = "__syncthreads();"
   half = "half"
-  vectorize = False                   # GPU kernels have no SIMD vectors: threads are the lanes
-  alloc_code = {AddrSpace.LOCAL: _array, AddrSpace.SHARED: lambda ctype, name, n: f"__shared__ {ctype} {name}[{n}];"}
+  vector_code_for_op: dict = {}       # no arithmetic on vectors: threads are the lanes, vectors only move memory
+  helpers = HELPERS
+  # 16-byte aligned, so that a vector of it (uopc.vectorize proves its index a multiple of the vector's lanes) is aligned
+  alloc_code = {AddrSpace.LOCAL: _array, AddrSpace.SHARED: lambda ctype, name, n: f"__shared__ __align__(16) {ctype} {name}[{n}];"}
 
-  def type_name(self, d: DType) -> str: return "bool" if d is dtypes.bool else super().type_name(d)   # C++, not C's _Bool
+  def type_name(self, d: DType) -> str:
+    if d.count > 1: return _cuda_vector(d)
+    return "bool" if d is dtypes.bool else super().type_name(d)   # C++, not C's _Bool
+
+  # vectors are 16 bytes of memory moved at once (uopc.vectorize with Caps.vector_bytes=16, aligned): float4, int4, half8
+  def render_vectorize(self, d: DType, xs: list[str]) -> str: return f"make_{_cuda_vector(d)}({', '.join(xs)})"
+  def render_gep(self, x: str, d: DType, lane: int | str) -> str:
+    if d.scalar() is dtypes.f16: return f"{x}.{'xyzw'[int(lane) // 2]}.{'xy'[int(lane) % 2]}"
+    return f"{x}.{'xyzw'[int(lane)]}"
+  def vector_load(self, mem: str, at: str, d: DType) -> str: return f"(*(({_cuda_vector(d)}*)({mem}+{at})))"
+  def vector_store(self, mem: str, at: str, d: DType, value: str) -> list[str]: return [f"*(({_cuda_vector(d)}*)({mem}+{at})) = {value};"]
 
   def grid_index(self, kind: AxisType, dim: int, sizes: list[int]) -> str:
     flat = "blockIdx.x" if kind is AxisType.GLOBAL else "threadIdx.x"
@@ -103,10 +121,10 @@ class CUDARenderer(CRenderer):
     body.lines.append(f'{pad}    : "r"(_r[0]), "r"(_r[1]), "r"(_r[2]), "r"(_r[3]), "r"(_r[4]), "r"(_r[5]), '
                       f'"f"({c[0]}), "f"({c[1]}), "f"({c[2]}), "f"({c[3]})); }}')
 
-  def prelude(self, program: LinearProgram) -> str:
+  def prelude(self, program: LinearProgram, code: str) -> str:
     # half comes from cuda_fp16.h, which NVRTC finds only in a toolkit's (or a pip wheel's) headers: included where used
-    half = any(u.dtype is dtypes.f16 for u in program.uops)
-    return ("#include <cuda_fp16.h>\n" if half else "") + PRELUDE
+    half = any(u.dtype.scalar() is dtypes.f16 for u in program.uops)
+    return ("#include <cuda_fp16.h>\n" if half else "") + used_helpers(self.helpers, code)
 
   def signature(self, program: LinearProgram) -> str:
     threads = 1
@@ -323,7 +341,7 @@ class CUDABackend:
 
   def __init__(self):
     self.arch = default_arch()
-    self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=int(self.arch.split("_")[-1].rstrip("a")) >= 80)
+    self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=int(self.arch.split("_")[-1].rstrip("a")) >= 80, vector_bytes=16)
     self.compiler = CUDACompiler()
 
   def compile(self, src: str, name: str) -> CUDAProgram:
@@ -379,4 +397,4 @@ def device_available() -> bool:
 
 
 __all__ = ["CUDABackend", "CUDARenderer", "CUDACompiler", "CUDAProgram", "NoDeviceError", "device_available", "default_arch",
-           "PRELUDE", "NVCC_FLAGS"]
+           "HELPERS", "NVCC_FLAGS"]

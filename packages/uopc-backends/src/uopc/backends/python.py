@@ -8,7 +8,8 @@ of the launch at once: a value is a NumPy array with one entry per thread (or a 
 launch grid follows the contract in uopc.backends: the GLOBAL ranges are the digits of the block number, the LOCAL
 ranges the digits of the thread number within the block, first range most significant. Memory: a BUFFER is the
 handle's array; an ALLOC is per thread (registers, made fresh each time it is reached) or, in AddrSpace.SHARED, per
-block (one array for the whole launch, as a GPU's shared memory is); a BARRIER ends a phase for every thread.
+block (one array for the whole launch, as a GPU's shared memory is); a BARRIER ends a phase for every thread. A vector
+(uopc.vectorize's 16-byte moves) is a last axis of lanes; a vector LOAD or STORE moves its elements one by one.
 
 Lockstep hides races: all threads finish a statement before any starts the next, so a program with a missing BARRIER
 still computes the right answer here. So the emulator checks them. Between two BARRIERs, every element of shared
@@ -163,12 +164,13 @@ _TERNARY = {
 
 
 def _alu(u: UOp, vals: list) -> np.ndarray:
-  op, d = u.op, u.dtype
-  if op is Ops.CAST: return _cast(vals[0], u.src[0].dtype, d)
+  # a vector's lanes are the last axis of its values: every op works lane by lane, on the lanes' dtype
+  op, d = u.op, u.dtype.scalar()
+  if op is Ops.CAST: return _cast(vals[0], u.src[0].dtype.scalar(), d)
   if len(vals) == 3: return _TERNARY[op](*vals, d)
   if len(vals) == 1: return np.asarray(_UNARY[op](np.asarray(vals[0]))).astype(_np(d))
   a, b = (np.asarray(v) for v in vals)
-  return _BOOL[op](a, b) if u.src[0].dtype is dtypes.bool else _BINARY[op](a, b, d)
+  return _BOOL[op](a, b) if u.src[0].dtype.scalar() is dtypes.bool else _BINARY[op](a, b, d)
 
 
 # ---- memory ----------------------------------------------------------------------------------------------------------
@@ -293,20 +295,28 @@ def _index(launch: _Launch, u: UOp):
   return (base, launch.val[u.src[1]])
 
 
-def _load(launch: _Launch, u: UOp):
-  mem, i = launch.val[u.src[0]]
+def _load_element(launch: _Launch, mem, i):
   if isinstance(mem, _Memory): return mem.load(i, launch.tid)
   i = np.asarray(i)
   if i.size and (i.min() < 0 or i.max() >= mem.size): raise BackendError(f"{launch.name}: load of element {int(i.max())} of a buffer of {mem.size}")
   return mem[i]
 
 
+def _load(launch: _Launch, u: UOp):
+  mem, i = launch.val[u.src[0]]
+  if u.src[0].arg is None: return _load_element(launch, mem, i)
+  # a vector: its n consecutive elements, each read as one element is (shared memory tracks every one)
+  return np.stack(np.broadcast_arrays(*(np.asarray(_load_element(launch, mem, i + k)) for k in range(u.dtype.count))), axis=-1)
+
+
 def _store(launch: _Launch, u: UOp) -> None:
   (mem, i), v = launch.val[u.src[0]], launch.val[u.src[1]]
-  if isinstance(mem, _Memory): mem.store(i, v, launch.tid)
-  else:
-    i, v = np.broadcast_arrays(np.asarray(i), np.asarray(v))
-    mem[i] = v
+  lanes = [(i + k, np.asarray(v)[..., k]) for k in range(u.src[1].dtype.count)] if u.src[0].arg is not None else [(i, v)]
+  for at, x in lanes:
+    if isinstance(mem, _Memory): mem.store(at, x, launch.tid)
+    else:
+      at, x = np.broadcast_arrays(np.asarray(at), np.asarray(x))
+      mem[at] = x
 
 
 def _barrier(launch: _Launch, u: UOp) -> None:
@@ -331,6 +341,8 @@ STATEMENTS: dict[Ops, Callable[[_Launch, UOp], object]] = {
   Ops.BARRIER: _barrier,
   Ops.SINK: lambda launch, u: None,
   Ops.STACK: lambda launch, u: np.stack(np.broadcast_arrays(*(np.asarray(launch.val[s]) for s in u.src)), axis=-1),
+  Ops.VECTORIZE: lambda launch, u: np.stack(np.broadcast_arrays(*(np.asarray(launch.val[s]) for s in u.src)), axis=-1),
+  Ops.GEP: lambda launch, u: np.asarray(launch.val[u.src[0]])[..., u.arg],
   Ops.WMMA: _wmma,
   **dict.fromkeys(ALU, lambda launch, u: _alu(u, [launch.val[s] for s in u.src])),
 }
@@ -376,13 +388,13 @@ class PythonBackend:
   renderer = None
 
   def __init__(self):
-    # the GPU that CUDA lowers for (sm_80 and later): the same Opts, so the emulator runs the kernels CUDA would
-    self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=True)
+    # the GPU that CUDA lowers for (sm_80 and later): the same Opts and 16-byte vectors, so the emulator runs the kernels CUDA would
+    self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=True, vector_bytes=16)
 
   def compile(self, program: LinearProgram, name: str) -> EmulatedProgram:
     if not isinstance(program, LinearProgram): raise BackendError("the PYTHON backend runs LinearPrograms (it has no renderer)")
     for u in program.uops:
-      if u.dtype not in (dtypes.void, *_NP): raise BackendError(f"{name}: the PYTHON backend has no {u.dtype} values")
+      if u.dtype.scalar() not in (dtypes.void, *_NP): raise BackendError(f"{name}: the PYTHON backend has no {u.dtype} values")
     return EmulatedProgram(name, program.uops, program.params, loop_jumps(list(program.uops)))
 
   def alloc(self, n: int, dtype: DType) -> np.ndarray: return np.zeros(n, _np(dtype))

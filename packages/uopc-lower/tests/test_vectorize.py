@@ -1,0 +1,132 @@
+"""uopc.vectorize: lanes become vector values and neighbouring memory moves wide ones, and the program computes what it
+computed before, bit for bit. The oracle is the reference interpreter, which runs both: the lowered program (lanes as a
+loop) and the vectorized one (vectors as tuples of lanes)."""
+import math
+import struct
+import numpy as np
+import pytest
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops, AxisType, buf, range_, sink
+from uopc.lowering import LowerError
+from uopc.rangeify import lower, Opts, Ctx
+from uopc.linearize import linearize
+from uopc.interpret import run_linear
+from uopc.vectorize import vectorize
+
+rng = np.random.default_rng(0)
+
+
+def bits(values: list) -> list:
+  """Floats by their bits (NaN, -0.0 and 0.0 told apart), everything else as it is."""
+  return [struct.pack("<f", v) if isinstance(v, float) else v for v in values]
+
+
+def run(program: UOp, inputs: list[np.ndarray], n: int) -> list:
+  mem = {i: a.ravel().tolist() for i, a in enumerate(inputs)}
+  mem[len(inputs)] = [None] * n
+  run_linear(linearize(program), mem)
+  return mem[len(inputs)]
+
+
+def programs():
+  """(name, shaped root, inputs, Opts): elementwise, reductions along lanes (horizontal sums and maxes with NaN, -0.0 and
+  infinities), lanes across rows (gathers and scatters), masks, integers, a long sum in chunks."""
+  x = rng.standard_normal((8, 32)).astype(np.float32)
+  x[1, 3], x[2, 7], x[3, 0], x[4, 4], x[5, 9] = np.nan, -0.0, np.inf, -np.inf, 0.0
+  y = rng.standard_normal((8, 32)).astype(np.float32)
+  X, Y = buf(0, 256).reshape((8, 32)), buf(1, 256).reshape((8, 32))
+  i = rng.integers(-50, 50, (8, 32)).astype(np.int32)
+  Ii = buf(0, 256, dtypes.i32).reshape((8, 32))
+  long = rng.standard_normal(3 * 4096 + 64).astype(np.float32)
+  yield "axpy", X * 2.0 + Y, [x, y], Opts(vector=(1, 16))
+  yield "row sum", X.reduce(Ops.ADD, 1), [x], Opts(reduce_vector=8, unroll=2)
+  yield "row max", X.reduce(Ops.MAX, 1), [x], Opts(reduce_vector=16)
+  yield "column max, lanes across rows", X.permute((1, 0)).reduce(Ops.MAX, 1), [x], Opts(vector=(0, 8))
+  yield "transpose: gathers", X.permute((1, 0)) + 1.0, [x], Opts(vector=(1, 8))
+  yield "rows as lanes: scatters", X * Y, [x, y], Opts(vector=(0, 4), upcast={1: 2})
+  yield "masks", ((X < Y) * Y.ne(0.5)).where(X, Y.maximum(X)), [x, y], Opts(vector=(1, 8))
+  yield "integers", ((Ii // 3) * 3 + Ii % -5 + Ii // 7).cast(dtypes.f32), [i], Opts(vector=(1, 16))
+  yield "bool sum", (X < 0.0).reduce(Ops.ADD, 1), [x], Opts(reduce_vector=4)
+  yield "a long sum in chunks", buf(0, long.size).reduce(Ops.ADD, 1), [long], Opts(reduce_vector=16, unroll=4)
+  yield "gemm", ((X.reshape((8, 1, 32)).expand((8, 8, 32))) * Y.reshape((1, 8, 32)).expand((8, 8, 32))).reduce(Ops.ADD, 1), \
+    [x, y], Opts(vector=(1, 8), upcast={0: 2}, fma=True)
+
+
+@pytest.mark.parametrize("name, root, inputs, opts", list(programs()), ids=[p[0] for p in programs()])
+def test_the_vectorized_program_computes_what_the_lanes_as_a_loop_compute(name, root, inputs, opts):
+  n = max(1, math.prod(root.shape))
+  program = lower(root, buf(len(inputs), n, root.dtype), Ctx(opts=opts))
+  vectors = vectorize(program)
+  nodes = vectors.toposort()
+  assert not any(u.op is Ops.RANGE and u.arg.kind is AxisType.UPCAST for u in nodes)     # no lane loop left
+  assert any(u.dtype.count > 1 for u in nodes)
+  assert bits(run(vectors, inputs, n)) == bits(run(program, inputs, n))
+
+
+def test_contiguous_lanes_are_one_vector_load_and_one_vector_store():
+  program = vectorize(lower(buf(0, 64) * 2.0, buf(1, 64), Ctx(opts=Opts(vector=(0, 16)))))
+  wide = [u for u in program.toposort() if u.op is Ops.INDEX and u.arg is not None]
+  assert [u.arg for u in wide] == [dtypes.f32.vec(16)] * 2 and {u.src[0].arg.slot for u in wide} == {0, 1}
+  assert not any(u.op is Ops.LOAD and u.dtype is dtypes.f32 for u in program.toposort())
+
+
+def test_lanes_across_rows_gather_and_scatter_lane_by_lane():
+  program = vectorize(lower(buf(0, 64).reshape((8, 8)) + 1.0, buf(1, 64), Ctx(opts=Opts(vector=(0, 4)))))
+  nodes = program.toposort()
+  assert not any(u.op is Ops.INDEX and u.arg is not None for u in nodes)
+  assert sum(u.op is Ops.LOAD for u in nodes) == 4 and sum(u.op is Ops.STORE for u in nodes) == 4      # each lane's own address
+  assert any(u.op is Ops.VECTORIZE and all(s.op is Ops.LOAD for s in u.src) for u in nodes)
+
+
+def test_a_horizontal_sum_adds_the_lanes_in_order_into_the_scalar_accumulator():
+  program = vectorize(lower(buf(0, 64).reshape((2, 32)).reduce(Ops.ADD, 1), buf(1, 2), Ctx(opts=Opts(reduce_vector=8))))
+  geps = [u for u in program.toposort() if u.op is Ops.GEP]
+  assert sorted(u.arg for u in geps) == list(range(8))
+  # lane c's update reads the accumulator after lane c - 1's store: one chain, lane 0 first
+  lane = lambda u: next((s.arg for s in u.src if s.op is Ops.GEP), None)
+  updates = {lane(u.src[1]): u for u in program.toposort() if u.op is Ops.STORE and lane(u.src[1]) is not None}
+  assert sorted(updates) == list(range(8))
+  for c in range(1, 8): assert updates[c - 1] in updates[c].src[1].toposort()
+
+
+def test_a_machine_without_vectors_keeps_the_lanes_as_a_loop():
+  program = lower(buf(0, 64) * 2.0, buf(1, 64), Ctx(opts=Opts(vector=(0, 16))))
+  assert vectorize(program, lanes=False) is program
+
+
+def test_a_vector_stored_to_one_scalar_address_is_refused():
+  lane = range_(4, 0, AxisType.UPCAST)
+  program = sink(buf(0, 1).index(0).store(lane.cast(dtypes.f32)).end(lane))
+  with pytest.raises(LowerError, match="every lane would write the same element"): vectorize(program)
+
+
+# ---- wide memory moves (a GPU's 16-byte loads) --------------------------------------------------------------------------
+
+def gpu(root: UOp, n: int, **opts) -> UOp: return lower(root, buf(1, n, root.dtype), Ctx(opts=Opts(gpu=True, **opts)))
+
+
+def test_a_threads_neighbouring_elements_move_as_one_aligned_vector():
+  x = rng.standard_normal(256).astype(np.float32)
+  program = gpu(buf(0, 256) * 2.0 + 1.0, 256, local={0: 16}, upcast={0: 4})
+  folded = vectorize(program, lanes=False, memory_bytes=16)
+  assert [u.arg for u in folded.toposort() if u.op is Ops.INDEX and u.arg is not None] == [dtypes.f32.vec(4)] * 2
+  assert bits(run(folded, [x], 256)) == bits(run(program, [x], 256))
+
+
+def test_neighbours_that_do_not_start_on_a_multiple_of_the_vector_stay_scalar():
+  shifted = buf(0, 260).shrink(((1, 257),)) * 2.0          # loads at 4k + 1: a float4 there would be misaligned
+  program = vectorize(gpu(shifted, 256, local={0: 16}, upcast={0: 4}), lanes=False, memory_bytes=16)
+  wide = [u for u in program.toposort() if u.op is Ops.INDEX and u.arg is not None]
+  assert len(wide) == 1 and wide[0].src[0].arg.slot == 1          # the stores are aligned, the loads are not
+
+
+def test_stores_whose_values_read_the_stored_memory_are_not_folded():
+  out = buf(0, 4)
+  first = out.index(0).store(UOp.const(1.0))
+  later = out.after(first).index(0).load()                    # reads what the first store wrote
+  program = sink(first, *(out.index(k).store(later + float(k)) for k in range(1, 4)))
+  folded = vectorize(program, lanes=False, memory_bytes=16)
+  assert not any(u.op is Ops.INDEX and u.arg is not None for u in folded.toposort())
+  mem = {0: [None] * 4}
+  run_linear(linearize(folded), mem)
+  assert mem[0] == [1.0, 2.0, 3.0, 4.0]
