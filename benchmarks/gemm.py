@@ -1,4 +1,4 @@
-"""GEMM: the seed's movement-op matrix multiply as one kernel, compiled through uopc.runtime (with the Opts given, or
+"""GEMM: the movement-op matrix multiply (testing/example_programs.gemm_uir) as one kernel, compiled through uopc.runtime (with the Opts given, or
 uopc.opt's choice) and launched on the C backend's Buffers, in GFLOP/s beside NumPy's matmul measured in the same run.
 
     python benchmarks/gemm.py [--sizes 256 512 1024] [--repeat 3] [--opts '{"thread": 0, "upcast": {"1": 4}}']
@@ -14,11 +14,11 @@ from uopc.kernelize import make_kernel
 from uopc.backends import get_backend
 from uopc.runtime import Buffer, compile_kernel
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "testing"))
-from seed_programs import gemm_uir  # noqa: E402  (the same program the tests check against NumPy)
+from example_programs import gemm_uir  # noqa: E402  (the same program the tests check against NumPy)
 
 
 def gemm_program(n: int):
-  """C = A @ B with A, B row-major (n, n): the tests' movement-op GEMM (testing/seed_programs.py), at size n."""
+  """C = A @ B with A, B row-major (n, n): the tests' movement-op GEMM (testing/example_programs.py), at size n."""
   return parse(gemm_uir(n))
 
 

@@ -1,6 +1,6 @@
-"""Every C listing of the seed's programs (testing/seed_programs.py), as a test of values (against NumPy) and of loop
-structure: how many loops, which loop each accumulator lives in, which loads are hoisted. Variable numbering may differ
-from the book's."""
+"""The C listings of the example programs (testing/example_programs.py), as a test of values (against NumPy) and of loop
+structure: how many loops, which loop each accumulator lives in, which loads are hoisted. Variable numbering is not
+pinned."""
 import re
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ from uopc.composite import pad_axis, flip_axis, anti_eye, move_axis
 from uopc.rangeify import lower, Opts, Ctx
 from uopc.testing import render_c, run_c
 from uopc.testing import run_shaped
-from seed_programs import ROWSUM_UIR, gemm_uir, syllabus_uir, view_chain, sub_max, sub_max_through_a_flatten, neighbors, conv1d
+from example_programs import ROWSUM_UIR, gemm_uir, syllabus_uir, view_chain, sub_max, sub_max_through_a_flatten, neighbors, conv1d
 
 
 def body(src: str, name: str) -> list[str]:
@@ -105,7 +105,7 @@ def test_no_simplify_and_with_simplify(monkeypatch):
   monkeypatch.undo()
   bad = render_c(simplify(frozen), "no_simplify")
   assert where(good, "with_simplify", r"^acc0 = -INFINITY;") == [("ridx0",)]
-  assert where(bad, "no_simplify", r"^acc0 = -INFINITY;") == [("ridx0", "ridx1")]   # the O(N^3) structure of pitfall 2
+  assert where(bad, "no_simplify", r"^acc0 = -INFINITY;") == [("ridx0", "ridx1")]   # without simplify: the max is recomputed per column, O(N^3)
   a = np.random.default_rng(2).standard_normal(16).astype(np.float32)
   out = np.zeros(16, np.float32)
   run_c(simplify(frozen), {0: a, 1: out})
@@ -146,7 +146,7 @@ def test_pad1d_uses_c_division_only_where_bounds_allow():
 
 
 def test_flip3_with_the_anti_identity_product():
-  """The book's FLIP: a matrix-vector product with anti_eye, O(n^2) with a reduce loop."""
+  """FLIP as a matrix-vector product with anti_eye, O(n^2) with a reduce loop."""
   x = buf(0, 3)
   n = 3
   xl = move_axis(x, 0, -1)

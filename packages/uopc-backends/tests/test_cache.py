@@ -220,7 +220,7 @@ def test_every_file_uopc_writes_is_synced_with_its_directory_and_gets_the_mode_o
   # one writer (uopc.compile_cache.write_file) for kernels, searched Opts and `uopc run --save`; the kernel cache and the
   # Opts store once skipped the syncs (a power loss could leave a torn entry) and made their files 0600
   import uopc.cli as cli
-  from seed_programs import ROWSUM_UIR
+  from example_programs import ROWSUM_UIR
   from uopc.lowering import Opts
   from uopc.kernelize import make_kernel
   from uopc.runtime import store_opts

@@ -8,7 +8,7 @@ import uopc.backends.c as C
 import uopc.cli as cli
 import uopc.rangeify, uopc.uop
 from uopc.uir import parse, ParseError
-from seed_programs import ROWSUM_UIR, syllabus_uir
+from example_programs import ROWSUM_UIR, syllabus_uir
 
 GEMM_UIR = syllabus_uir(256)
 

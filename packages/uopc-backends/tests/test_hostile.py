@@ -15,7 +15,7 @@ from uopc.backends.c import CCompiler
 from uopc.testing import run_c, render_c
 from uopc.runtime import Buffer, compile_kernel, compile_program, run_schedule
 from uopc.testing import run_shaped
-from seed_programs import ROWSUM_UIR
+from example_programs import ROWSUM_UIR
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ from uopc.evaluate import to_python
 from uopc.composite import pad, flip_axis, anti_eye
 from uopc.rangeify import Opts, LowerError, check_opts
 from uopc.testing import run_shaped
-from seed_programs import gemm_uir, syllabus_uir
+from example_programs import gemm_uir, syllabus_uir
 
 
 def random_matrices(n: int, count: int, seed: int) -> list[np.ndarray]:
@@ -95,7 +95,7 @@ def test_random_movement_chains_with_reduce_stack_index(case):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_random_movement_chains(seed):
-  """The book's small version: six random steps (permute, shrink, a broadcast new axis, flatten) on 24 elements."""
+  """A small random chain: six random steps (permute, shrink, a broadcast new axis, flatten) on 24 elements."""
   rng = np.random.default_rng(seed)
   data = rng.standard_normal(24).astype(np.float32)
   u, ref = buf(0, 24).reshape((2, 3, 4)), data.reshape(2, 3, 4)

@@ -106,7 +106,7 @@ def test_bottom_up_sees_a_node_before_its_sources():
 
 
 def test_a_rule_that_changes_dtype_is_named_in_the_error():
-  def bool_to_int(u): return UOp.const(1)           # the seed's bug: a bool turned into an i32
+  def bool_to_int(u): return UOp.const(1)           # a classic rewrite bug: a bool turned into an i32
   pm = PatternMatcher([(UPat(Ops.CMPLT, name="u"), bool_to_int)])
   message = r"rule .*bool_to_int \(.*test_rewrite.py:\d+\) changed Ops.CMPLT dtypes.bool\(\) into Ops.CONST dtypes.i32\(\)"
   with pytest.raises(RewriteError, match=message):

@@ -99,7 +99,7 @@ def test_dtypes_are_interned():
 def test_op_groups():
   assert UNARY == {Ops.RECIP, Ops.CAST, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.SIN}
   assert BINARY == {Ops.ADD, Ops.MUL, Ops.CMPLT, Ops.CMPNE, Ops.FLOORDIV, Ops.FLOORMOD, Ops.MAX}
-  # the seed's ALU group, plus chapter 10's fused multiply-add beside WHERE
+  # the ALU group: the fused multiply-add (MULACC) is ternary beside WHERE
   assert TERNARY == {Ops.WHERE, Ops.MULACC} and ALU == UNARY | BINARY | TERNARY and COMMUTATIVE == {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE}
   assert MOVEMENT == {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK}
   assert repr(Ops.ADD) == "Ops.ADD" and repr(AddrSpace.ALU) == "AddrSpace.ALU" and repr(AxisType.LOOP) == "AxisType.LOOP"

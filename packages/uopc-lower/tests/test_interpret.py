@@ -6,7 +6,7 @@ from uopc.uop import UOp, Ops, ParamArg, buf, range_, sink
 from uopc.rangeify import lower, Opts, Ctx
 from uopc.linearize import linearize
 from uopc.interpret import run_linear, InterpretError
-from seed_programs import gemm_uir
+from example_programs import gemm_uir
 from uopc.uir import parse
 
 

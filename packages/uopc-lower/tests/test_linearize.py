@@ -5,7 +5,7 @@ from uopc.uop import UOp, Ops, AxisType, buf, range_, sink
 from uopc.rangeify import lower, Ctx, Opts
 from uopc.linearize import linearize, LinearizeError
 from uopc.uir import parse
-from seed_programs import gemm_uir, sub_max, sub_max_through_a_flatten, neighbors, conv1d
+from example_programs import gemm_uir, sub_max, sub_max_through_a_flatten, neighbors, conv1d
 
 
 def nesting(lin: list[UOp]) -> dict[UOp, tuple[int, ...]]:

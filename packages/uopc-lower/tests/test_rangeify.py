@@ -9,7 +9,7 @@ from uopc.composite import pad, flip_axis
 from uopc.rangeify import ravel, unravel, identity, Opts, Ctx, ranges_in, rangeify, lower, merge_ends, LowerError
 from uopc.linearize import linearize
 from uopc.interpret import run_linear
-from seed_programs import ROWSUM_UIR, view_chain, sub_max_through_a_flatten, neighbors, conv1d
+from example_programs import ROWSUM_UIR, view_chain, sub_max_through_a_flatten, neighbors, conv1d
 
 NP = {dtypes.f32: np.float32, dtypes.i32: np.int32, dtypes.bool: np.bool_}
 

@@ -6,7 +6,7 @@
     uopc tune SCRIPT.py [ARGS...]                               run a script with a timed search of every new kernel's Opts
 
 A program that is already lowered (its last statement is a SINK) is compiled as it is; a shaped program is one
-kernel into a new output BUFFER in the first free slot, lowered plainly (the book's loops) or, with --opt, with the
+kernel into a new output BUFFER in the first free slot, lowered plainly (one loop per axis, no Opts) or, with --opt, with the
 Opts uopc.opt chooses (vectors, register tiles, threads). Both go through
 uopc.runtime, like Tensor code. --device picks the backend (default: $UOPC_DEVICE, and C when that is empty).
 
@@ -69,7 +69,7 @@ def compile_file(root: UOp, name: str, device: str | None, optimize: bool = Fals
   if root.dtype.fmt is None: raise CLIError(f"the program's value is {root.dtype}, which can't be stored")
   slots = [u.arg.slot for u in root.toposort() if u.op is Ops.BUFFER]
   kernel = make_kernel(root, buf(max(slots, default=-1) + 1, max(1, prod(root.shape)), root.dtype), canonical=False)
-  # the book's plain lowering unless asked to optimize (then the Opts uopc.opt chooses, as for Tensor code)
+  # the plain lowering (one loop per axis) unless asked to optimize (then the Opts uopc.opt chooses, as for Tensor code)
   return compile_kernel(kernel, backend, None if optimize else Opts(), name=name), list(kernel.buffers), kernel.out
 
 

@@ -1,6 +1,6 @@
 """Conveniences for tests and notebooks, all over uopc.runtime (the one road every kernel takes):
 
-    run_shaped(root, inputs)         lower a shaped graph as one kernel, run it, return the NumPy result (the book's helper)
+    run_shaped(root, inputs)         lower a shaped graph as one kernel, run it, return the NumPy result
     render_c(sink, name)             the C source of the SINK that lower() returns
     run_c(sink, {slot: array})       run that SINK on the C backend, on NumPy arrays keyed by BUFFER slot, in place
     run_on(backend, sink, arrays)    the same on any backend

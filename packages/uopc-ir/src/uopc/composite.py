@@ -12,7 +12,7 @@ flip_axis uses the same shearing idea as anti_eye, applied to the data itself. B
 n rows and flatten: w[p] = x[p % n]. Read w with stride n-1 from position n-1: element i is
 w[(n-1)(i+1)] = x[(n-1)(i+1) % n] = x[n-1-i], because (n-1)(i+1) = -(i+1) modulo n. A stride is a RESHAPE
 to rows of n-1 plus a SHRINK to the first column, so the flip is six movement ops and one load per element
-(the O(n^2) anti-identity product of the book stays available as anti_eye).
+(the O(n^2) anti-identity product stays available as anti_eye, as a reference).
 """
 from __future__ import annotations
 from uopc.uop import UOp, Ops, UOpError

@@ -274,8 +274,8 @@ def _tuple_literal(tok: str) -> tuple:
 
 def _operands(op: Ops, src: list) -> tuple[UOp, ...]:
   """The operands of one statement as UOps: python literals become CONSTs. A bare literal adopts the dtype of a neighbour
-  in ops whose operands share one; a WHERE's neighbours are its branches, never its bool condition (the book's
-  exercise 6: `where %c, 1, 0` must stay i32)."""
+  in ops whose operands share one; a WHERE's neighbours are its branches, never its bool condition
+  (`where %c, 1, 0` is i32)."""
   neighbours = (src[1:] if op is Ops.WHERE else src) if op in _SAME_DTYPE else []
   like = next((s for s in neighbours if isinstance(s, UOp)), None)
   def constant(v) -> UOp:

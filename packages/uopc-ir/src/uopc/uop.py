@@ -8,8 +8,8 @@ Python object. That gives O(1) structural equality (`is`), free common-subexpres
 cheap memoization keyed on nodes (equality and hashing stay object's identity versions, written in C). That holds
 across threads: a node is added to the cache under a lock, after a second look.
 
-dtype, shape and addrspace are *recursive properties*: the inference rules (`_RULES`, one per op; the book's
-`_infer`) compute them from the op, the arg and the sources when the node is built. They are the type checker
+dtype, shape and addrspace are *recursive properties*: the inference rules (`_RULES`, one per op) compute them
+from the op, the arg and the sources when the node is built. They are the type checker
 of the IR: a malformed UOp never exists, it dies at construction with an error that says what was wrong.
 
 Nothing here recurses on graph depth: toposort, substitute, wrap, call_params, repr and pickling all
@@ -232,7 +232,7 @@ class UOp:
 
   def const_like(self, v) -> UOp:
     """v as a constant of this node's dtype *and shape*: a scalar CONST reshaped to all-ones and EXPANDed, so that
-    `x * 2` type-checks for a shaped x (pitfall 3 of the book)."""
+    `x * 2` type-checks for a shaped x (a bare scalar CONST has shape () and would not)."""
     c = UOp.const(v, self.dtype)
     if not self.shape: return c
     return c.reshape((1,) * len(self.shape)).expand(self.shape)

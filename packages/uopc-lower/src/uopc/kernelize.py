@@ -2,7 +2,7 @@
 
 rangeify can lower any shaped graph as one loop nest, but one loop nest is not always a good program. A
 reduction evaluated inside a loop it doesn't depend on is recomputed on every iteration of that loop:
-fused attention computes each row of QK^T once per output column (the book's 1787 ms against 7 ms). The
+fused attention computes each row of QK^T once per output column (N times the work: at N=512, hundreds of times slower). The
 cure is to *materialize*: compute the value once into a temporary BUFFER, in a kernel of its own, and let its
 consumers LOAD it. `STAGE(x)` is the IR's mark for "materialize x"; kernelize turns every STAGE, and every
 node its rules decide to materialize, into a temporary BUFFER written by its own kernel.

@@ -10,7 +10,7 @@ The renderer is tables over every op a linearized program can hold: `code_for_op
 function), `range_code` (a RANGE by its AxisType: LOOP and REDUCE as `for` loops, THREAD as a `for` under OpenMP's
 pragma, GLOBAL and LOCAL as index expressions a GPU subclass supplies), `alloc_code` (an ALLOC by its address space),
 `barrier`, and the `prelude` and `signature` hooks. A CUDA renderer is a subclass that changes a handful of those
-entries. Names follow the book: `dataN` is the BUFFER in slot N, `ridxN` the counter of RANGE N, `accN` an accumulator
+entries. Names are fixed, so listings read alike: `dataN` is the BUFFER in slot N, `ridxN` the counter of RANGE N, `accN` an accumulator
 (ALLOC), `valN` a loaded value, `aluN` an expression that gets a variable because it is used more than once, inside a
 deeper loop than where it is computed, or is long (so the source stays linear in the size of the program: inlining a
 chain of 20,000 multiplies would copy each prefix into the next). C's / and % appear only where bounds prove the

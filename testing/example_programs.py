@@ -1,5 +1,5 @@
-"""The seed's example programs, shared by the packages' test suites: the lowered rowsum listing, the movement-op GEMM,
-the syllabus program (.uir text), and the chapter-6 programs as shaped UOps over BUFFERs."""
+"""Example programs shared by the packages' test suites: the lowered rowsum listing, the movement-op GEMM,
+the syllabus program (.uir text), and small shaped programs (row sums, sub-max, neighbours, conv1d) over BUFFERs."""
 from uopc.uop import UOp, Ops, buf
 
 # seed 6.7: the row sum of a 3x4 matrix, already lowered: data1[i] = sum_j data0[i*4 + j]
@@ -79,7 +79,7 @@ def sub_max() -> UOp:
 
 def sub_max_through_a_flatten() -> UOp:
   """sub_max on a (4, 4) matrix, flattened and unflattened afterwards: the index reaching the reduce is
-  ((i*4 + j) // 4) % 4, which mentions j but is i (pitfall 2)."""
+  ((i*4 + j) // 4) % 4, which mentions j but is i (simplify must see that, or the reduce is recomputed per j)."""
   m = buf(0, 16).reshape((4, 4))
   return (m - row_max(m)).reshape((16,)).reshape((4, 4))
 
