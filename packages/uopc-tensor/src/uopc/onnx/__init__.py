@@ -20,9 +20,21 @@ The modules, in the order a call meets them:
 An op, attribute or type uopc doesn't implement raises NotImplementedError naming it (with the op's domain and opset
 version): never a wrong answer.
 """
-from uopc.onnx.dtypes import OnnxError
-from uopc.onnx import ops_math, ops_shape, ops_nn, ops_seq, ops_resize  # noqa: F401  (each registers its handlers)
-from uopc.onnx.registry import OPS, lookup
-from uopc.onnx.model import load, OnnxModel, ValueSpec
+import importlib
 
-__all__ = ["load", "OnnxModel", "ValueSpec", "OnnxError", "OPS", "lookup"]
+# the names below import the onnx package when first used, so that `uopc` (whose `uopc onnx` subcommand lives in
+# uopc.onnx.cli) starts without the onnx extra installed and says what is missing only when asked to run a model
+_HOMES = {"load": "model", "OnnxModel": "model", "ValueSpec": "model", "OnnxError": "dtypes", "OPS": "registry", "lookup": "registry"}
+
+
+def __getattr__(name: str):
+  if name not in _HOMES: raise AttributeError(f"module 'uopc.onnx' has no attribute {name!r}")
+  try: module = importlib.import_module(f"uopc.onnx.{_HOMES[name]}")
+  except ModuleNotFoundError as e:
+    if e.name != "onnx": raise
+    raise ModuleNotFoundError("uopc.onnx needs the onnx package: pip install 'uopc-tensor[onnx]'", name="onnx") from None
+  if name in ("OPS", "lookup"): importlib.import_module("uopc.onnx.model")   # the handlers register themselves on import
+  return getattr(module, name)
+
+
+__all__ = list(_HOMES)

@@ -11,20 +11,15 @@ convention (an op uopc lacks is one too, naming the op, its domain and version).
 from __future__ import annotations
 import collections, sys
 import numpy as np
-import onnx
-from onnx import GraphProto
-from uopc.onnx.dtypes import OnnxError
-from uopc.onnx.model import load, read_model, prepare_proto, opsets_of, _spec
-from uopc.onnx.registry import lookup, canonical_domain
-from uopc.onnx.graph import function_graph, type_protos
 
 
-class OnnxCLIError(OnnxError):
-  """A mistake on the command line (a bad --input)."""
+class OnnxCLIError(ValueError):
+  """A mistake on the command line (a bad --input): a ValueError, which the `uopc` command prints as one line."""
 
 
-def _nodes(g: GraphProto):
+def _nodes(g):
   """Every node of g and of its graph attributes (If branches, Loop bodies), without recursion."""
+  import onnx
   todo = [g]
   while todo:
     cur = todo.pop()
@@ -35,6 +30,9 @@ def _nodes(g: GraphProto):
 
 def support(proto) -> list[tuple[str, str, int, int, str]]:
   """(domain, op, opset, count, '' or why it isn't supported) for every op the model uses."""
+  from uopc.onnx.model import opsets_of
+  from uopc.onnx.registry import lookup, canonical_domain
+  from uopc.onnx.graph import function_graph, type_protos
   opsets = opsets_of(proto)
   counts = collections.Counter()
   first: dict = {}
@@ -57,6 +55,7 @@ def support(proto) -> list[tuple[str, str, int, int, str]]:
 
 
 def cmd_info(args) -> int:
+  from uopc.onnx.model import read_model, prepare_proto, opsets_of, _spec
   proto = prepare_proto(read_model(args.model))
   g = proto.graph
   inits = {t.name for t in g.initializer}
@@ -87,6 +86,7 @@ def _random_input(spec, rng: np.random.Generator) -> np.ndarray:
 
 
 def cmd_run(args) -> int:
+  from uopc.onnx.model import load
   model = load(args.model, device=args.device, use_jit=False)
   given: dict[str, np.ndarray] = {}
   for item in args.input:
@@ -116,9 +116,10 @@ def _one_line(fn):
   """An op or type uopc lacks is a NotImplementedError, which the `uopc` command doesn't know: one line too (--debug raises)."""
   def run(args) -> int:
     try: return fn(args)
-    except NotImplementedError as e:
+    except (NotImplementedError, ModuleNotFoundError) as e:
       if getattr(args, "debug", False): raise
-      print(f"uopc: error: {e}", file=sys.stderr)
+      missing = isinstance(e, ModuleNotFoundError) and e.name == "onnx"
+      print(f"uopc: error: {'uopc onnx needs the onnx package: pip install uopc-tensor[onnx]' if missing else e}", file=sys.stderr)
       return 1
   return run
 

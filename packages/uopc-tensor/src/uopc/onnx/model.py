@@ -28,6 +28,7 @@ from uopc.jit import jit
 from uopc.onnx.dtypes import OnnxError, np_type, to_tensor, to_numpy, compute_dtype, onnx_type_name
 from uopc.onnx.graph import Graph, Env, infer_types
 from uopc.onnx.registry import canonical_domain
+from uopc.onnx import ops_math, ops_shape, ops_nn, ops_seq, ops_resize  # noqa: F401  (each registers its handlers)
 
 MAX_JITTED = 8   # input signatures a model keeps a jitted function for
 
