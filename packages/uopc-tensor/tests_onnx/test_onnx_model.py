@@ -71,6 +71,16 @@ def test_int64_outputs_come_back_int64_and_values_past_i32_are_refused():
   with pytest.raises(TensorError, match="doesn't fit"): m(np.array([2**31 - 1, 0, 0], np.int64), np.array([1, 0, 0], np.int64))
 
 
+def test_an_int64_cumprod_that_leaves_i32_is_refused_not_wrapped():
+  nodes = [helper.make_node("CumProd", ["x", "axis"], ["y"])]
+  m = uopc.onnx.load(model_of(nodes, [vi("x", TensorProto.INT64, [4]), vi("axis", TensorProto.INT64, [])], [vi("y", TensorProto.INT64, [4])],
+                              opset=26))
+  (y,) = m(np.array([2, -3, 4, 5], np.int64), np.array(0, np.int64))
+  assert y.dtype == np.int64 and y.tolist() == [2, -6, -24, -120]
+  # 3**20 wraps in i32 to a plausible-looking -808182895 after 3**19
+  with pytest.raises(TensorError, match="doesn't fit"): m(np.array([3**10, 3**9, 3, 1], np.int64), np.array(0, np.int64))
+
+
 def test_float64_computes_in_f32_and_comes_back_float64():
   nodes = [helper.make_node("Mul", ["a", "a"], ["y"])]
   m = uopc.onnx.load(model_of(nodes, [vi("a", TensorProto.DOUBLE, [2])], [vi("y", TensorProto.DOUBLE, [2])]))

@@ -195,10 +195,13 @@ def depth_to_space(ctx, x, blocksize, mode="DCR"):
   if mode == "DCR": return x.reshape(N, b, b, C // (b * b), H, W).permute(0, 3, 4, 1, 5, 2).reshape(N, C // (b * b), H * b, W * b)
   return x.reshape(N, C // (b * b), b, b, H, W).permute(0, 1, 4, 2, 5, 3).reshape(N, C // (b * b), H * b, W * b)
 @op("SpaceToDepth", since=1, exact=True)
-def space_to_depth(ctx, x, blocksize):
+def space_to_depth(ctx, x, blocksize, mode="DCR"):
+  """The inverse of DepthToSpace: DCR puts the block offsets before the channel in the new channel axis, CRD after it."""
   N, C, H, W = x.shape
   b = blocksize
-  return x.reshape(N, C, H // b, b, W // b, b).permute(0, 3, 5, 1, 2, 4).reshape(N, C * b * b, H // b, W // b)
+  order = {"DCR": (0, 3, 5, 1, 2, 4), "CRD": (0, 1, 3, 5, 2, 4)}
+  if mode not in order: raise OnnxError(f"SpaceToDepth: mode must be DCR or CRD, got {mode!r}")
+  return x.reshape(N, C, H // b, b, W // b, b).permute(*order[mode]).reshape(N, C * b * b, H // b, W // b)
 @op("Trilu", since=14, const=(1,), exact=True)
 def trilu(ctx, x, k=None, upper=1):
   kk = 0 if k is None else _ints(k)[0]
@@ -216,16 +219,19 @@ def one_hot(ctx, indices, depth, values, axis=-1):
   classes = Tensor.arange(d, device=ctx.device).reshape(tuple(d if k == a else 1 for k in range(indices.ndim + 1)))
   hot = idx.unsqueeze(a).eq(classes)
   return hot.where(values[1], values[0])
-@op("CumSum", since=11, const=(1,))
-def cumsum(ctx, x, axis, exclusive=0, reverse=0):
+def _scan(ctx, x, axis, exclusive, reverse, product: bool):
   from uopc.onnx.ops_math import guard_wide
   a = _axis(int(np.asarray(axis).reshape(-1)[0]), x.ndim)
   def run(t):
     if reverse: t = t.flip(a)
-    if exclusive: t = t.pad(tuple((1, -1) if k == a else (0, 0) for k in range(t.ndim)))
-    out = t.cumsum(a)
+    if exclusive: t = t.pad(tuple((1, -1) if k == a else (0, 0) for k in range(t.ndim)), value=1 if product else 0)
+    out = t.cumprod(a) if product else t.cumsum(a)
     return out.flip(a) if reverse else out
   return guard_wide(ctx, run(x), lambda: run(x.float()))
+@op("CumSum", since=11, const=(1,))
+def cumsum(ctx, x, axis, exclusive=0, reverse=0): return _scan(ctx, x, axis, exclusive, reverse, False)
+@op("CumProd", since=26, const=(1,))
+def cumprod(ctx, x, axis, exclusive=0, reverse=0): return _scan(ctx, x, axis, exclusive, reverse, True)
 @op("Range", since=11, const=(0, 1, 2))
 def range_(ctx, start, limit, delta):
   s, l, d = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
@@ -279,3 +285,16 @@ def topk(ctx, x, k, axis=-1, largest=1, sorted=1):   # noqa: A002
 @op("TopK", since=1)
 def topk_1(ctx, x, k, axis=-1): return topk(ctx, x, np.array([k]), axis)
 
+@op("TensorScatter", since=24, exact=True)
+def tensor_scatter(ctx, past, update, write_indices=None, mode="linear", axis=-2):
+  """A KV cache's update: for each batch b, update's rows along axis written into past from position write_indices[b]
+  (wrapping around the cache in circular mode). Position p takes update row p - write_indices[b] where that is a row."""
+  a = _axis(axis, past.ndim)
+  if a == 0: raise OnnxError("TensorScatter: axis can't be the batch axis 0")
+  if mode not in ("linear", "circular"): raise OnnxError(f"TensorScatter: mode must be linear or circular, got {mode!r}")
+  S, L, B = past.shape[a], update.shape[a], past.shape[0]
+  w = write_indices if write_indices is not None else Tensor.zeros(B, dtype=dtypes.i32, device=ctx.device)
+  u = Tensor.arange(S, device=ctx.device).reshape(tuple(S if k == a else 1 for k in range(past.ndim))) - w.reshape((B,) + (1,) * (past.ndim - 1))
+  if mode == "circular": u = u % S
+  valid = ((u >= 0) & (u < L)).expand(past.shape)
+  return valid.where(update.gather(a, valid.where(u.expand(past.shape), 0)), past)
