@@ -5,6 +5,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 import uopc.onnx
 from uopc.onnx import OnnxError
 from uopc.tensor import Tensor, TensorError
@@ -79,6 +80,22 @@ def test_an_int64_cumprod_that_leaves_i32_is_refused_not_wrapped():
   assert y.dtype == np.int64 and y.tolist() == [2, -6, -24, -120]
   # 3**20 wraps in i32 to a plausible-looking -808182895 after 3**19
   with pytest.raises(TensorError, match="doesn't fit"): m(np.array([3**10, 3**9, 3, 1], np.int64), np.array(0, np.int64))
+
+
+def test_a_conv_after_a_conv_stores_its_padded_input_once_instead_of_recomputing_it_per_window_position():
+  """Conv's pads go to conv2d, which stores the padded input: padded outside it, the pad stayed a view and kernelize
+  fused the first conv into every one of the second's 9 window positions (a kernel of 9x the output, 9x the work)."""
+  rng = np.random.default_rng(0)
+  w1, w2 = (numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), n) for n in ("w1", "w2"))
+  nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["r"]),
+           helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1, 1, 1])]
+  proto = model_of(nodes, [vi("x", TensorProto.FLOAT, [1, 4, 6, 6])], [vi("y", TensorProto.FLOAT, [1, 4, 6, 6])], [w1, w2])
+  m = uopc.onnx.load(proto, use_jit=False)
+  x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+  sizes = [int(np.prod(k.root.shape)) for k in m.run_tensors(x)[0].schedule()]
+  assert max(sizes) <= 4 * 8 * 8, sizes   # the padded intermediate (4 channels of 8x8) is the largest thing stored
+  want = ReferenceEvaluator(proto).run(None, {"x": x})[0]
+  np.testing.assert_allclose(m(x)[0], want, rtol=1e-5, atol=1e-5)
 
 
 def test_float64_computes_in_f32_and_comes_back_float64():

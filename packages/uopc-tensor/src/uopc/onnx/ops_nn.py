@@ -70,8 +70,10 @@ def matmul_integer(ctx, a, b, a_zero_point=None, b_zero_point=None):
 def conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
   kernel = list(kernel_shape) if kernel_shape is not None else list(w.shape[2:])
   strides, dilations, pairs = _window_args(x, kernel, strides, dilations, pads, auto_pad)
-  if any(p != (0, 0) for p in pairs): x = x.pad(((0, 0), (0, 0)) + tuple(pairs))
-  return x.conv2d(w, b, stride=tuple(strides), padding=0, dilation=tuple(dilations), groups=group)
+  # the pads go to conv2d, which stores the padded input once: padded here, the pad stayed a view that the windows read
+  # through, and kernelize fused the producer into each of the kernel's window positions (ResNet: every 3x3 conv after a
+  # conv computed that conv 9 times)
+  return x.conv2d(w, b, stride=tuple(strides), padding=_flat_pads(pairs), dilation=tuple(dilations), groups=group)
 @op("ConvInteger", since=10, attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
 def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, **attrs):
   if x_zero_point is not None: x = x - x_zero_point
