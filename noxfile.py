@@ -16,7 +16,7 @@ from packaging.version import Version
 try: import tomllib
 except ModuleNotFoundError: import tomli as tomllib   # python 3.10: nox itself depends on tomli there
 
-nox.options.sessions = ["ir", "lower", "backends", "tensor", "torch", "cuda(arch='sm_90')", "sanitize", "lint"]
+nox.options.sessions = ["ir", "lower", "backends", "tensor", "torch", "onnx", "cuda(arch='sm_90')", "sanitize", "lint"]
 nox.options.reuse_existing_virtualenvs = False
 
 PYTHON = os.environ.get("UOPC_NOX_PYTHON")   # None: the python that runs nox
@@ -83,6 +83,27 @@ def torch(session: nox.Session) -> None:
   """uopc-tensor's forward and backward against PyTorch 2.13.0 (the only session that installs torch), and the
   safetensors files against the safetensors library."""
   _test(session, "uopc-tensor", "tests_torch", "torch==2.13.0", "safetensors")
+
+
+ONNX = "onnx==1.23.2"   # the node tests and their exclusion list (tests_onnx/test_node_backend.py) are this release's
+ONNX_MODEL_TESTS = "packages/uopc-tensor/tests_onnx/test_models_torch.py"
+
+
+@nox.session(python=PYTHON)
+def onnx(session: nox.Session) -> None:
+  """uopc.onnx (uopc-tensor[onnx]): the loader's tests and, of ONNX's own node tests, the first one running each op
+  uopc.onnx supports (UOPC_ONNX_NODE_TESTS=one-per-op); `onnx_full` runs all of them."""
+  _install_chain(session, "uopc-tensor", *TEST_TOOLS, ONNX, extras="[onnx]")
+  _pytest(session, "packages/uopc-tensor/tests_onnx", f"--ignore={ONNX_MODEL_TESTS}", env={"UOPC_ONNX_NODE_TESTS": "one-per-op"})
+
+
+@nox.session(python=PYTHON, default=False)
+def onnx_full(session: nox.Session) -> None:
+  """Every ONNX node test but the excluded ones (the fixed list in tests_onnx/test_node_backend.py, each with its reason),
+  and models exported from PyTorch 2.13.0 with torch.onnx.export against onnxruntime (tests_onnx/test_models_torch.py).
+  Prints the pass rate over all 1,884 node tests."""
+  _install_chain(session, "uopc-tensor", *TEST_TOOLS, ONNX, "torch==2.13.0", "onnxruntime", extras="[onnx]")
+  _pytest(session, "packages/uopc-tensor/tests_onnx", env={"UOPC_ONNX_NODE_TESTS": "all"})
 
 
 @nox.session(python=PYTHON)
