@@ -11,8 +11,10 @@ from uopc.uop import Ops, ALU, MOVEMENT
 # what a shaped graph holds: the values Tensor builds, kernelize cuts, rangeify lowers and autodiff differentiates
 SHAPED = ALU | MOVEMENT | {Ops.CONST, Ops.BUFFER, Ops.STACK, Ops.INDEX, Ops.REDUCE, Ops.STAGE}
 # what a linearized program holds: no shapes left, memory and loops instead, and vectors (what renderers and interpreters read)
+# (by name: uopc-ir before 0.3 has no vectors, and `nox -s compat` runs uopc-tensor's tests, which import this, on it)
+VECTOR_OPS = {Ops.__members__[name] for name in ("VECTORIZE", "GEP") if name in Ops.__members__}
 LINEAR = ALU | {Ops.CONST, Ops.BUFFER, Ops.ALLOC, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.AFTER, Ops.SINK, Ops.RANGE, Ops.END, Ops.BARRIER,
-                Ops.STACK, Ops.WMMA, Ops.VECTORIZE, Ops.GEP}
+                Ops.STACK, Ops.WMMA} | VECTOR_OPS
 # what only the evaluator meets: a function's parameters and its calls (inlined before anything else looks)
 CALLS = {Ops.PARAM, Ops.CALL}
 
