@@ -10,6 +10,9 @@ node its rules decide to materialize, into a temporary BUFFER written by its own
 The rules (tinygrad's, which never recompute a reduction per output element):
   * a REDUCE whose value is broadcast (an EXPAND that grows an axis, reached through elementwise and movement
     ops) is materialized: its consumer would otherwise revisit it from inside loops it doesn't use;
+  * so is a REDUCE that reaches a STACK (a concatenation: a pad's zeros beside it, a convolution window's shifted
+    views of it): under the choice of branch it would run once per branch that reads it (nine times for a 3x3
+    window), in loops no Opts can vectorize;
   * so is a costly elementwise value that is broadcast (COSTLY ALU ops, a transcendental among them): a GELU's
     gradient feeding a weight gradient would otherwise be recomputed once per output column;
   * a node shared by several kernels is materialized when recomputing it costs more than loading it: when its
@@ -254,24 +257,29 @@ def _staged(roots: list[UOp]) -> set[UOp]:
   for u in nodes:
     if u.op in (Ops.BUFFER, Ops.REDUCE) or any(s in live for s in u.src): live.add(u)
   def stored(us, keep_layout: bool = False) -> set[UOp]: return {f for u in us if (f := _stored_form(u, live, keep_layout)) is not None}
-  # what recomputing a value costs: its ALU ops down to memory and reductions (a transcendental counts as several)
+  staged = stored((u.src[0] for u in nodes if u.op is Ops.STAGE), keep_layout=True)
+  # what recomputing a value costs: its ALU ops down to memory, reductions and what is stored (a transcendental counts
+  # as several); and a REDUCE broadcast by an EXPAND: carry each value's kernel-local REDUCEs up the graph until an
+  # EXPAND (or a STACK) meets them
   cost: dict[UOp, int] = {}
+  carried: dict[UOp, frozenset] = {}
+  empty: frozenset = frozenset()
   for u in nodes:
     if u.op in ALU: cost[u] = min(1000, ALU_COST[u.op] + sum(cost[s] for s in u.src))
     elif u.op in MOVEMENT or u.op in (Ops.STACK, Ops.INDEX): cost[u] = min(1000, sum(cost[s] for s in u.src))
     else: cost[u] = 0
-  staged = stored((u.src[0] for u in nodes if u.op is Ops.STAGE), keep_layout=True)
-  # a REDUCE broadcast by an EXPAND: carry each value's kernel-local REDUCEs up the graph until an EXPAND meets them
-  carried: dict[UOp, frozenset] = {}
-  empty: frozenset = frozenset()
-  for u in nodes:
     if u.op is Ops.REDUCE: carried[u] = frozenset((u,))
     elif u.op in _LOCAL:
       c = empty
       for s in u.src:
         if carried[s]: c = c | carried[s]
       carried[u] = c
-      if _expands(u):
+      if u.op is Ops.STACK and c:
+        # a reduction that reaches a concatenation (a pad's zeros beside it, a window's shifted views of it) would run
+        # under the choice of branch, once for each branch that reads it, in loops no Opts can vectorize: store it first
+        staged |= stored(_movement_chain(s)[-1] for s in u.src if carried[s])
+        carried[u], cost[u] = empty, min(1000, sum(cost[s] for s in u.src if not carried[s]))   # those branches are loads now
+      elif _expands(u):
         # a costly value broadcast is computed once, not once per copy (a GELU's gradient feeding a weight gradient),
         # reductions inside it included (layernorm's rsqrt(var + eps) is one kernel with its variance); a cheap one
         # is recomputed per copy, but not the reductions under it
