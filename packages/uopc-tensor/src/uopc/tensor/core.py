@@ -347,6 +347,9 @@ class TensorCore:
     is 0 (where torch's formula may give inf: b ** 3.3 at b = inf): no graph of x has a finite forward value and an
     infinite slope there. Where x is NaN and so is the value, the gradient is NaN, as torch's (a NaN must not vanish in
     the backward pass): a term NaN there and +0.0 elsewhere, subtracted so a -0.0 value keeps its sign."""
+    # no gradient can flow into an x that requires none (requires_grad is set as the graph is built): the value alone,
+    # without the slope's graph, which a forward pass would otherwise evaluate (times 0) in every kernel
+    if not any(x.requires_grad for x, _ in pairs): return self._stop_gradient()
     out = self._stop_gradient()
     big = 2.0 ** (127 if out.dtype is dtypes.f32 else 15)
     value_nan = out.isnan()
