@@ -115,7 +115,9 @@ def _realize_all(ts: list[Tensor]) -> None:
 def _live_tensors() -> list[Tensor]:
   """Every Tensor alive in the process. A capture asks twice (when it starts and when it ends) to know who holds the
   buffers it reads and who can see the buffers it writes; a registry kept by every Tensor op would cost every op."""
-  return [o for o in gc.get_objects() if isinstance(o, Tensor) and hasattr(o, "uop")]   # (one being made has no uop yet)
+  # type(o), not isinstance: isinstance reads o.__class__, which some objects compute (a deprecated torch.distributed
+  # name warns when touched); hasattr: a Tensor being made has no uop yet
+  return [o for o in gc.get_objects() if issubclass(type(o), Tensor) and hasattr(o, "uop")]
 
 
 # ---- where a value lives --------------------------------------------------------------------------------------------
