@@ -164,6 +164,7 @@ def trained(tmp_path_factory):
   return out
 
 
+@pytest.mark.training_run
 def test_train_writes_a_checkpoint_the_safetensors_library_reads_and_a_plot(trained):
   from safetensors.numpy import load_file          # the library itself (the tensor session installs it)
   tensors = load_file(str(trained / "model.safetensors"))
@@ -172,6 +173,7 @@ def test_train_writes_a_checkpoint_the_safetensors_library_reads_and_a_plot(trai
   assert {k for k in tensors if k.startswith("optim.m.")} == {f"optim.m.{k}" for k in nn.get_state_dict(model)}
 
 
+@pytest.mark.training_run
 def test_train_reports_and_saves_what_it_did(trained):
   ckpt = load(trained / "model.safetensors")
   assert ckpt.model.cfg == GPTConfig(vocab=13, context=16, layers=1, width=16, heads=2)
@@ -180,6 +182,7 @@ def test_train_reports_and_saves_what_it_did(trained):
   assert (trained / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.training_run
 def test_the_last_line_gives_the_final_loss_and_accuracy(capsys, tmp_path):
   status, out, err = run(capsys, "train", "--steps", "2", *TINY, "--out", str(tmp_path))
   assert status == 0
@@ -187,6 +190,7 @@ def test_the_last_line_gives_the_final_loss_and_accuracy(capsys, tmp_path):
   assert last.startswith("final loss ") and "accuracy" in last and "held-out additions of numbers below 100" in last
 
 
+@pytest.mark.training_run
 def test_sample_answers_an_addition_prompt(capsys, trained):
   status, out, _ = run(capsys, "sample", str(trained), "--prompt", "12+34=")
   assert status == 0
@@ -196,6 +200,7 @@ def test_sample_answers_an_addition_prompt(capsys, trained):
   assert status == 0 and out2.startswith("12+34=")
 
 
+@pytest.mark.training_run
 def test_resume_continues_the_step_count_and_the_optimizer_state(capsys, trained, tmp_path):
   import shutil
   run_dir = tmp_path / "resumed"
@@ -210,6 +215,7 @@ def test_resume_continues_the_step_count_and_the_optimizer_state(capsys, trained
   assert not np.array_equal(after["optim.m.head.weight"].numpy(), before["optim.m.head.weight"].numpy())
 
 
+@pytest.mark.training_run
 def test_train_on_a_text_file_then_sample_it(capsys, tmp_path):
   data = tmp_path / "poem.txt"
   data.write_text("the cat sat on the mat. " * 40, encoding="utf-8")
@@ -251,6 +257,7 @@ def test_bad_numbers_are_usage_errors(capsys, argv, message):
   assert e.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.training_run
 def test_checkpoints_of_another_shape_and_prompts_outside_the_vocabulary_are_refused(capsys, trained):
   status, _, err = run(capsys, "train", "--resume", str(trained), "--width", "32")
   assert status == 1 and "the checkpoint has width 16, but --width 32 was given" in err
@@ -266,6 +273,7 @@ def test_checkpoints_of_another_shape_and_prompts_outside_the_vocabulary_are_ref
   assert status == 1 and "not a uopc GPT checkpoint" in err
 
 
+@pytest.mark.training_run
 def test_a_diverging_run_stops_with_an_error(capsys, tmp_path):
   status, _, err = run(capsys, "train", "--steps", "20", *TINY, "--lr", "1e9", "--out", str(tmp_path))
   assert status == 1 and "the run diverged" in err
@@ -311,6 +319,7 @@ def test_a_few_training_steps_give_finite_losses_for_every_digit_count(digits):
   assert all(math.isfinite(v) and v > 0 for v in losses), losses
 
 
+@pytest.mark.training_run
 def test_the_command_trains_three_digit_additions(capsys, tmp_path):
   status, out, err = run(capsys, "train", "--digits", "3", "--steps", "2", *TINY, "--out", str(tmp_path))
   assert status == 0, err
@@ -318,6 +327,7 @@ def test_the_command_trains_three_digit_additions(capsys, tmp_path):
   assert all(math.isfinite(h[1]) for h in load(tmp_path / "model.safetensors").history)
 
 
+@pytest.mark.training_run
 def test_a_batch_with_nothing_to_predict_is_its_own_error_not_a_nan(capsys, tmp_path, monkeypatch):
   real = AdditionTask.batch
   def nothing_to_predict(self, rng, size, split="train"):
@@ -443,6 +453,7 @@ def test_a_damaged_checkpoint_is_a_one_line_error_naming_the_file(capsys, checkp
     assert status == 1 and err.count("\n") == 1 and err.startswith(f"uopc: error: {path}: ") and message in err, err
 
 
+@pytest.mark.training_run
 def test_resume_without_optimizer_state_trains_on_with_a_fresh_optimizer_and_a_warning(capsys, trained, tmp_path):
   def weights_only(state, meta):
     for name in [k for k in state if k.startswith("optim.")]: state.pop(name)
