@@ -189,3 +189,13 @@ def test_a_long_chain_is_cut_into_kernels_of_bounded_size_and_matches_numpy():
   s = Tensor(a)
   for c, d in coefficients: s = s * float(c) + float(d)
   np.testing.assert_allclose(s.sum(1).numpy(), ref.sum(1), rtol=1e-6)
+
+
+def test_a_value_with_its_own_gradient_evaluates_no_slope_when_nothing_needs_one():
+  """erf and pow join a value and its slope (_with_gradient); without an input that requires a gradient the slope's
+  graph is not built at all (it was evaluated, times 0, in the forward kernel: erf's second exp2 and its guards)."""
+  def work(grad: bool) -> tuple[int, int]:
+    x = rand(16, 32, grad=grad)
+    return executed(schedule([x.erf()]))
+  (ops, trans), (ops_grad, trans_grad) = work(False), work(True)
+  assert trans < trans_grad and ops < ops_grad
