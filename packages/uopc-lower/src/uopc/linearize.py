@@ -42,6 +42,21 @@ def _normalize_ends(sink: UOp) -> UOp:
   return merge_ends(sink)
 
 
+def range_sets(nodes: list[UOp], counts) -> dict[UOp, frozenset]:
+  """For each node of `nodes` (in toposort order), the ranges it runs inside: those of its sources, its own if it is a
+  range that `counts(u)` keeps, less the ranges an END closes. Frozensets, shared between nodes with the same loops."""
+  rset: dict[UOp, frozenset] = {}
+  empty: frozenset = frozenset()
+  for u in nodes:
+    s = empty
+    for x in u.src:
+      if rset[x]: s = s | rset[x] if s else rset[x]
+    if u.op is Ops.RANGE and counts(u): s = s | {u}
+    elif u.op is Ops.END: s = s - set(u.src[1:])
+    rset[u] = s
+  return rset
+
+
 def linearize(sink: UOp) -> list[UOp]:
   """Every node of the lowered program in execution order. A RANGE opens its loop and the END of that range
   closes it; every other node runs inside the loops opened before it and not yet closed."""
@@ -51,16 +66,7 @@ def linearize(sink: UOp) -> list[UOp]:
   nodes = sink.toposort()
   order = {u: i for i, u in enumerate(nodes)}
 
-  # range sets, as frozensets shared between nodes with the same loops
-  rset: dict[UOp, frozenset] = {}
-  empty: frozenset = frozenset()
-  for u in nodes:
-    s = empty
-    for x in u.src:
-      if rset[x]: s = s | rset[x] if s else rset[x]
-    if u.op is Ops.RANGE: s = s | {u}
-    elif u.op is Ops.END: s = s - {u.src[1]}
-    rset[u] = s
+  rset = range_sets(nodes, lambda u: u.op is Ops.RANGE)
 
   # loop nesting: r sits inside every lower-index range that some node needs together with r, transitively
   ranges = sorted((u for u in nodes if u.op is Ops.RANGE), key=lambda r: r.arg)

@@ -36,6 +36,7 @@ from uopc.uop import UOp, Ops, AxisType, ALU, BINARY, users_of
 from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.symbolic import simplify
 from uopc.lowering import LowerError
+from uopc.linearize import range_sets
 
 
 def vectorize(sink: UOp, lanes: bool = True, memory_bytes: int = 0) -> UOp:
@@ -70,16 +71,8 @@ class _Lanes:
       if u.op is Ops.RANGE and u.arg.kind is AxisType.UPCAST:
         if u.src[0].op is not Ops.CONST: raise LowerError(f"UPCAST range {u.arg.idx}: vector lanes need a constant count")
         self.width[u] = u.src[0].arg
-    # the lanes each node runs inside: the linearizer's range sets, kept to the lanes (an END closes its ranges)
-    inside: dict[UOp, frozenset] = {}
-    empty: frozenset = frozenset()
-    for u in nodes:
-      s = empty
-      for x in u.src:
-        if inside[x]: s = s | inside[x] if s else inside[x]
-      if u in self.width: s = s | {u}
-      elif u.op is Ops.END: s = s - set(u.src[1:])
-      inside[u] = s
+    # the lanes each node runs inside: the linearizer's range sets, kept to the lanes
+    inside = range_sets(nodes, lambda r: r in self.width)
     # an accumulator whose every use is inside a lane's loop is declared there: one per lane, an ALLOC of vectors
     self.per_lane: dict[UOp, UOp] = {}
     for m, users in users_of(nodes).items():
