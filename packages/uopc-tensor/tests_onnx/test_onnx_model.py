@@ -180,3 +180,21 @@ def test_data_dependent_shapes_run_plainly_every_call():
   for x in ([0, 1, 0, 2, 3], [1, 0, 0, 0, 0], [1, 1, 0, 1, 0]):
     (y,) = m(np.array(x, np.float32))
     assert y.dtype == np.int64 and y.tolist() == [list(np.nonzero(x)[0])]
+
+
+def test_a_gemm_weight_with_transB_is_stored_transposed_once_and_computes_the_same():
+  """torch exports Linear as Gemm(transB=1) over an initializer: uopc.onnx keeps a transposed copy of the weight (made
+  once per model) and multiplies by it; a weight that is a graph input goes through the transposed view as before."""
+  rng = np.random.default_rng(3)
+  w, c = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+  node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5)
+  x = rng.standard_normal((4, 5)).astype(np.float32)
+  as_init = uopc.onnx.load(model_of([node], [vi("x", TensorProto.FLOAT, [4, 5])], [vi("y", TensorProto.FLOAT, [4, 6])],
+                                    [numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c")]))
+  inputs = [vi("x", TensorProto.FLOAT, [4, 5]), vi("w", TensorProto.FLOAT, [6, 5]), vi("c", TensorProto.FLOAT, [6])]
+  as_input = uopc.onnx.load(model_of([node], inputs, [vi("y", TensorProto.FLOAT, [4, 6])]))
+  want = 0.5 * (x @ w.T) + c
+  for _ in range(3): np.testing.assert_allclose(as_init(x)[0], want, rtol=1e-5, atol=1e-6)   # plain, capture, replay
+  np.testing.assert_allclose(as_input(x, w, c)[0], want, rtol=1e-5, atol=1e-6)
+  made = [k for k in as_init.graph.constants if k.startswith("w")]
+  assert len(made) == 1 and as_init.graph.constants[made[0]].shape == (5, 6)
