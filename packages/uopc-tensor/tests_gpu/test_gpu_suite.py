@@ -223,6 +223,22 @@ def test_every_kernel_of_the_workload_compiles_with_nvrtc(workload, recorded):
     assert CUDACompiler._nvrtc(renderer.render(program), program.name, ARCH)[:4] == b"\x7fELF", f"{program.name}: NVRTC produced no cubin"
 
 
+@pytest.mark.parametrize("n", [1024, 2048, 8192])
+def test_an_f16_gemm_at_benchmark_sizes_reaches_the_tensor_cores_on_cuda(n, monkeypatch):
+  """The kernels of a.float() @ b.float() (f16 n x n) on the CUDA backend, rendered (the compiler is faked: no cubin, no
+  launch): one kernel of mma.sync. kernelize used to pack B for every backend at 2048 and above, and the CUDA kernel was
+  then a CUDA-core GEMM of an f32 copy."""
+  from uopc import runtime
+  from uopc.dtype import dtypes
+  from uopc.tensor.storage import new_buffer
+  monkeypatch.setattr(runtime, "_programs", runtime.ProgramCache(64))        # the faked programs stay in this test
+  monkeypatch.setattr(CUDACompiler, "compile", lambda self, src, name, arch: b"\x7fELF (not compiled)")
+  a, b = (Tensor(new_buffer(n * n, dtypes.f16).reshape((n, n)), device="CUDA") for _ in range(2))
+  kernels = (a.float() @ b.float()).schedule()
+  sources = [runtime.compile_kernel(k, get_backend("CUDA")).src for k in kernels]
+  assert len(sources) == 1 and "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in sources[0], [k.root.shape for k in kernels]
+
+
 def test_the_cuda_backend_without_a_device_renders_compiles_and_says_why_it_cant_run():
   if device_available(): pytest.skip("a CUDA device is present: the no-device error can't be seen here")
   from uopc.backends.cuda import NoDeviceError

@@ -639,7 +639,8 @@ class CBackend:
     flags = _cpu_flags()
     # f32 lanes of the widest vector unit; 4 (SSE, NEON) when the flags can't tell
     width = 16 if "avx512f" in flags else 8 if "avx2" in flags or "avx" in flags else 4
-    self.caps = Caps(threads=_threads(), vector_width=width, fma="fma" in flags)
+    # GEMM operands read badly are packed into panels of 32 columns (two 16-lane vectors, four 8-lane ones) first
+    self.caps = Caps(threads=_threads(), vector_width=width, fma="fma" in flags, gemm_panel=32)
 
   def compile(self, src: str, name: str) -> CProgram: return compiler.compile(src, sanitize_name(name))   # as the signature has it
   def identity(self) -> str: return compiler.identity()   # what a measured choice of Opts depends on (uopc.search)
