@@ -76,9 +76,9 @@ def test_check_opts_refuses_each_option_of_the_other_machine_by_name(machine):
 def test_candidates_keep_every_field_of_their_base_that_they_dont_vary(caps):
   k = gemm()
   base = choose_opts(k, caps)
-  varied = {"upcast", "thread", "unroll", "tile", "vector", "reduce_vector"}
+  varied = {"upcast", "thread", "unroll", "tile", "vector", "reduce_vector"} | ({"local", "stage", "tc", "group", "fma"} if caps.gpu else set())
   found = candidates(k, caps, base)
-  assert found[0] is base and (len(found) > 1 or caps.gpu)
+  assert found[0] is base and len(found) > 1
   for o in found:
     for f in dataclasses.fields(Opts):
       if f.name not in varied: assert getattr(o, f.name) == getattr(base, f.name), (f.name, o, base)
@@ -153,3 +153,31 @@ def test_kernelize_cached_keeps_one_schedule_per_rewrite():
   gpu = K.kernelize_cached([(gemm_graph(2048), buf(2, 2048 * 2048))], new, graph_rewrite(GPU))
   again = K.kernelize_cached([(gemm_graph(2048), buf(2, 2048 * 2048))], new, graph_rewrite(Caps(gemm_panel=32)))   # an equal rewrite
   assert (len(cpu), len(gpu), len(again)) == (2, 1, 2)
+
+
+# ---- the search's candidates on a GPU ----------------------------------------------------------------------------------
+
+def kernel_of(root, n_out: int):
+  [k] = kernelize([(root, buf(9, n_out))])
+  return k
+
+
+@pytest.mark.parametrize("what", ["f16-gemm", "f32-gemm", "row-sums", "elementwise"])
+def test_candidates_of_a_gpu_base_are_other_gpu_choices_each_valid_for_the_kernel_and_the_machine(what):
+  # candidates() proposed nothing but the base for a GPU: a GPU search timed one choice and stored it
+  from uopc.gpulower import block_threads
+  root, n_out = {"f16-gemm": (gemm_graph(256, dtypes.f16), 256 * 256), "f32-gemm": (gemm_graph(256), 256 * 256),
+                 "row-sums": (buf(0, 64 * 1024).reshape((64, 1024)).reduce(Ops.ADD, 1), 64),
+                 "elementwise": (buf(0, 64 * 1024) * 2.0, 64 * 1024)}[what]
+  k = kernel_of(root, n_out)
+  base = choose_opts(k, GPU)
+  found = candidates(k, GPU, base)
+  assert found[0] is base and len(found) > 2 and len(set(found)) == len(found), found
+  for o in found:
+    assert o.gpu and block_threads(o) <= GPU.max_local
+    check_opts(k.canonical_root, o)
+  kinds = {"f16-gemm": lambda o: o.tc, "f32-gemm": lambda o: o.stage, "row-sums": lambda o: o.group > 1, "elementwise": lambda o: o.local}[what]
+  assert sum(map(bool, map(kinds, found))) > 1, found                            # other choices of the base's kind
+  if what == "f16-gemm": assert any(o.stage and o.fma for o in found)            # and the staged GEMM, with its fma
+  no_tensor_cores = Caps(gpu=True, max_local=1024, fma=True)
+  assert not any(o.tc for o in candidates(k, no_tensor_cores, choose_opts(k, no_tensor_cores)))

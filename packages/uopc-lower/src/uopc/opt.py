@@ -167,6 +167,14 @@ def _first_valid(root: UOp, caps: Caps, choices: list[Opts]) -> Opts | None:
   return None
 
 
+# the GPU shapes the heuristics try, best first, and the search's candidates around them: tensor-core GEMMs as (warps on
+# i, warps on j, 16x8 tiles per warp on i, on j); staged GEMMs as (threads on i, on j, outputs per thread on i, on j, the
+# tiles' depth); threads sharing a reduction
+TC_TILES = ((2, 2, 2, 4), (2, 2, 1, 2), (1, 1, 2, 2), (1, 1, 1, 1))
+STAGED_TILES = ((16, 16, 4, 4, 16), (16, 16, 2, 2, 16), (8, 8, 2, 2, 8), (8, 8, 1, 1, 8), (4, 4, 1, 1, 4))
+GROUPS = (256, 128, 64, 32, 16)
+
+
 def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
   """Opts for a GPU (see uopc.gpulower for what each shape of kernel becomes):
 
@@ -182,15 +190,13 @@ def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
   if (g := gemm_pattern(root)) is not None:
     i, j = g.i, g.j
     if g.f16 and caps.tensor_cores:
-      choices += [opts(tc=True, local={i: wi, j: wj}, upcast={i: ui, j: uj})
-                  for wi, wj, ui, uj in ((2, 2, 2, 4), (2, 2, 1, 2), (1, 1, 2, 2), (1, 1, 1, 1))]
-    choices += [opts(stage=s, local={i: li, j: lj}, upcast={i: ui, j: uj})
-                for li, lj, ui, uj, s in ((16, 16, 4, 4, 16), (16, 16, 2, 2, 16), (8, 8, 2, 2, 8), (8, 8, 1, 1, 8), (4, 4, 1, 1, 4))]
+      choices += [opts(tc=True, local={i: wi, j: wj}, upcast={i: ui, j: uj}) for wi, wj, ui, uj in TC_TILES]
+    choices += [opts(stage=s, local={i: li, j: lj}, upcast={i: ui, j: uj}) for li, lj, ui, uj, s in STAGED_TILES]
   reduces = [u for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0]
   if reduces and min(u.src[0].shape[-1] for u in reduces) >= 64:
     inner = math.gcd(*(u.src[0].shape[-1] for u in reduces))
     # powers of two first (a warp is 32 threads), then any divisor of 16 or more (a softmax over 200 classes)
-    choices += [opts(group=n) for n in (256, 128, 64, 32, 16)] + [opts(group=_divisor(inner, 256))] * (_divisor(inner, 256) >= 16)
+    choices += [opts(group=n) for n in GROUPS] + [opts(group=_divisor(inner, 256))] * (_divisor(inner, 256) >= 16)
   # a thread per output element: threads on the last axis (and the one before, when the last is short)
   dims = [k for k in range(len(shape)) if shape[k] > 1]
   if dims:
@@ -353,19 +359,25 @@ def graph_rewrite(caps: Caps) -> GemmPacking | None:
 
 
 def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[Opts]:
-  """Valid Opts around `base` (the heuristics' choice) for a timed search to try: other register tiles (rows and vector
-  copies), vector widths, unrolling, thread axes, a cache tile on the row axis, and no vectors at all. `base` first."""
+  """Valid Opts around `base` (the heuristics' choice) for a timed search to try, `base` first. On a CPU: other register
+  tiles (rows and vector copies), vector widths, unrolling, thread axes, a cache tile on the row axis, and no vectors at
+  all. On a GPU (a base with gpu=True): a GEMM's other tensor-core and staged tiles, other numbers of threads sharing a
+  reduction, other numbers of threads per block."""
   shape, root = kernel.root.shape, kernel.canonical_root
   up = dict(base.upcast)
   out: list[Opts] = [base]
   def add(**changes) -> None:
-    """base with `changes`, every other field kept, when that is a valid Opts not yet among the candidates."""
+    """base with `changes`, every other field kept, when that is a valid Opts for the kernel and the machine not yet
+    among the candidates."""
     try: o = dataclasses.replace(base, **changes)
     except LowerError: return
-    if o in out: return
+    if o in out or block_threads(o) > caps.max_local or (o.tc and not caps.tensor_cores): return
     try: check_opts(root, o)
     except LowerError: return
     out.append(o)
+  if base.gpu:
+    _gpu_candidates(root, caps, base, add)
+    return out[:limit]
   if base.vector is not None:
     vaxis, w = base.vector
     rows = [k for k in up if k != vaxis]
@@ -383,6 +395,21 @@ def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[
     if k != base.thread: add(thread=k)
   add(vector=None, reduce_vector=1, upcast={}, unroll=1)
   return out[:limit]
+
+
+def _gpu_candidates(root: UOp, caps: Caps, base: Opts, add) -> None:
+  """candidates' GPU half: `add(**changes)` keeps what is valid."""
+  if (g := gemm_pattern(root)) is not None:
+    i, j = g.i, g.j
+    # a tensor-core GEMM's accumulation is the hardware's; a staged one sums products, fused where the machine can
+    for wi, wj, ui, uj in TC_TILES * g.f16: add(tc=True, stage=0, fma=False, local={i: wi, j: wj}, upcast={i: ui, j: uj})
+    for li, lj, ui, uj, s in STAGED_TILES: add(tc=False, stage=s, fma=caps.fma, local={i: li, j: lj}, upcast={i: ui, j: uj})
+  if base.group > 1:
+    for n in GROUPS + (512, 1024): add(group=n)
+  if not (base.tc or base.stage or base.group > 1) and base.local:
+    local = dict(base.local)
+    for axis in local:
+      for t in (32, 64, 128, 256, 512, 1024): add(local={**local, axis: t})
 
 
 __all__ = ["Caps", "Analysis", "analyze", "choose_opts", "choose_gpu_opts", "candidates", "graph_rewrite", "GemmPacking", "THREAD_MIN_WORK",
