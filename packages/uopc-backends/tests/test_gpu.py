@@ -1,6 +1,6 @@
 """GPU lowering (uopc.gpulower, rangeify with Opts(gpu=True)) on the PYTHON backend's emulated grid against NumPy; its
 race detection; the WMMA fragment tables; the CUDA renderer and nvcc; the CUDA backend on a machine without a GPU."""
-import shutil
+import shutil, subprocess
 import numpy as np
 import pytest
 from uopc.uop import UOp, Ops, buf
@@ -226,6 +226,20 @@ def test_nvrtc_without_cuda_fp16_h_says_where_to_get_it(monkeypatch):
   monkeypatch.setattr(cuda, "_cuda_include", lambda: None)
   with pytest.raises(CompileError, match="needs cuda_fp16.h .* pip install nvidia-cuda-runtime"):
     CUDACompiler._nvrtc(rendered(gpu_test_sinks()[1]), "k", "sm_90")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")
+def test_nvcc_compiles_every_kind_of_kernel_without_a_warning(tmp_path):
+  # INFINITY and NAN were defined over math.h's (which nvcc includes first): two warnings on every compile that used them
+  nan = UOp.const(float("nan")).reshape((1,)).expand((4,))
+  inf_nan = lower(buf(0, 256).reshape((4, 64)).reduce(Ops.MAX, 1) + nan, buf(1, 4), Ctx(opts=Opts(gpu=True, group=16)))
+  sources = [rendered(sink) for sink in gpu_test_sinks() + [inf_nan]]
+  assert "INFINITY" in sources[-1] and "NAN" in sources[-1]
+  for i, src in enumerate(sources):
+    (tmp_path / f"k{i}.cu").write_text(src)
+    out = subprocess.run(["nvcc", *cuda.NVCC_FLAGS, "-arch=sm_90", "-o", str(tmp_path / f"k{i}.cubin"), str(tmp_path / f"k{i}.cu")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stderr == "" and out.stdout == "", f"kernel {i}:\n{out.stderr}{out.stdout}"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")

@@ -105,6 +105,22 @@ def gemm_half(device):
   return out.astype(np.float32), (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16).astype(np.float32), 1e-3
 
 
+def tc_gemm(m: int, n: int, k: int, seed: int):
+  """An f16 GEMM of m x k by k x n summed in f32: tensor cores, in blocks of 64x64 outputs (or smaller where the sizes
+  ask), so the sizes below take many blocks along each axis, and the block and warp offsets of the indices are tested."""
+  def workload(device):
+    a, b = rand(seed, m, k, dtype=np.float16), rand(seed + 1, k, n, dtype=np.float16)
+    out = (Tensor(a, device=device).float() @ Tensor(b, device=device).float()).numpy()
+    return out, a.astype(np.float32) @ b.astype(np.float32), 1e-3
+  workload.__name__ = f"gemm_f16_{m}x{n}x{k}"
+  return workload
+
+
+gemm_f16_1024 = tc_gemm(1024, 1024, 1024, 30)
+gemm_f16_wide = tc_gemm(256, 512, 192, 32)
+gemm_f16_long = tc_gemm(128, 2048, 64, 34)
+
+
 def conv(device):
   x, w = rand(16, 2, 8, 10, 10), rand(17, 16, 8, 3, 3)
   out = Tensor(x, device=device).conv2d(Tensor(w, device=device), padding=1).numpy()
@@ -162,7 +178,7 @@ def gpt_training_step(device):
 
 
 WORKLOADS = [elementwise, broadcast_where, half_math, integer_math, row_sums, column_max, long_sum, nested_sums, softmax, gemm_f32, gemm_f32_fused,
-             gemm_f16, gemm_half, conv, mlp_training_step, gpt_training_step]
+             gemm_f16, gemm_half, gemm_f16_1024, gemm_f16_wide, gemm_f16_long, conv, mlp_training_step, gpt_training_step]
 DEVICES = ["PYTHON", pytest.param("CUDA", marks=pytest.mark.skipif(not device_available(), reason="no CUDA device on this machine"))]
 
 
@@ -195,10 +211,15 @@ def test_the_gpu_lowerings_are_the_ones_this_suite_means_to_check(recorded):
   ops = {u.op.name for p in recorded for u in p.uops}
   assert "BARRIER" in ops and "WMMA" not in ops
   assert any(u.op.name == "ALLOC" and u.addrspace is not None and u.addrspace.name == "SHARED" for p in recorded for u in p.uops)
-  for w in (gemm_f16, gemm_half):
+  for w in (gemm_f16, gemm_half, gemm_f16_1024, gemm_f16_wide, gemm_f16_long):
     recorded.clear()
     w("PYTHON")
     assert any(u.op.name == "WMMA" for p in recorded for u in p.uops), f"{w.__name__} did not reach the tensor cores"
+    if w in (gemm_f16_1024, gemm_f16_wide, gemm_f16_long):
+      # in many blocks along both output axes (a GLOBAL range each): the block offsets are in every index
+      [p] = recorded
+      blocks = [int(u.src[0].arg) for u in p.uops if u.op.name == "RANGE" and u.arg.kind.name == "GLOBAL"]
+      assert len(blocks) == 2 and min(blocks) > 1, (w.__name__, blocks)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")

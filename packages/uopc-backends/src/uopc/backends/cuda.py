@@ -53,8 +53,11 @@ __device__ static inline half8 make_half8(half a, half b, half c, half d, half e
   half8 r; r.x = __halves2half2(a, b); r.y = __halves2half2(c, d); r.z = __halves2half2(e, f); r.w = __halves2half2(g, h); return r;
 }
 """
+# INFINITY and NAN by their bits: NVRTC has no math.h, and nvcc's (included before the kernel) defines them already, so
+# they are undefined first (a redefinition was a warning on every nvcc compile)
 HELPERS = [
-  (r"\bINFINITY\b", "#define INFINITY (__int_as_float(0x7f800000))\n"), (r"\bNAN\b", "#define NAN (__int_as_float(0x7fffffff))\n"),
+  (r"\bINFINITY\b", "#undef INFINITY\n#define INFINITY (__int_as_float(0x7f800000))\n"),
+  (r"\bNAN\b", "#undef NAN\n#define NAN (__int_as_float(0x7fffffff))\n"),
   (r"\bhalf8\b", HALF8),
   (r"\bfloordiv_i32\b", "__device__ " + FLOORDIV_I32), (r"\bfloormod_i32\b", "__device__ " + FLOORMOD_I32),
   (r"\bcast_f32_i32\b", "__device__ " + CAST_F32_I32), (r"\buopc_exp2\b", EXP2_CUDA),
