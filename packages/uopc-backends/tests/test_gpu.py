@@ -1,6 +1,6 @@
 """GPU lowering (uopc.gpulower, rangeify with Opts(gpu=True)) on the PYTHON backend's emulated grid against NumPy; its
 race detection; the WMMA fragment tables; the CUDA renderer and nvcc; the CUDA backend on a machine without a GPU."""
-import shutil, subprocess
+import shutil, subprocess, sys
 import numpy as np
 import pytest
 from uopc.uop import UOp, Ops, buf
@@ -218,6 +218,41 @@ def test_cuda_kernels_compile_with_nvrtc(arch):
     if "cuda_fp16.h" in src and cuda._cuda_include() is None: continue   # needs headers, checked below
     assert CUDACompiler._nvrtc(src, "k", arch)[:4] == b"\x7fELF"
   assert "cuda_fp16.h" not in rendered(gpu_test_sinks()[0])                  # an f32 kernel needs no header at all
+
+
+WHEEL_NVRTC = """
+import ctypes, sys
+from pathlib import Path
+folder = sys.argv[1]
+real = ctypes.CDLL
+def only_the_copy(name, *args, **kwargs):   # the machine's other NVRTCs (a toolkit's, the wheel itself) are out of sight
+  if "nvrtc" in str(name) and not str(name).startswith(folder): raise OSError(f"{name}: hidden by the test")
+  return real(name, *args, **kwargs)
+ctypes.CDLL = only_the_copy
+import uopc.backends.cuda as cuda
+cuda._pip_cuda_dirs = lambda sub: [Path(folder)] if sub == "lib" else []
+cubin = cuda.CUDACompiler._nvrtc('extern "C" __global__ void k(float* a) { a[threadIdx.x] = 1.0f; }', "k", "sm_90")
+print(cubin[:4] == b"\\x7fELF", len(cubin) > 64)
+"""
+
+
+def test_nvrtc_from_a_wheel_whose_libnvrtc_has_no_runpath_compiles(tmp_path):
+  """A wheel's libnvrtc without a RUNPATH (CUDA 13.0's nvidia-cuda-nvrtc; 13.5's has an RPATH of $ORIGIN) opens
+  libnvrtc-builtins by name and doesn't find it beside itself, so every compile failed ("failed to open
+  libnvrtc-builtins.so.13.0"). Here the wheel's folder is copied with libnvrtc's $ORIGIN blanked out, in a process that
+  sees no other NVRTC."""
+  wheel = next((d for d in cuda._pip_cuda_dirs("lib") if list(d.glob("libnvrtc.so*")) and list(d.glob("libnvrtc-builtins.so*"))), None)
+  if wheel is None: pytest.skip("libnvrtc is not installed (pip install nvidia-cuda-nvrtc): the wheel's NVRTC can't be copied")
+  folder = tmp_path / "lib"
+  folder.mkdir()
+  try:
+    for f in wheel.glob("libnvrtc*.so*"):
+      data = f.read_bytes()
+      (folder / f.name).write_bytes(data.replace(b"$ORIGIN\0", b"/no/dir\0") if f.name.startswith("libnvrtc.so") else data)
+    out = subprocess.run([sys.executable, "-c", WHEEL_NVRTC, str(folder)], capture_output=True, text=True, timeout=300)
+  finally:
+    shutil.rmtree(folder)    # 150 MB
+  assert out.returncode == 0 and out.stdout.split() == ["True", "True"], out.stdout + out.stderr[-3000:]
 
 
 def test_nvrtc_without_cuda_fp16_h_says_where_to_get_it(monkeypatch):

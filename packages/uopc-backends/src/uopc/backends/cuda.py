@@ -256,11 +256,21 @@ def _cuda_include() -> str | None:
 @functools.lru_cache(maxsize=None)
 def _nvrtc() -> ctypes.CDLL | None:
   """libnvrtc (the system's, else a pip wheel's), or None where it isn't installed (looked for once)."""
-  names = ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"]
-  names += [str(f) for d in _pip_cuda_dirs("lib") for f in sorted(d.glob("libnvrtc.so*"), reverse=True)]
-  for name in names:
+  for name in ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"):
     try: return ctypes.CDLL(name)
     except OSError: continue
+  for folder in _pip_cuda_dirs("lib"):
+    # libnvrtc opens libnvrtc-builtins by name when it compiles, and a wheel's libnvrtc without a RUNPATH doesn't look in
+    # its own folder for it (every compile failed: "failed to open libnvrtc-builtins.so.13.0"). Loaded first, globally,
+    # from the same folder, it is found by its soname
+    for builtins in sorted(folder.glob("libnvrtc-builtins.so*"), reverse=True):
+      try:
+        ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
+        break
+      except OSError: continue
+    for lib in sorted(folder.glob("libnvrtc.so*"), reverse=True):
+      try: return ctypes.CDLL(str(lib))
+      except OSError: continue
   return None
 
 
