@@ -17,9 +17,12 @@ Where nvcc is missing and libnvrtc is present (the system's, or the nvidia-cuda-
 instead; a kernel with f16 values also needs cuda_fp16.h (a CUDA toolkit's, or the nvidia-cuda-runtime wheel's).
 
 The runtime is ctypes over libcuda (cuInit, the primary context, cuMemAlloc, cuMemcpy, cuModuleLoadData,
-cuLaunchKernel, cuCtxSynchronize): no CUDA Python package. On a machine without a GPU (or without the driver), the
-backend still renders and compiles, so every kernel can be checked with nvcc, and alloc or launch raises
-NoDeviceError, which says why no device was found.
+cuLaunchKernel, cuCtxSynchronize): no CUDA Python package. The driver keeps a current context per thread, so every
+entry point makes the primary context current in the thread that calls it (a Buffer the garbage collector frees in
+another thread included); a free that fails is a warning (it runs in a finalizer, where an exception reaches no one).
+On a machine without a GPU (or without the driver), the backend still renders and compiles, so every kernel can be
+checked with nvcc, and alloc or launch raises NoDeviceError, which says why no device was found. Tests replace libcuda
+with a stand-in (_load_libcuda; testing/fake_libcuda.py).
 """
 from __future__ import annotations
 import ctypes, functools, hashlib, importlib.util, os, shutil, subprocess, tempfile, threading, warnings
@@ -280,15 +283,23 @@ def _nvrtc_check(status: int, what: str) -> None:
 
 # ---- the driver API --------------------------------------------------------------------------------------------------
 
+# CUresult values the backend tells apart (cuda.h)
+CUDA_ERROR_DEINITIALIZED = 4
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 75, 76
+
+
+def _load_libcuda() -> ctypes.CDLL | None:
+  """libcuda, the driver (installed with it, not with a toolkit), or None where it is missing. Tests put a stand-in here."""
+  for name in ("libcuda.so.1", "libcuda.so"):
+    try: return ctypes.CDLL(name)
+    except OSError: continue
+  return None
+
+
 class _Driver:
-  """libcuda through ctypes: the first device's primary context, memory, modules and launches."""
-  def __init__(self):
-    lib = None
-    for name in ("libcuda.so.1", "libcuda.so"):
-      try:
-        lib = ctypes.CDLL(name)
-        break
-      except OSError: continue
+  """libcuda through ctypes: the first device's primary context, memory, modules and launches. The driver keeps a
+  current context per thread: every entry point makes this one current in the thread that calls it (current())."""
+  def __init__(self, lib):
     if lib is None: raise NoDeviceError("no CUDA device was found: the CUDA driver (libcuda.so.1) is not installed on this machine")
     self.lib = lib
     status = lib.cuInit(0)
@@ -298,18 +309,27 @@ class _Driver:
     if count.value == 0: raise NoDeviceError("no CUDA device was found: the driver sees no GPU")
     self.device = ctypes.c_int()
     self.check(lib.cuDeviceGet(ctypes.byref(self.device), 0), "cuDeviceGet")
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    self.check(lib.cuDeviceGetAttribute(ctypes.byref(major), 75, self.device), "cuDeviceGetAttribute")   # compute capability
-    self.check(lib.cuDeviceGetAttribute(ctypes.byref(minor), 76, self.device), "cuDeviceGetAttribute")
-    self.arch = f"sm_{major.value}{minor.value}"
+    major, minor = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+    self.arch = f"sm_{major}{minor}"
     self.context = ctypes.c_void_p()
     self.check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device), "cuDevicePrimaryCtxRetain")
-    self.check(lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+    lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
     lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
     lib.cuMemFree_v2.argtypes = [ctypes.c_uint64]
     lib.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
     lib.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
     lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6 + [ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    self.current()
+
+  def attribute(self, which: int) -> int:
+    value = ctypes.c_int()
+    self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(value), which, self.device), f"cuDeviceGetAttribute {which}")
+    return value.value
+
+  def current(self) -> None:
+    """Make the context current in the calling thread. A thread that never did (one the garbage collector frees a Buffer
+    in, a worker's) has none, and every call there would fail with CUDA_ERROR_INVALID_CONTEXT."""
+    self.check(self.lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
   def error(self, status: int) -> str:
     s = ctypes.c_char_p()
@@ -322,17 +342,20 @@ class _Driver:
 
 _driver_instance: _Driver | None = None
 _driver_error: BackendError | None = None
+_driver_lock = threading.Lock()
 
 
 def _driver() -> _Driver:
   """The driver, initialized once; the reason there is none, every time it is asked for again."""
   global _driver_instance, _driver_error
   if _driver_instance is None:
-    if _driver_error is not None: raise _driver_error
-    try: _driver_instance = _Driver()
-    except BackendError as e:
-      _driver_error = e
-      raise
+    with _driver_lock:
+      if _driver_instance is None:
+        if _driver_error is not None: raise _driver_error
+        try: _driver_instance = _Driver(_load_libcuda())
+        except BackendError as e:
+          _driver_error = e
+          raise
   return _driver_instance
 
 
@@ -357,38 +380,56 @@ class CUDABackend:
     self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=int(self.arch.split("_")[-1].rstrip("a")) >= 80, vector_bytes=16)
     self.compiler = CUDACompiler()
 
+  def _device(self) -> _Driver:
+    """The driver, with its context current in this thread."""
+    d = _driver()
+    d.current()
+    return d
+
   def compile(self, src: str, name: str) -> CUDAProgram:
     return CUDAProgram(sanitize_name(name), src, self.arch, self.compiler.compile(src, sanitize_name(name), self.arch))
 
   def alloc(self, n: int, dtype: DType) -> DeviceMemory:
-    d = _driver()
+    d = self._device()
     ptr = ctypes.c_uint64()
     d.check(d.lib.cuMemAlloc_v2(ctypes.byref(ptr), max(1, n * dtype.itemsize)), f"cuMemAlloc of {n} {dtype.name}")
     return DeviceMemory(ptr.value, n, dtype)
 
   def free(self, handle: DeviceMemory) -> None:
-    if _driver_instance is not None: _driver_instance.lib.cuMemFree_v2(handle.ptr)
+    # called from Buffer.__del__, a finalizer, in whichever thread the garbage collector runs: an exception would reach
+    # no caller, so a failure is a warning; the context is made current first (that thread may never have had it)
+    d = _driver_instance
+    if d is None: return
+    status = d.lib.cuCtxSetCurrent(d.context)
+    if status == 0: status = d.lib.cuMemFree_v2(handle.ptr)
+    if status == CUDA_ERROR_DEINITIALIZED: return   # the process is exiting: the driver has let go of all of its memory
+    if status != 0:
+      warnings.warn(f"uopc: cuMemFree of {handle.nbytes} bytes at {handle.ptr:#x} failed ({d.error(status)}): that memory stays "
+                    "allocated until the process ends", RuntimeWarning, stacklevel=2)
 
   def copyin(self, handle: DeviceMemory, array: np.ndarray) -> None:
-    d = _driver()
+    d = self._device()
     array = np.ascontiguousarray(array)
     d.check(d.lib.cuMemcpyHtoD_v2(handle.ptr, array.ctypes.data, array.nbytes), "cuMemcpyHtoD")
 
   def copyout(self, handle: DeviceMemory) -> np.ndarray:
-    d = _driver()
+    d = self._device()
     out = np.empty(handle.n, np.dtype(handle.dtype.fmt))
     d.check(d.lib.cuMemcpyDtoH_v2(out.ctypes.data, handle.ptr, out.nbytes), "cuMemcpyDtoH")
     return out
 
+  def _load(self, d: _Driver, program: CUDAProgram) -> None:
+    """The program's module loaded and its function found."""
+    if program.arch != d.arch and not os.environ.get("UOPC_CUDA_ARCH"):
+      raise BackendError(f"{program.name} was compiled for {program.arch}, the device is {d.arch}")
+    module, function = ctypes.c_void_p(), ctypes.c_void_p()
+    d.check(d.lib.cuModuleLoadData(ctypes.byref(module), program.cubin), f"cuModuleLoadData of {program.name}")
+    d.check(d.lib.cuModuleGetFunction(ctypes.byref(function), module, program.name.encode()), f"cuModuleGetFunction {program.name}")
+    program.function = function
+
   def launch(self, program: CUDAProgram, handles: list[DeviceMemory], global_size=None, local_size=None) -> None:
-    d = _driver()
-    if program.function is None:
-      if program.arch != d.arch and not os.environ.get("UOPC_CUDA_ARCH"):
-        raise BackendError(f"{program.name} was compiled for {program.arch}, the device is {d.arch}")
-      module, function = ctypes.c_void_p(), ctypes.c_void_p()
-      d.check(d.lib.cuModuleLoadData(ctypes.byref(module), program.cubin), f"cuModuleLoadData of {program.name}")
-      d.check(d.lib.cuModuleGetFunction(ctypes.byref(function), module, program.name.encode()), f"cuModuleGetFunction {program.name}")
-      program.function = function
+    d = self._device()
+    if program.function is None: self._load(d, program)
     blocks = int(np.prod(global_size or (1,), dtype=np.int64))
     threads = int(np.prod(local_size or (1,), dtype=np.int64))
     if blocks >= 2**31 or threads > self.caps.max_local:
@@ -398,7 +439,9 @@ class CUDABackend:
     d.check(d.lib.cuLaunchKernel(program.function, blocks, 1, 1, threads, 1, 1, 0, None, params, None), f"cuLaunchKernel {program.name}")
 
   def synchronize(self) -> None:
-    if _driver_instance is not None: _driver_instance.check(_driver_instance.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+    if _driver_instance is None: return   # nothing was ever launched
+    d = self._device()
+    d.check(d.lib.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
 def device_available() -> bool:

@@ -1,0 +1,106 @@
+"""The CUDA backend's calls into the driver, against a stand-in for libcuda (testing/fake_libcuda.py: per-thread current
+contexts, device memory, modules checked for their architecture, launches checked for their shared memory, sticky
+faults), so that what a first run on a GPU would meet is checked on a machine without one. The compiler is faked too
+(a cubin of the asked architecture): nvcc and ptxas are tested against the same kernels in test_gpu.py."""
+import gc, os, subprocess, sys
+from pathlib import Path
+import numpy as np
+import pytest
+from fake_libcuda import FakeLibcuda, cubin_for
+import uopc.runtime as runtime
+from uopc.uop import buf
+from uopc.dtype import dtypes
+from uopc.kernelize import make_kernel
+from uopc.backends import cuda
+from uopc.backends.cuda import CUDABackend, CUDACompiler
+from uopc.runtime import Buffer, compile_kernel
+
+TESTING = str(Path(__file__).resolve().parents[3] / "testing")
+
+
+@pytest.fixture
+def fake(monkeypatch):
+  """A GPU (an sm_90 behind a CUDA 13.0 driver) in this process: the backend loads the stand-in instead of libcuda, and
+  compiles to stand-in cubins of the asked architecture."""
+  lib = FakeLibcuda(arch="sm_90", driver_version=13000)
+  monkeypatch.setattr(cuda, "_load_libcuda", lambda: lib)
+  monkeypatch.setattr(cuda, "_driver_instance", None)
+  monkeypatch.setattr(cuda, "_driver_error", None)
+  monkeypatch.setattr(CUDACompiler, "compile", lambda self, src, name, arch: cubin_for(arch, name))
+  monkeypatch.setattr(runtime, "_programs", runtime.ProgramCache(64))
+  for var in ("UOPC_CUDA_ARCH", "UOPC_CUDA_SYNC", "UOPC_DEBUG"): monkeypatch.delenv(var, raising=False)
+  yield lib
+  gc.collect()   # Buffers a traceback kept alive are freed into this driver, not the next test's
+
+
+def doubled(backend, n: int = 64):
+  """A program that doubles n floats, compiled for `backend`, and its two Buffers (the input filled with 0..n-1)."""
+  prog = compile_kernel(make_kernel(buf(0, n) * 2.0, buf(1, n)), backend)
+  return prog, [Buffer(backend, n, dtypes.f32).copyin(np.arange(n, dtype=np.float32)), Buffer(backend, n, dtypes.f32)]
+
+
+def test_the_fake_driver_round_trips_memory_and_launches_a_program(fake):
+  backend = CUDABackend()
+  prog, bufs = doubled(backend)
+  prog(bufs)
+  backend.synchronize()
+  np.testing.assert_array_equal(bufs[0].numpy(), np.arange(64, dtype=np.float32))
+  assert [(x["name"], x["threads"], x["shared"]) for x in fake.launches] == [(prog.name, prog.local_size[0] if prog.local_size else 1, 0)]
+
+
+# ---- 5. the context in every thread; no free fails silently -----------------------------------------------------------
+
+THREADS = """
+import sys, threading
+sys.path.insert(0, {testing!r})
+import numpy as np
+from fake_libcuda import FakeLibcuda, cubin_for
+import uopc.backends.cuda as cuda
+from uopc.uop import buf
+from uopc.dtype import dtypes
+from uopc.kernelize import make_kernel
+from uopc.runtime import Buffer, compile_kernel
+fake = FakeLibcuda()
+cuda._load_libcuda = lambda: fake
+cuda.CUDACompiler.compile = lambda self, src, name, arch: cubin_for(arch, name)
+backend = cuda.CUDABackend()
+held = [Buffer(backend, 1024, dtypes.f32) for _ in range(4)]
+errors = []
+def collector():   # the last references die in another thread, as when the garbage collector runs there
+  held.clear()
+def worker():      # a thread of the user's that computes
+  try:
+    prog = compile_kernel(make_kernel(buf(0, 64) * 2.0, buf(1, 64)), backend)
+    bufs = [Buffer(backend, 64, dtypes.f32).copyin(np.ones(64, np.float32)), Buffer(backend, 64, dtypes.f32)]
+    prog(bufs)
+    backend.synchronize()
+    bufs[0].numpy()
+  except Exception as e: errors.append(repr(e))
+for target in (collector, worker):
+  t = threading.Thread(target=target, name=target.__name__)
+  t.start()
+  t.join()
+frees = sorted({{thread for name, args, thread in fake.calls if name == "cuMemFree_v2"}})
+print(fake.live_bytes(), frees, errors)
+"""
+
+
+def test_buffers_freed_and_programs_run_in_other_threads_reach_the_driver():
+  # the context was current only in the thread that made it: a Buffer the garbage collector freed in another thread
+  # leaked (cuMemFree failed with INVALID_CONTEXT, ignored), and a launch from a worker thread failed
+  env = {**os.environ, "PYTHONWARNINGS": "error::RuntimeWarning"}
+  for var in ("UOPC_CUDA_ARCH", "UOPC_CUDA_SYNC", "UOPC_DEBUG"): env.pop(var, None)
+  out = subprocess.run([sys.executable, "-c", THREADS.format(testing=TESTING)], capture_output=True, text=True, env=env, timeout=300)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.split("\n")[0] == "0 ['collector', 'worker'] []", out.stdout + out.stderr
+
+
+def test_a_failed_free_is_a_warning_that_names_the_memory(fake):
+  backend = CUDABackend()
+  handle = backend.alloc(256, dtypes.f32)
+  fake.allocations.clear()                 # the driver no longer knows the address: cuMemFree says INVALID_VALUE
+  with pytest.warns(RuntimeWarning, match=r"cuMemFree of 1024 bytes at 0x[0-9a-f]+ failed \(CUDA error 1: invalid argument\): that memory"):
+    backend.free(handle)
+  b = Buffer(backend, 16, dtypes.f32)      # and when a Buffer's finalizer frees it
+  fake.allocations.clear()
+  with pytest.warns(RuntimeWarning, match="cuMemFree of 64 bytes"): del b
