@@ -7,10 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fake_libcuda import FakeLibcuda, cubin_for
+from hostile import raises_one_line
 import uopc.runtime as runtime
 from uopc.uop import buf
 from uopc.dtype import dtypes
 from uopc.kernelize import make_kernel
+from uopc.backends import BackendError
 from uopc.backends import cuda
 from uopc.backends.cuda import CUDABackend, CUDACompiler
 from uopc.runtime import Buffer, compile_kernel
@@ -104,3 +106,28 @@ def test_a_failed_free_is_a_warning_that_names_the_memory(fake):
   b = Buffer(backend, 16, dtypes.f32)      # and when a Buffer's finalizer frees it
   fake.allocations.clear()
   with pytest.warns(RuntimeWarning, match="cuMemFree of 64 bytes"): del b
+
+
+# ---- 6. a kernel's fault, named --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("env", [{"UOPC_CUDA_SYNC": "1"}, {"UOPC_DEBUG": "1"}], ids=["UOPC_CUDA_SYNC", "UOPC_DEBUG"])
+def test_under_debug_or_cuda_sync_a_faulting_kernel_is_named_by_its_launch(fake, monkeypatch, env, capsys):
+  backend = CUDABackend()
+  prog, bufs = doubled(backend)
+  fake.fault_in = prog.name
+  for k, v in env.items(): monkeypatch.setenv(k, v)
+  msg = raises_one_line(lambda: prog(bufs), BackendError, f"kernel {prog.name} (")
+  assert "failed on the device: CUDA error 700: an illegal memory access was encountered" in msg and "start a new process" in msg
+  with pytest.warns(RuntimeWarning, match=r"cuMemFree failed \(CUDA error 700.*after a kernel's fault no device memory is freed") as seen:
+    bufs.clear()                            # the context is lost: the frees fail, and say so once
+  assert len(seen) == 1
+
+
+def test_without_them_the_next_call_reports_the_fault_and_says_how_to_find_the_kernel(fake):
+  backend = CUDABackend()
+  prog, bufs = doubled(backend)
+  fake.fault_in = prog.name
+  prog(bufs)                                # launches are asynchronous: this one returns
+  msg = raises_one_line(lambda: bufs[1].numpy(), BackendError, "cuMemcpyDtoH failed: CUDA error 700")
+  assert "a kernel launched before this call faulted" in msg and "UOPC_CUDA_SYNC=1" in msg
+  with pytest.warns(RuntimeWarning, match="after a kernel's fault"): bufs.clear()

@@ -20,6 +20,8 @@ The runtime is ctypes over libcuda (cuInit, the primary context, cuMemAlloc, cuM
 cuLaunchKernel, cuCtxSynchronize): no CUDA Python package. The driver keeps a current context per thread, so every
 entry point makes the primary context current in the thread that calls it (a Buffer the garbage collector frees in
 another thread included); a free that fails is a warning (it runs in a finalizer, where an exception reaches no one).
+A kernel's fault shows in the next call that waits; under UOPC_CUDA_SYNC=1 or UOPC_DEBUG>=1 each launch waits for its
+kernel and a fault names it.
 On a machine without a GPU (or without the driver), the backend still renders and compiles, so every kernel can be
 checked with nvcc, and alloc or launch raises NoDeviceError, which says why no device was found. Tests replace libcuda
 with a stand-in (_load_libcuda; testing/fake_libcuda.py).
@@ -34,6 +36,7 @@ from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.opt import Caps
 from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import BackendError, CompileError, LinearProgram
+from uopc.runtime import debug_level
 from uopc.backends.c import (CCompiler, CRenderer, EXP2_POLY, EXP2_HORNER, FLOORDIV_I32, FLOORMOD_I32, CAST_F32_I32, _array,
                               sanitize_name, used_helpers)
 
@@ -285,6 +288,8 @@ def _nvrtc_check(status: int, what: str) -> None:
 
 # CUresult values the backend tells apart (cuda.h)
 CUDA_ERROR_DEINITIALIZED = 4
+# a kernel's fault (an illegal address, a trap, a timeout...): the context is lost, and every later call returns it
+KERNEL_FAULTS = {700, 702, 710, 714, 715, 716, 717, 718, 719}
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 75, 76
 
 
@@ -337,7 +342,11 @@ class _Driver:
     return f"CUDA error {status}: {s.value.decode() if s.value else 'unknown'}"
 
   def check(self, status: int, what: str) -> None:
-    if status != 0: raise BackendError(f"{what} failed: {self.error(status)}")
+    if status == 0: return
+    # a fault is reported by whatever call comes after the kernel that made it: say so, and how to find the kernel
+    hint = ("; a kernel launched before this call faulted, and the context can't be used any more (UOPC_CUDA_SYNC=1 "
+            "synchronizes after each launch and names the kernel)") if status in KERNEL_FAULTS else ""
+    raise BackendError(f"{what} failed: {self.error(status)}{hint}")
 
 
 _driver_instance: _Driver | None = None
@@ -357,6 +366,12 @@ def _driver() -> _Driver:
           _driver_error = e
           raise
   return _driver_instance
+
+
+def sync_each_launch() -> bool:
+  """Whether a launch waits for its kernel and names it when it faults: UOPC_CUDA_SYNC=1, or UOPC_DEBUG=1 and above. A
+  kernel's fault otherwise surfaces in the next call that waits (a copy, an alloc), which can't know the kernel."""
+  return os.environ.get("UOPC_CUDA_SYNC", "").strip() not in ("", "0") or debug_level() >= 1
 
 
 @dataclass
@@ -379,6 +394,7 @@ class CUDABackend:
     self.arch = default_arch()
     self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=int(self.arch.split("_")[-1].rstrip("a")) >= 80, vector_bytes=16)
     self.compiler = CUDACompiler()
+    self._fault_warned = False
 
   def _device(self) -> _Driver:
     """The driver, with its context current in this thread."""
@@ -403,7 +419,12 @@ class CUDABackend:
     status = d.lib.cuCtxSetCurrent(d.context)
     if status == 0: status = d.lib.cuMemFree_v2(handle.ptr)
     if status == CUDA_ERROR_DEINITIALIZED: return   # the process is exiting: the driver has let go of all of its memory
-    if status != 0:
+    if status in KERNEL_FAULTS:                      # the context is lost: every free fails now, and one warning says so
+      if not self._fault_warned:
+        self._fault_warned = True
+        warnings.warn(f"uopc: cuMemFree failed ({d.error(status)}): after a kernel's fault no device memory is freed until the "
+                      "process ends", RuntimeWarning, stacklevel=2)
+    elif status != 0:
       warnings.warn(f"uopc: cuMemFree of {handle.nbytes} bytes at {handle.ptr:#x} failed ({d.error(status)}): that memory stays "
                     "allocated until the process ends", RuntimeWarning, stacklevel=2)
 
@@ -437,6 +458,9 @@ class CUDABackend:
     args = [ctypes.c_uint64(h.ptr) for h in handles]
     params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args])
     d.check(d.lib.cuLaunchKernel(program.function, blocks, 1, 1, threads, 1, 1, 0, None, params, None), f"cuLaunchKernel {program.name}")
+    if sync_each_launch() and (status := d.lib.cuCtxSynchronize()) != 0:
+      raise BackendError(f"kernel {program.name} ({blocks} blocks of {threads} threads) failed on the device: {d.error(status)}; the "
+                         "CUDA context can't be used after a fault: start a new process")
 
   def synchronize(self) -> None:
     if _driver_instance is None: return   # nothing was ever launched
@@ -453,4 +477,4 @@ def device_available() -> bool:
 
 
 __all__ = ["CUDABackend", "CUDARenderer", "CUDACompiler", "CUDAProgram", "NoDeviceError", "device_available", "default_arch",
-           "HELPERS", "NVCC_FLAGS"]
+           "sync_each_launch", "HELPERS", "NVCC_FLAGS"]
