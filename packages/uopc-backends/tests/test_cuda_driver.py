@@ -23,12 +23,13 @@ TESTING = str(Path(__file__).resolve().parents[3] / "testing")
 @pytest.fixture
 def fake(monkeypatch):
   """A GPU (an sm_90 behind a CUDA 13.0 driver) in this process: the backend loads the stand-in instead of libcuda, and
-  compiles to stand-in cubins of the asked architecture."""
+  compiles to stand-in cubins of the asked architecture with a CUDA 13.0 toolkit."""
   lib = FakeLibcuda(arch="sm_90", driver_version=13000)
   monkeypatch.setattr(cuda, "_load_libcuda", lambda: lib)
   monkeypatch.setattr(cuda, "_driver_instance", None)
   monkeypatch.setattr(cuda, "_driver_error", None)
   monkeypatch.setattr(CUDACompiler, "compile", lambda self, src, name, arch: cubin_for(arch, name))
+  monkeypatch.setattr(CUDACompiler, "toolkit", lambda self: (13, 0, "nvcc 13.0"))
   monkeypatch.setattr(runtime, "_programs", runtime.ProgramCache(64))
   for var in ("UOPC_CUDA_ARCH", "UOPC_CUDA_SYNC", "UOPC_DEBUG"): monkeypatch.delenv(var, raising=False)
   yield lib
@@ -50,6 +51,34 @@ def test_the_fake_driver_round_trips_memory_and_launches_a_program(fake):
   assert [(x["name"], x["threads"], x["shared"]) for x in fake.launches] == [(prog.name, prog.local_size[0] if prog.local_size else 1, 0)]
 
 
+# ---- 4. a driver too old for the toolkit ------------------------------------------------------------------------------
+
+def test_a_driver_older_than_the_toolkit_is_one_line_naming_both(fake):
+  fake.driver_version = 12040
+  backend = CUDABackend()
+  msg = raises_one_line(lambda: backend.alloc(4, dtypes.f32), BackendError)
+  assert "driver supports CUDA 12.4 (cuDriverGetVersion 12040)" in msg and "built by nvcc 13.0" in msg, msg
+  assert not fake.called("cuMemAlloc_v2")
+
+
+@pytest.mark.parametrize("driver", [13000, 13020, 14000])
+def test_a_driver_for_the_toolkits_major_version_or_later_is_enough(fake, driver):
+  # CUDA's minor version compatibility: a CUDA 13.x cubin loads with any driver for CUDA 13.0 and later
+  fake.driver_version = driver
+  prog, bufs = doubled(CUDABackend())
+  prog(bufs)
+  assert len(fake.launches) == 1
+
+
+@pytest.mark.parametrize("words, version", [("Build cuda_13.0.r13.0/compiler.36424714_0", (13, 0)),
+                                            ("Cuda compilation tools, release 12.4, V12.4.131", (12, 4)), ("nvrtc 13.5", (13, 5))])
+def test_the_toolkit_version_is_read_from_nvcc_or_nvrtc(monkeypatch, words, version):
+  tool = "nvrtc" if words.startswith("nvrtc") else "nvcc"
+  monkeypatch.setattr(CUDACompiler, "tool", lambda self: tool)
+  monkeypatch.setattr(CUDACompiler, "version", lambda self, t: words)
+  assert CUDACompiler().toolkit() == (*version, f"{tool} {version[0]}.{version[1]}")
+
+
 # ---- 5. the context in every thread; no free fails silently -----------------------------------------------------------
 
 THREADS = """
@@ -65,6 +94,7 @@ from uopc.runtime import Buffer, compile_kernel
 fake = FakeLibcuda()
 cuda._load_libcuda = lambda: fake
 cuda.CUDACompiler.compile = lambda self, src, name, arch: cubin_for(arch, name)
+cuda.CUDACompiler.toolkit = lambda self: (13, 0, "nvcc 13.0")
 backend = cuda.CUDABackend()
 held = [Buffer(backend, 1024, dtypes.f32) for _ in range(4)]
 errors = []

@@ -20,14 +20,15 @@ The runtime is ctypes over libcuda (cuInit, the primary context, cuMemAlloc, cuM
 cuLaunchKernel, cuCtxSynchronize): no CUDA Python package. The driver keeps a current context per thread, so every
 entry point makes the primary context current in the thread that calls it (a Buffer the garbage collector frees in
 another thread included); a free that fails is a warning (it runs in a finalizer, where an exception reaches no one).
-A kernel's fault shows in the next call that waits; under UOPC_CUDA_SYNC=1 or UOPC_DEBUG>=1 each launch waits for its
+The driver must support the toolkit's CUDA major version (cuDriverGetVersion), or the first use of the device says
+which driver and which toolkit. A kernel's fault shows in the next call that waits; under UOPC_CUDA_SYNC=1 or UOPC_DEBUG>=1 each launch waits for its
 kernel and a fault names it.
 On a machine without a GPU (or without the driver), the backend still renders and compiles, so every kernel can be
 checked with nvcc, and alloc or launch raises NoDeviceError, which says why no device was found. Tests replace libcuda
 with a stand-in (_load_libcuda; testing/fake_libcuda.py).
 """
 from __future__ import annotations
-import ctypes, functools, hashlib, importlib.util, os, shutil, subprocess, tempfile, threading, warnings
+import ctypes, functools, hashlib, importlib.util, os, re, shutil, subprocess, tempfile, threading, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -185,6 +186,15 @@ class CUDACompiler:
         self._versions[tool] = f"nvrtc {major.value}.{minor.value}"
     return self._versions[tool]
 
+  def toolkit(self) -> tuple[int, int, str] | None:
+    """(major, minor, the compiler's own words) of the CUDA toolkit that compiles kernels here; None without one."""
+    try: tool = self.tool()
+    except CompileError: return None
+    words = self.version(tool)
+    # nvcc: "Build cuda_13.0.r13.0/compiler..." or "Cuda compilation tools, release 13.0, V13.0.88"; NVRTC: "nvrtc 13.5"
+    m = re.search(r"release (\d+)\.(\d+)", words) or re.search(r"cuda_(\d+)\.(\d+)", words) or re.search(r"(\d+)\.(\d+)", words)
+    return (int(m.group(1)), int(m.group(2)), f"{tool} {m.group(1)}.{m.group(2)}") if m else None
+
   def compile(self, src: str, name: str, arch: str) -> bytes:
     tool = self.tool()
     key = hashlib.sha256("\0".join([src, arch, " ".join(NVCC_FLAGS), tool, self.version(tool)]).encode()).hexdigest()[:32]
@@ -309,6 +319,9 @@ class _Driver:
     self.lib = lib
     status = lib.cuInit(0)
     if status != 0: raise NoDeviceError(f"no CUDA device was found: cuInit failed ({self.error(status)})")
+    version = ctypes.c_int()
+    self.check(lib.cuDriverGetVersion(ctypes.byref(version)), "cuDriverGetVersion")
+    self.version = version.value            # the CUDA version the driver supports, 1000 * major + 10 * minor
     count = ctypes.c_int()
     self.check(lib.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
     if count.value == 0: raise NoDeviceError("no CUDA device was found: the driver sees no GPU")
@@ -394,11 +407,21 @@ class CUDABackend:
     self.arch = default_arch()
     self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=int(self.arch.split("_")[-1].rstrip("a")) >= 80, vector_bytes=16)
     self.compiler = CUDACompiler()
+    self._driver_ok = False
     self._fault_warned = False
 
   def _device(self) -> _Driver:
-    """The driver, with its context current in this thread."""
+    """The driver, checked once against the toolkit that compiles the kernels, with its context current in this thread."""
     d = _driver()
+    if not self._driver_ok:
+      toolkit = self.compiler.toolkit()
+      # a cubin of CUDA X.y needs a driver for CUDA X.0 or later (minor version compatibility); older ones refuse it
+      if toolkit is not None and d.version < toolkit[0] * 1000:
+        raise BackendError(f"the CUDA driver is too old for the CUDA toolkit that compiles uopc's kernels: the driver supports CUDA "
+                           f"{d.version // 1000}.{d.version % 1000 // 10} (cuDriverGetVersion {d.version}), the kernels are built by "
+                           f"{toolkit[2]}, which needs a driver for CUDA {toolkit[0]}.0 or later: update the NVIDIA driver, or put "
+                           f"a CUDA {d.version // 1000} toolkit's nvcc first on PATH")
+      self._driver_ok = True
     d.current()
     return d
 
