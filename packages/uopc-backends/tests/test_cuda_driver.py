@@ -14,7 +14,7 @@ from uopc.dtype import dtypes
 from uopc.kernelize import make_kernel
 from uopc.backends import BackendError
 from uopc.backends import cuda
-from uopc.backends.cuda import CUDABackend, CUDACompiler
+from uopc.backends.cuda import CUDABackend, CUDACompiler, NoDeviceError
 from uopc.runtime import Buffer, compile_kernel
 
 TESTING = str(Path(__file__).resolve().parents[3] / "testing")
@@ -49,6 +49,39 @@ def test_the_fake_driver_round_trips_memory_and_launches_a_program(fake):
   backend.synchronize()
   np.testing.assert_array_equal(bufs[0].numpy(), np.arange(64, dtype=np.float32))
   assert [(x["name"], x["threads"], x["shared"]) for x in fake.launches] == [(prog.name, prog.local_size[0] if prog.local_size else 1, 0)]
+
+
+# ---- 2. the device's own architecture ---------------------------------------------------------------------------------
+
+def test_kernels_are_compiled_for_the_devices_own_arch_whatever_uopc_cuda_arch_says(fake, monkeypatch):
+  # nox's cuda(arch='sm_80') session sets UOPC_CUDA_ARCH=sm_80 for its compile checks; the backend compiled sm_80 cubins
+  # for an sm_90 device too, and every module load failed (an sm_80 cubin does not run on 9.0)
+  monkeypatch.setenv("UOPC_CUDA_ARCH", "sm_80")
+  with pytest.warns(RuntimeWarning, match=r"UOPC_CUDA_ARCH=sm_80 is not used: kernels are compiled for this machine's GPU, sm_90"):
+    backend = CUDABackend()
+  assert backend.arch == "sm_90"
+  prog, bufs = doubled(backend)
+  assert prog.handle.arch == "sm_90"
+  prog(bufs)
+  assert [x["name"] for x in fake.launches] == [prog.name]
+
+
+def test_without_a_device_uopc_cuda_arch_chooses_what_kernels_are_compiled_for(monkeypatch):
+  monkeypatch.setattr(cuda, "_load_libcuda", lambda: None)
+  monkeypatch.setattr(cuda, "_driver_instance", None)
+  monkeypatch.setattr(cuda, "_driver_error", None)
+  monkeypatch.setenv("UOPC_CUDA_ARCH", "sm_80")
+  assert CUDABackend().arch == "sm_80"
+  monkeypatch.delenv("UOPC_CUDA_ARCH")
+  assert CUDABackend().arch == "sm_90"
+  with pytest.raises(NoDeviceError, match="libcuda.so.1"): CUDABackend().alloc(4, dtypes.f32)
+
+
+def test_a_cubin_of_another_arch_is_refused_before_the_driver_sees_it(fake):
+  backend = CUDABackend()
+  prog, bufs = doubled(backend)
+  prog.handle.arch = "sm_80"
+  raises_one_line(lambda: prog(bufs), BackendError, f"{prog.name} was compiled for sm_80, the device is sm_90")
 
 
 # ---- 4. a driver too old for the toolkit ------------------------------------------------------------------------------

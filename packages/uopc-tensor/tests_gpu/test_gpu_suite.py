@@ -1,6 +1,7 @@
 """The GPU suite: Tensor programs lowered for a GPU (Opts(gpu=True): threads, shared memory, barriers, tensor cores),
 run on the PYTHON backend (NumPy emulation of the grid, with race checks) against NumPy, every kernel they need
-compiled by nvcc for $UOPC_CUDA_ARCH (default sm_90), and run on a CUDA device where there is one.
+compiled by nvcc for $UOPC_CUDA_ARCH (default sm_90), and run on a CUDA device where there is one (compiled for the
+device's own architecture).
 
 `nox -s "cuda(arch='sm_90')"` runs it; each workload below is one row of the suite."""
 from __future__ import annotations

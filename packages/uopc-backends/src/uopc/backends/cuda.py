@@ -10,8 +10,8 @@ range is the most significant digit of the flat block or thread number), `__shar
 neighbouring accesses into, Caps.vector_bytes), and WMMA as the inline PTX of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (sm_80
 and later): a lane's 8 halves of A and 4 of B are packed two to a 32-bit register, low element first.
 
-Compilation: nvcc -cubin for the target architecture ($UOPC_CUDA_ARCH, else the device's compute capability, else
-sm_90), --fmad=false (a*b+c is never contracted: the IR's MULACC says where a fused multiply-add is wanted, as in the
+Compilation: nvcc -cubin for the target architecture (the device's own compute capability; on a machine without a
+GPU, $UOPC_CUDA_ARCH, else sm_90), --fmad=false (a*b+c is never contracted: the IR's MULACC says where a fused multiply-add is wanted, as in the
 C backend), cached on disk like the C backend's shared objects (content-addressed, atomic, sealed with a checksum).
 Where nvcc is missing and libnvrtc is present (the system's, or the nvidia-cuda-nvrtc wheel's), NVRTC compiles
 instead; a kernel with f16 values also needs cuda_fp16.h (a CUDA toolkit's, or the nvidia-cuda-runtime wheel's).
@@ -149,10 +149,12 @@ NVCC_FLAGS = ["-cubin", "-O3", "--fmad=false", "-std=c++17"]
 
 
 def default_arch() -> str:
-  """The architecture kernels are compiled for: $UOPC_CUDA_ARCH, else the device's, else sm_90 (an H100/H200)."""
-  if arch := os.environ.get("UOPC_CUDA_ARCH", "").strip(): return arch
+  """The architecture kernels are compiled for: the device's own (an sm_80 cubin does not load on an sm_90 device),
+  else $UOPC_CUDA_ARCH (compiling on a machine without a GPU, as the GPU suite's compile checks do), else sm_90 (an
+  H100/H200)."""
   try: return _driver().arch
-  except BackendError: return "sm_90"
+  except BackendError: pass
+  return os.environ.get("UOPC_CUDA_ARCH", "").strip() or "sm_90"
 
 
 @dataclass
@@ -405,6 +407,10 @@ class CUDABackend:
 
   def __init__(self):
     self.arch = default_arch()
+    asked = os.environ.get("UOPC_CUDA_ARCH", "").strip()
+    if asked and asked != self.arch:
+      warnings.warn(f"uopc: UOPC_CUDA_ARCH={asked} is not used: kernels are compiled for this machine's GPU, {self.arch} (the "
+                    "variable chooses the architecture where there is no GPU)", RuntimeWarning, stacklevel=2)
     self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=int(self.arch.split("_")[-1].rstrip("a")) >= 80, vector_bytes=16)
     self.compiler = CUDACompiler()
     self._driver_ok = False
@@ -464,8 +470,7 @@ class CUDABackend:
 
   def _load(self, d: _Driver, program: CUDAProgram) -> None:
     """The program's module loaded and its function found."""
-    if program.arch != d.arch and not os.environ.get("UOPC_CUDA_ARCH"):
-      raise BackendError(f"{program.name} was compiled for {program.arch}, the device is {d.arch}")
+    if program.arch != d.arch: raise BackendError(f"{program.name} was compiled for {program.arch}, the device is {d.arch}")
     module, function = ctypes.c_void_p(), ctypes.c_void_p()
     d.check(d.lib.cuModuleLoadData(ctypes.byref(module), program.cubin), f"cuModuleLoadData of {program.name}")
     d.check(d.lib.cuModuleGetFunction(ctypes.byref(function), module, program.name.encode()), f"cuModuleGetFunction {program.name}")
