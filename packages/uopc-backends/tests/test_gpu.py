@@ -170,7 +170,9 @@ def rendered(sink, name="k"):
 def test_the_cuda_renderer_maps_grid_shared_memory_and_barriers():
   src = rendered(staged_gemm_sink(), "tiled")
   assert 'extern "C" __global__ void __launch_bounds__(16) tiled(' in src
-  assert "__shared__ __align__(16) float" in src and src.count("__syncthreads();") == 2
+  # the two tiles (8x8 floats each) are pieces of the block's one dynamic shared memory, whose size the launch passes
+  assert "extern __shared__ __align__(16) unsigned char uopc_shared[];" in src and cuda.dynamic_shared_bytes(src) == 512
+  assert "(float*)(uopc_shared + 0);" in src and "(float*)(uopc_shared + 256);" in src and src.count("__syncthreads();") == 2
   assert "blockIdx.x" in src and "threadIdx.x" in src and "#pragma omp" not in src
   tc = rendered(lower(matmul(16, 8, 16, dtypes.f16), buf(2, 128), Ctx(opts=Opts(gpu=True, tc=True))), "wmma")
   assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in tc and "half* __restrict__ data0" in tc and "cuda_fp16.h" in tc
@@ -183,6 +185,27 @@ def test_cuda_kernels_compile_with_nvcc(arch):
   sources = [rendered(sink) for sink in gpu_test_sinks()]
   for src in sources: assert compiler.compile(src, "k", arch)[:4] == b"\x7fELF"
   assert all(f"*(({t}*)(data" in "".join(sources) for t in ("float4", "half8", "int4"))       # 16-byte loads and stores were compiled
+
+
+def big_tiles():
+  """A GEMM staged in tiles of 128x64 (A) and 64x128 (B) of f32: 64 KiB of shared memory, over the 48 KiB of static
+  __shared__ arrays."""
+  return matmul(128, 128, 64), Opts(gpu=True, stage=64, local={0: 16, 1: 16}, upcast={0: 8, 1: 8})
+
+
+def test_a_gemm_with_64_kib_of_shared_tiles_runs_on_the_emulator():
+  root, opts = big_tiles()
+  a, b = rand(20, 128, 64), rand(21, 64, 128)
+  np.testing.assert_allclose(run_shaped(root, [a, b], PY, opts), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")
+def test_a_kernel_with_64_kib_of_shared_memory_compiles_with_nvcc():
+  # static __shared__ arrays stop at 48 KiB: ptxas refused this kernel ("uses too much shared data"); its memory is dynamic
+  root, opts = big_tiles()
+  src = rendered(lower(root, buf(2, 128 * 128), Ctx(opts=opts)))
+  assert cuda.dynamic_shared_bytes(src) == 65536
+  assert CUDACompiler().compile(src, "k", "sm_90")[:4] == b"\x7fELF"
 
 
 def test_a_threads_neighbouring_elements_move_as_16_byte_vectors_on_the_emulator():

@@ -5,27 +5,30 @@
 
 The renderer is the C renderer with a handful of table entries changed: the kernel prefix, `__restrict__`, the grid
 coordinates (GLOBAL ranges from blockIdx.x, LOCAL ones from threadIdx.x, as uopc.backends lays the grid out: the first
-range is the most significant digit of the flat block or thread number), `__shared__` arrays, `__syncthreads()`,
-`half` for f16 (cuda_fp16.h), 16-byte vector loads and stores (float4, int4, half8: what uopc.vectorize folds
-neighbouring accesses into, Caps.vector_bytes), and WMMA as the inline PTX of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (sm_80
-and later): a lane's 8 halves of A and 4 of B are packed two to a 32-bit register, low element first.
+range is the most significant digit of the flat block or thread number), shared memory as pieces of one dynamic
+`extern __shared__` block (its size, written in the source, is passed at each launch, and a kernel over 48 KiB is
+allowed it with cuFuncSetAttribute), `__syncthreads()`, `half` for f16 (cuda_fp16.h), 16-byte vector loads and stores
+(float4, int4, half8: what uopc.vectorize folds neighbouring accesses into, Caps.vector_bytes), and WMMA as the inline
+PTX of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (sm_80 and later): a lane's 8 halves of A and 4 of B are
+packed two to a 32-bit register, low element first.
 
 Compilation: nvcc -cubin for the target architecture (the device's own compute capability; on a machine without a
-GPU, $UOPC_CUDA_ARCH, else sm_90), --fmad=false (a*b+c is never contracted: the IR's MULACC says where a fused multiply-add is wanted, as in the
-C backend), cached on disk like the C backend's shared objects (content-addressed, atomic, sealed with a checksum).
-Where nvcc is missing and libnvrtc is present (the system's, or the nvidia-cuda-nvrtc wheel's), NVRTC compiles
-instead; a kernel with f16 values also needs cuda_fp16.h (a CUDA toolkit's, or the nvidia-cuda-runtime wheel's).
+GPU, $UOPC_CUDA_ARCH, else sm_90), --fmad=false (a*b+c is never contracted: the IR's MULACC says where a fused
+multiply-add is wanted, as in the C backend), cached on disk like the C backend's shared objects (content-addressed,
+atomic, sealed with a checksum). Where nvcc is missing and libnvrtc is present (the system's, or the nvidia-cuda-nvrtc
+wheel's), NVRTC compiles instead; a kernel with f16 values also needs cuda_fp16.h (a CUDA toolkit's, or the
+nvidia-cuda-runtime wheel's).
 
 The runtime is ctypes over libcuda (cuInit, the primary context, cuMemAlloc, cuMemcpy, cuModuleLoadData,
 cuLaunchKernel, cuCtxSynchronize): no CUDA Python package. The driver keeps a current context per thread, so every
 entry point makes the primary context current in the thread that calls it (a Buffer the garbage collector frees in
 another thread included); a free that fails is a warning (it runs in a finalizer, where an exception reaches no one).
 The driver must support the toolkit's CUDA major version (cuDriverGetVersion), or the first use of the device says
-which driver and which toolkit. A kernel's fault shows in the next call that waits; under UOPC_CUDA_SYNC=1 or UOPC_DEBUG>=1 each launch waits for its
-kernel and a fault names it.
-On a machine without a GPU (or without the driver), the backend still renders and compiles, so every kernel can be
-checked with nvcc, and alloc or launch raises NoDeviceError, which says why no device was found. Tests replace libcuda
-with a stand-in (_load_libcuda; testing/fake_libcuda.py).
+which driver and which toolkit. A kernel's fault shows in the next call that waits; under UOPC_CUDA_SYNC=1 or
+UOPC_DEBUG>=1 each launch waits for its kernel, and a fault names it. On a machine without a GPU (or without the
+driver), the backend still renders and compiles, so every kernel can be checked with nvcc, and alloc or launch raises
+NoDeviceError, which says why no device was found. Tests replace libcuda with a stand-in (_load_libcuda;
+testing/fake_libcuda.py).
 """
 from __future__ import annotations
 import ctypes, functools, hashlib, importlib.util, os, re, shutil, subprocess, tempfile, threading, warnings
@@ -39,7 +42,7 @@ from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import BackendError, CompileError, LinearProgram
 from uopc.runtime import debug_level
 from uopc.backends.c import (CCompiler, CRenderer, EXP2_POLY, EXP2_HORNER, FLOORDIV_I32, FLOORMOD_I32, CAST_F32_I32, _array,
-                              sanitize_name, used_helpers)
+                              sanitize_name, shared_layout, used_helpers)
 
 
 class NoDeviceError(BackendError):
@@ -86,8 +89,11 @@ class CUDARenderer(CRenderer):
   half = "half"
   vector_code_for_op: dict = {}       # no arithmetic on vectors: threads are the lanes, vectors only move memory
   helpers = HELPERS
+  # shared memory is one dynamic block (uopc_shared) that every shared ALLOC is a piece of, at its offset in
+  # shared_layout: a block may then hold more than the 48 KiB that static __shared__ arrays are limited to. Each piece is
   # 16-byte aligned, so that a vector of it (uopc.vectorize proves its index a multiple of the vector's lanes) is aligned
-  alloc_code = {AddrSpace.LOCAL: _array, AddrSpace.SHARED: lambda ctype, name, n: f"__shared__ __align__(16) {ctype} {name}[{n}];"}
+  alloc_code = {AddrSpace.LOCAL: _array,
+                AddrSpace.SHARED: lambda ctype, name, n, offset: f"{ctype}* {name} = ({ctype}*)(uopc_shared + {offset});"}
 
   def type_name(self, d: DType) -> str:
     if d.count > 1: return _cuda_vector(d)
@@ -134,7 +140,11 @@ class CUDARenderer(CRenderer):
   def prelude(self, program: LinearProgram, code: str) -> str:
     # half comes from cuda_fp16.h, which NVRTC finds only in a toolkit's (or a pip wheel's) headers: included where used
     half = any(u.dtype.scalar() is dtypes.f16 for u in program.uops)
-    return ("#include <cuda_fp16.h>\n" if half else "") + used_helpers(self.helpers, code)
+    _, shared = shared_layout(program.uops)
+    # the size is written where the backend reads it (dynamic_shared_bytes): a launch passes it, and over 48 KiB the
+    # kernel is allowed it first (cuFuncSetAttribute)
+    smem = f"{SHARED_LINE.format(shared)}\nextern __shared__ __align__(16) unsigned char uopc_shared[];\n" if shared else ""
+    return ("#include <cuda_fp16.h>\n" if half else "") + used_helpers(self.helpers, code) + smem
 
   def signature(self, program: LinearProgram) -> str:
     threads = 1
@@ -146,6 +156,14 @@ class CUDARenderer(CRenderer):
 # ---- compiling: nvcc (or NVRTC) to a cubin, cached on disk ----------------------------------------------------------
 
 NVCC_FLAGS = ["-cubin", "-O3", "--fmad=false", "-std=c++17"]
+SHARED_LINE = "/* dynamic shared memory: {} bytes */"      # the prelude's line that says how much a launch passes
+MAX_STATIC_SHARED = 48 * 1024                               # a block's shared memory without cuFuncSetAttribute's consent
+
+
+def dynamic_shared_bytes(src: str) -> int:
+  """The bytes of dynamic shared memory a rendered kernel's launches pass (the prelude's SHARED_LINE; 0 without one)."""
+  m = re.search(re.escape(SHARED_LINE).replace(r"\{\}", r"(\d+)"), src)
+  return int(m.group(1)) if m else 0
 
 
 def default_arch() -> str:
@@ -163,6 +181,7 @@ class CUDAProgram:
   src: str
   arch: str
   cubin: bytes
+  shared_bytes: int = 0                     # dynamic shared memory per block, passed at each launch
   function: ctypes.c_void_p | None = None   # the loaded CUfunction, once a launch needs it
 
 
@@ -303,6 +322,8 @@ CUDA_ERROR_DEINITIALIZED = 4
 # a kernel's fault (an illegal address, a trap, a timeout...): the context is lost, and every later call returns it
 KERNEL_FAULTS = {700, 702, 710, 714, 715, 716, 717, 718, 719}
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 75, 76
+CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
 def _load_libcuda() -> ctypes.CDLL | None:
@@ -331,6 +352,7 @@ class _Driver:
     self.check(lib.cuDeviceGet(ctypes.byref(self.device), 0), "cuDeviceGet")
     major, minor = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
     self.arch = f"sm_{major}{minor}"
+    self.max_shared = self.attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)   # a block's, with consent
     self.context = ctypes.c_void_p()
     self.check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device), "cuDevicePrimaryCtxRetain")
     lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
@@ -338,6 +360,7 @@ class _Driver:
     lib.cuMemFree_v2.argtypes = [ctypes.c_uint64]
     lib.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
     lib.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+    lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6 + [ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     self.current()
 
@@ -432,7 +455,7 @@ class CUDABackend:
     return d
 
   def compile(self, src: str, name: str) -> CUDAProgram:
-    return CUDAProgram(sanitize_name(name), src, self.arch, self.compiler.compile(src, sanitize_name(name), self.arch))
+    return CUDAProgram(sanitize_name(name), src, self.arch, self.compiler.compile(src, sanitize_name(name), self.arch), dynamic_shared_bytes(src))
 
   def alloc(self, n: int, dtype: DType) -> DeviceMemory:
     d = self._device()
@@ -469,11 +492,17 @@ class CUDABackend:
     return out
 
   def _load(self, d: _Driver, program: CUDAProgram) -> None:
-    """The program's module loaded and its function found."""
+    """The program's module loaded and its function found, allowed the shared memory its launches pass."""
     if program.arch != d.arch: raise BackendError(f"{program.name} was compiled for {program.arch}, the device is {d.arch}")
+    if program.shared_bytes > d.max_shared:
+      raise BackendError(f"{program.name} needs {program.shared_bytes} bytes of shared memory per block, the device ({d.arch}) "
+                         f"gives a block at most {d.max_shared}")
     module, function = ctypes.c_void_p(), ctypes.c_void_p()
     d.check(d.lib.cuModuleLoadData(ctypes.byref(module), program.cubin), f"cuModuleLoadData of {program.name}")
     d.check(d.lib.cuModuleGetFunction(ctypes.byref(function), module, program.name.encode()), f"cuModuleGetFunction {program.name}")
+    if program.shared_bytes > MAX_STATIC_SHARED:   # past 48 KiB a kernel gets dynamic shared memory only when allowed it
+      d.check(d.lib.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, program.shared_bytes),
+              f"cuFuncSetAttribute of {program.name} (MAX_DYNAMIC_SHARED_SIZE_BYTES = {program.shared_bytes})")
     program.function = function
 
   def launch(self, program: CUDAProgram, handles: list[DeviceMemory], global_size=None, local_size=None) -> None:
@@ -485,7 +514,8 @@ class CUDABackend:
       raise BackendError(f"{program.name}: a grid of {blocks} blocks of {threads} threads is beyond the device (2**31 - 1, {self.caps.max_local})")
     args = [ctypes.c_uint64(h.ptr) for h in handles]
     params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args])
-    d.check(d.lib.cuLaunchKernel(program.function, blocks, 1, 1, threads, 1, 1, 0, None, params, None), f"cuLaunchKernel {program.name}")
+    d.check(d.lib.cuLaunchKernel(program.function, blocks, 1, 1, threads, 1, 1, program.shared_bytes, None, params, None),
+            f"cuLaunchKernel {program.name}")
     if sync_each_launch() and (status := d.lib.cuCtxSynchronize()) != 0:
       raise BackendError(f"kernel {program.name} ({blocks} blocks of {threads} threads) failed on the device: {d.error(status)}; the "
                          "CUDA context can't be used after a fault: start a new process")
@@ -505,4 +535,4 @@ def device_available() -> bool:
 
 
 __all__ = ["CUDABackend", "CUDARenderer", "CUDACompiler", "CUDAProgram", "NoDeviceError", "device_available", "default_arch",
-           "sync_each_launch", "HELPERS", "NVCC_FLAGS"]
+           "dynamic_shared_bytes", "sync_each_launch", "HELPERS", "NVCC_FLAGS", "MAX_STATIC_SHARED"]
