@@ -13,6 +13,7 @@ from uopc.backends import get_backend, LinearProgram, check_memory_safety
 from uopc.backends.python import RaceError, wmma
 from uopc.backends import cuda
 from uopc.backends.cuda import CUDARenderer, CUDACompiler, NoDeviceError, device_available
+from uopc.backends.c import CCompiler
 from uopc.runtime import run_lowered, program_buffers, vectorized, compile_kernel
 from uopc.kernelize import make_kernel
 from uopc.dtype import AddrSpace
@@ -296,7 +297,7 @@ def test_nvcc_compiles_every_kind_of_kernel_without_a_warning(tmp_path):
   for i, src in enumerate(sources):
     (tmp_path / f"k{i}.cu").write_text(src)
     out = subprocess.run(["nvcc", *cuda.NVCC_FLAGS, "-arch=sm_90", "-o", str(tmp_path / f"k{i}.cubin"), str(tmp_path / f"k{i}.cu")],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, env=CCompiler._compiler_env())   # as the backend runs it
     assert out.returncode == 0 and out.stderr == "" and out.stdout == "", f"kernel {i}:\n{out.stderr}{out.stdout}"
 
 
