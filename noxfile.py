@@ -112,7 +112,8 @@ def cuda(session: nox.Session, arch: str) -> None:
   """The GPU suite (packages/uopc-tensor/tests_gpu) for one architecture: every kernel it needs compiled for `arch` by
   nvcc (skipped, saying why, where nvcc is missing) and by NVRTC (from NVIDIA's pip wheels, installed here), the suite
   run on the PYTHON emulator against NumPy, and where a CUDA device is present, the suite on it and benchmarks/gpu.py
-  (which otherwise says there is no device)."""
+  (which otherwise says there is no device). `arch` is for the compile checks only (UOPC_CUDA_ARCH): what runs on a
+  device is compiled for the device's own architecture."""
   _test(session, "uopc-tensor", "tests_gpu", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime", env={"UOPC_CUDA_ARCH": arch})
   session.run("python", "benchmarks/gpu.py")
 

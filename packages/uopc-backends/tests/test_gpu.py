@@ -1,6 +1,6 @@
 """GPU lowering (uopc.gpulower, rangeify with Opts(gpu=True)) on the PYTHON backend's emulated grid against NumPy; its
 race detection; the WMMA fragment tables; the CUDA renderer and nvcc; the CUDA backend on a machine without a GPU."""
-import shutil
+import shutil, subprocess, sys
 import numpy as np
 import pytest
 from uopc.uop import UOp, Ops, buf
@@ -13,6 +13,7 @@ from uopc.backends import get_backend, LinearProgram, check_memory_safety
 from uopc.backends.python import RaceError, wmma
 from uopc.backends import cuda
 from uopc.backends.cuda import CUDARenderer, CUDACompiler, NoDeviceError, device_available
+from uopc.backends.c import CCompiler
 from uopc.runtime import run_lowered, program_buffers, vectorized, compile_kernel
 from uopc.kernelize import make_kernel
 from uopc.dtype import AddrSpace
@@ -170,7 +171,9 @@ def rendered(sink, name="k"):
 def test_the_cuda_renderer_maps_grid_shared_memory_and_barriers():
   src = rendered(staged_gemm_sink(), "tiled")
   assert 'extern "C" __global__ void __launch_bounds__(16) tiled(' in src
-  assert "__shared__ __align__(16) float" in src and src.count("__syncthreads();") == 2
+  # the two tiles (8x8 floats each) are pieces of the block's one dynamic shared memory, whose size the launch passes
+  assert "extern __shared__ __align__(16) unsigned char uopc_shared[];" in src and cuda.dynamic_shared_bytes(src) == 512
+  assert "(float*)(uopc_shared + 0);" in src and "(float*)(uopc_shared + 256);" in src and src.count("__syncthreads();") == 2
   assert "blockIdx.x" in src and "threadIdx.x" in src and "#pragma omp" not in src
   tc = rendered(lower(matmul(16, 8, 16, dtypes.f16), buf(2, 128), Ctx(opts=Opts(gpu=True, tc=True))), "wmma")
   assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in tc and "half* __restrict__ data0" in tc and "cuda_fp16.h" in tc
@@ -183,6 +186,27 @@ def test_cuda_kernels_compile_with_nvcc(arch):
   sources = [rendered(sink) for sink in gpu_test_sinks()]
   for src in sources: assert compiler.compile(src, "k", arch)[:4] == b"\x7fELF"
   assert all(f"*(({t}*)(data" in "".join(sources) for t in ("float4", "half8", "int4"))       # 16-byte loads and stores were compiled
+
+
+def big_tiles():
+  """A GEMM staged in tiles of 128x64 (A) and 64x128 (B) of f32: 64 KiB of shared memory, over the 48 KiB of static
+  __shared__ arrays."""
+  return matmul(128, 128, 64), Opts(gpu=True, stage=64, local={0: 16, 1: 16}, upcast={0: 8, 1: 8})
+
+
+def test_a_gemm_with_64_kib_of_shared_tiles_runs_on_the_emulator():
+  root, opts = big_tiles()
+  a, b = rand(20, 128, 64), rand(21, 64, 128)
+  np.testing.assert_allclose(run_shaped(root, [a, b], PY, opts), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")
+def test_a_kernel_with_64_kib_of_shared_memory_compiles_with_nvcc():
+  # static __shared__ arrays stop at 48 KiB: ptxas refused this kernel ("uses too much shared data"); its memory is dynamic
+  root, opts = big_tiles()
+  src = rendered(lower(root, buf(2, 128 * 128), Ctx(opts=opts)))
+  assert cuda.dynamic_shared_bytes(src) == 65536
+  assert CUDACompiler().compile(src, "k", "sm_90")[:4] == b"\x7fELF"
 
 
 def test_a_threads_neighbouring_elements_move_as_16_byte_vectors_on_the_emulator():
@@ -220,12 +244,61 @@ def test_cuda_kernels_compile_with_nvrtc(arch):
   assert "cuda_fp16.h" not in rendered(gpu_test_sinks()[0])                  # an f32 kernel needs no header at all
 
 
+WHEEL_NVRTC = """
+import ctypes, sys
+from pathlib import Path
+folder = sys.argv[1]
+real = ctypes.CDLL
+def only_the_copy(name, *args, **kwargs):   # the machine's other NVRTCs (a toolkit's, the wheel itself) are out of sight
+  if "nvrtc" in str(name) and not str(name).startswith(folder): raise OSError(f"{name}: hidden by the test")
+  return real(name, *args, **kwargs)
+ctypes.CDLL = only_the_copy
+import uopc.backends.cuda as cuda
+cuda._pip_cuda_dirs = lambda sub: [Path(folder)] if sub == "lib" else []
+cubin = cuda.CUDACompiler._nvrtc('extern "C" __global__ void k(float* a) { a[threadIdx.x] = 1.0f; }', "k", "sm_90")
+print(cubin[:4] == b"\\x7fELF", len(cubin) > 64)
+"""
+
+
+def test_nvrtc_from_a_wheel_whose_libnvrtc_has_no_runpath_compiles(tmp_path):
+  """A wheel's libnvrtc without a RUNPATH (CUDA 13.0's nvidia-cuda-nvrtc; 13.5's has an RPATH of $ORIGIN) opens
+  libnvrtc-builtins by name and doesn't find it beside itself, so every compile failed ("failed to open
+  libnvrtc-builtins.so.13.0"). Here the wheel's folder is copied with libnvrtc's $ORIGIN blanked out, in a process that
+  sees no other NVRTC."""
+  wheel = next((d for d in cuda._pip_cuda_dirs("lib") if list(d.glob("libnvrtc.so*")) and list(d.glob("libnvrtc-builtins.so*"))), None)
+  if wheel is None: pytest.skip("libnvrtc is not installed (pip install nvidia-cuda-nvrtc): the wheel's NVRTC can't be copied")
+  folder = tmp_path / "lib"
+  folder.mkdir()
+  try:
+    for f in wheel.glob("libnvrtc*.so*"):
+      data = f.read_bytes()
+      (folder / f.name).write_bytes(data.replace(b"$ORIGIN\0", b"/no/dir\0") if f.name.startswith("libnvrtc.so") else data)
+    out = subprocess.run([sys.executable, "-c", WHEEL_NVRTC, str(folder)], capture_output=True, text=True, timeout=300)
+  finally:
+    shutil.rmtree(folder)    # 150 MB
+  assert out.returncode == 0 and out.stdout.split() == ["True", "True"], out.stdout + out.stderr[-3000:]
+
+
 def test_nvrtc_without_cuda_fp16_h_says_where_to_get_it(monkeypatch):
   if cuda._nvrtc() is None: pytest.skip("libnvrtc is not installed: nothing to call")
   from uopc.backends import CompileError
   monkeypatch.setattr(cuda, "_cuda_include", lambda: None)
   with pytest.raises(CompileError, match="needs cuda_fp16.h .* pip install nvidia-cuda-runtime"):
     CUDACompiler._nvrtc(rendered(gpu_test_sinks()[1]), "k", "sm_90")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")
+def test_nvcc_compiles_every_kind_of_kernel_without_a_warning(tmp_path):
+  # INFINITY and NAN were defined over math.h's (which nvcc includes first): two warnings on every compile that used them
+  nan = UOp.const(float("nan")).reshape((1,)).expand((4,))
+  inf_nan = lower(buf(0, 256).reshape((4, 64)).reduce(Ops.MAX, 1) + nan, buf(1, 4), Ctx(opts=Opts(gpu=True, group=16)))
+  sources = [rendered(sink) for sink in gpu_test_sinks() + [inf_nan]]
+  assert "INFINITY" in sources[-1] and "NAN" in sources[-1]
+  for i, src in enumerate(sources):
+    (tmp_path / f"k{i}.cu").write_text(src)
+    out = subprocess.run(["nvcc", *cuda.NVCC_FLAGS, "-arch=sm_90", "-o", str(tmp_path / f"k{i}.cubin"), str(tmp_path / f"k{i}.cu")],
+                         capture_output=True, text=True, timeout=600, env=CCompiler._compiler_env())   # as the backend runs it
+    assert out.returncode == 0 and out.stderr == "" and out.stdout == "", f"kernel {i}:\n{out.stderr}{out.stdout}"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")

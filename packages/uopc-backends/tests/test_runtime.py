@@ -205,7 +205,7 @@ def test_run_lowered_copies_in_and_out_of_arrays():
 class GridRenderer(CRenderer):
   """What a GPU renderer overrides: the grid's index expressions, shared memory and the barrier."""
   barrier = "sync_block();"
-  alloc_code = {**CRenderer.alloc_code, AddrSpace.SHARED: lambda ctype, name, n: f"shared {ctype} {name}[{n}];"}
+  alloc_code = {**CRenderer.alloc_code, AddrSpace.SHARED: lambda ctype, name, n, offset: f"shared {ctype} {name}[{n}];"}
   def grid_index(self, kind, dim, sizes): return f"{'block' if kind is AxisType.GLOBAL else 'thread'}_id({dim})"
 
 

@@ -7,6 +7,7 @@ import pytest
 import uopc.search as search
 import uopc.runtime as runtime
 from uopc.uop import Ops, buf
+from uopc.dtype import dtypes
 from uopc.kernelize import kernelize
 from uopc.backends import get_backend
 from uopc.compile_cache import read_entry, seal
@@ -133,3 +134,22 @@ def test_uopc_tune_runs_a_script_and_reports(tmp_path):
   assert proc.returncode == 0, proc.stderr
   assert "sum 128.0" in proc.stdout and "uopc tune: searched 1 kernels" in proc.stdout and "r_64__64" in proc.stdout
   assert len(list((tmp_path / "cache" / "opts").glob("*.json"))) == 1
+
+
+def test_a_gpu_search_times_gpu_candidates_and_stores_the_winner_with_its_gpu_fields():
+  # candidates() gave a GPU kernel nothing but the heuristics' choice: a search on a GPU timed one Opts and stored it
+  P = get_backend("PYTHON")
+  a = buf(0, 64 * 64, dtypes.f16).cast(dtypes.f32).reshape((64, 1, 64)).expand((64, 64, 64))
+  b = buf(1, 64 * 64, dtypes.f16).cast(dtypes.f32).reshape((64, 64)).permute((1, 0)).reshape((1, 64, 64)).expand((64, 64, 64))
+  [k] = kernelize([((a * b).reduce(Ops.ADD, 1), buf(2, 64 * 64))])
+  inputs = [Buffer.from_numpy(np.ones(64 * 64, np.float16), P, dtypes.f16) for _ in range(2)]
+  assert choose_opts(k, P.caps).tc
+  timed = []
+  def staged_wins(prog, bufs):
+    timed.append(prog.opts)
+    return 1.0 if prog.opts.stage else 2.0
+  best = search.search_opts(k, P, inputs, timer=staged_wins, budget=1e9)
+  assert len(timed) > 2 and all(o.gpu for o in timed) and any(o.tc for o in timed[1:])
+  assert best.stage and not best.tc and best.fma
+  runtime._programs.clear()
+  assert stored_opts(k, P) == best and compile_kernel(k, P).opts == best

@@ -8,10 +8,11 @@ base's candidates came out as CPU Opts)."""
 import dataclasses, json
 import pytest
 from uopc.uop import Ops, buf
+from uopc.dtype import dtypes
 from uopc.lowering import Opts, LowerError
-from uopc.rangeify import check_opts
+from uopc.rangeify import check_opts, gemm_pattern
 from uopc.kernelize import kernelize
-from uopc.opt import Caps, candidates, choose_opts
+from uopc.opt import Caps, candidates, choose_opts, graph_rewrite
 
 # a value other than the default for every field (each a valid Opts on its own type)
 EVERY_FIELD = Opts(upcast={0: 2}, thread=1, unroll=4, tile={1: 8}, gpu=True, local={0: 16, 1: 4}, vector=(1, 8), reduce_vector=4,
@@ -75,9 +76,9 @@ def test_check_opts_refuses_each_option_of_the_other_machine_by_name(machine):
 def test_candidates_keep_every_field_of_their_base_that_they_dont_vary(caps):
   k = gemm()
   base = choose_opts(k, caps)
-  varied = {"upcast", "thread", "unroll", "tile", "vector", "reduce_vector"}
+  varied = {"upcast", "thread", "unroll", "tile", "vector", "reduce_vector"} | ({"local", "stage", "tc", "group", "fma"} if caps.gpu else set())
   found = candidates(k, caps, base)
-  assert found[0] is base and (len(found) > 1 or caps.gpu)
+  assert found[0] is base and len(found) > 1
   for o in found:
     for f in dataclasses.fields(Opts):
       if f.name not in varied: assert getattr(o, f.name) == getattr(base, f.name), (f.name, o, base)
@@ -102,3 +103,81 @@ def test_analyze_reads_a_load_of_nested_reductions_along_the_outer_ones_axis_in_
   seen = {subprocess.run([sys.executable, "-c", NESTED, str(n)], capture_output=True, text=True, check=True).stdout.strip()
           for n in (0, 1, 7, 100, 1000, 5000)}
   assert seen == {"(32, 1, 1)"}, seen
+
+
+# ---- packing GEMM operands: a CPU's choice (uopc.opt.graph_rewrite), never made for a GPU ----------------------------
+
+def gemm_graph(n: int, dtype=dtypes.f32):
+  """C = A @ B over BUFFERs 0 and 1 (n x n, row major), as Tensor.matmul builds it: f16 operands are cast to f32 and
+  their products summed in f32."""
+  a, b = buf(0, n * n, dtype), buf(1, n * n, dtype)
+  if dtype is dtypes.f16: a, b = a.cast(dtypes.f32), b.cast(dtypes.f32)
+  a = a.reshape((n, 1, n)).expand((n, n, n))
+  b = b.reshape((n, n)).permute((1, 0)).reshape((1, n, n)).expand((n, n, n))
+  return (a * b).reduce(Ops.ADD, 1)
+
+
+CPU, GPU = Caps(threads=4, vector_width=16, fma=True, gemm_panel=32), Caps(gpu=True, max_local=1024, fma=True, tensor_cores=True, vector_bytes=16)
+
+
+@pytest.mark.parametrize("n", [2048, 8192])
+def test_a_gpu_schedule_keeps_an_f16_gemms_operands_for_the_tensor_cores_and_a_cpu_packs_them(n):
+  # kernelize packed B (rows 8 KiB apart) for every backend: the CUDA kernel read an f32 copy, gemm_pattern saw no f16
+  # operands, and the tensor cores were never used at 2048 and above
+  root = gemm_graph(n, dtypes.f16)
+  assert graph_rewrite(GPU) is None
+  [k] = kernelize([(root, buf(2, n * n))], rewrite=graph_rewrite(GPU))
+  assert gemm_pattern(k.canonical_root).f16 and choose_opts(k, GPU).tc
+  packed = kernelize([(root, buf(2, n * n))], rewrite=graph_rewrite(CPU))
+  assert len(packed) == 2 and packed[0].root.shape == (n // 32, n, 32)            # B in panels of 32 columns, then the GEMM
+  assert {u.dtype for u in packed[1].canonical_root.toposort() if u.op is Ops.BUFFER} == {dtypes.f16, dtypes.f32}   # A, packed B
+
+
+def test_the_cpu_packs_what_it_packed_before_and_nothing_more():
+  # an NN GEMM of 2048 (rows 8 KiB apart) and an NT one (B read along its columns) are packed; 1024 NN is not
+  assert len(kernelize([(gemm_graph(2048), buf(2, 2048 * 2048))], rewrite=graph_rewrite(CPU))) == 2
+  assert len(kernelize([(gemm_graph(1024), buf(2, 1024 * 1024))], rewrite=graph_rewrite(CPU))) == 1
+  a = buf(0, 256 * 256).reshape((256, 1, 256)).expand((256, 256, 256))
+  bt = buf(1, 256 * 256).reshape((1, 256, 256)).expand((256, 256, 256))      # B[k, j] = w[j, k]: x @ w.T
+  assert len(kernelize([((a * bt).reduce(Ops.ADD, 1), buf(2, 256 * 256))], rewrite=graph_rewrite(CPU))) == 2
+  assert len(kernelize([((a * bt).reduce(Ops.ADD, 1), buf(2, 256 * 256))])) == 1                  # no rewrite: as written
+  with pytest.raises(LowerError, match="Caps.gemm_panel must be an int >= 0, got -1"): Caps(gemm_panel=-1)
+
+
+def test_kernelize_cached_keeps_one_schedule_per_rewrite():
+  import uopc.kernelize as K
+  from itertools import count
+  slots = count(100)
+  new = lambda n, d: buf(next(slots), n, d)
+  cpu = K.kernelize_cached([(gemm_graph(2048), buf(2, 2048 * 2048))], new, graph_rewrite(CPU))
+  gpu = K.kernelize_cached([(gemm_graph(2048), buf(2, 2048 * 2048))], new, graph_rewrite(GPU))
+  again = K.kernelize_cached([(gemm_graph(2048), buf(2, 2048 * 2048))], new, graph_rewrite(Caps(gemm_panel=32)))   # an equal rewrite
+  assert (len(cpu), len(gpu), len(again)) == (2, 1, 2)
+
+
+# ---- the search's candidates on a GPU ----------------------------------------------------------------------------------
+
+def kernel_of(root, n_out: int):
+  [k] = kernelize([(root, buf(9, n_out))])
+  return k
+
+
+@pytest.mark.parametrize("what", ["f16-gemm", "f32-gemm", "row-sums", "elementwise"])
+def test_candidates_of_a_gpu_base_are_other_gpu_choices_each_valid_for_the_kernel_and_the_machine(what):
+  # candidates() proposed nothing but the base for a GPU: a GPU search timed one choice and stored it
+  from uopc.gpulower import block_threads
+  root, n_out = {"f16-gemm": (gemm_graph(256, dtypes.f16), 256 * 256), "f32-gemm": (gemm_graph(256), 256 * 256),
+                 "row-sums": (buf(0, 64 * 1024).reshape((64, 1024)).reduce(Ops.ADD, 1), 64),
+                 "elementwise": (buf(0, 64 * 1024) * 2.0, 64 * 1024)}[what]
+  k = kernel_of(root, n_out)
+  base = choose_opts(k, GPU)
+  found = candidates(k, GPU, base)
+  assert found[0] is base and len(found) > 2 and len(set(found)) == len(found), found
+  for o in found:
+    assert o.gpu and block_threads(o) <= GPU.max_local
+    check_opts(k.canonical_root, o)
+  kinds = {"f16-gemm": lambda o: o.tc, "f32-gemm": lambda o: o.stage, "row-sums": lambda o: o.group > 1, "elementwise": lambda o: o.local}[what]
+  assert sum(map(bool, map(kinds, found))) > 1, found                            # other choices of the base's kind
+  if what == "f16-gemm": assert any(o.stage and o.fma for o in found)            # and the staged GEMM, with its fma
+  no_tensor_cores = Caps(gpu=True, max_local=1024, fma=True)
+  assert not any(o.tc for o in candidates(k, no_tensor_cores, choose_opts(k, no_tensor_cores)))

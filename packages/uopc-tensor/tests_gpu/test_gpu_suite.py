@@ -1,6 +1,7 @@
 """The GPU suite: Tensor programs lowered for a GPU (Opts(gpu=True): threads, shared memory, barriers, tensor cores),
 run on the PYTHON backend (NumPy emulation of the grid, with race checks) against NumPy, every kernel they need
-compiled by nvcc for $UOPC_CUDA_ARCH (default sm_90), and run on a CUDA device where there is one.
+compiled by nvcc for $UOPC_CUDA_ARCH (default sm_90), and run on a CUDA device where there is one (compiled for the
+device's own architecture).
 
 `nox -s "cuda(arch='sm_90')"` runs it; each workload below is one row of the suite."""
 from __future__ import annotations
@@ -105,6 +106,22 @@ def gemm_half(device):
   return out.astype(np.float32), (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16).astype(np.float32), 1e-3
 
 
+def tc_gemm(m: int, n: int, k: int, seed: int):
+  """An f16 GEMM of m x k by k x n summed in f32: tensor cores, in blocks of 64x64 outputs (or smaller where the sizes
+  ask), so the sizes below take many blocks along each axis, and the block and warp offsets of the indices are tested."""
+  def workload(device):
+    a, b = rand(seed, m, k, dtype=np.float16), rand(seed + 1, k, n, dtype=np.float16)
+    out = (Tensor(a, device=device).float() @ Tensor(b, device=device).float()).numpy()
+    return out, a.astype(np.float32) @ b.astype(np.float32), 1e-3
+  workload.__name__ = f"gemm_f16_{m}x{n}x{k}"
+  return workload
+
+
+gemm_f16_1024 = tc_gemm(1024, 1024, 1024, 30)
+gemm_f16_wide = tc_gemm(256, 512, 192, 32)
+gemm_f16_long = tc_gemm(128, 2048, 64, 34)
+
+
 def conv(device):
   x, w = rand(16, 2, 8, 10, 10), rand(17, 16, 8, 3, 3)
   out = Tensor(x, device=device).conv2d(Tensor(w, device=device), padding=1).numpy()
@@ -162,7 +179,7 @@ def gpt_training_step(device):
 
 
 WORKLOADS = [elementwise, broadcast_where, half_math, integer_math, row_sums, column_max, long_sum, nested_sums, softmax, gemm_f32, gemm_f32_fused,
-             gemm_f16, gemm_half, conv, mlp_training_step, gpt_training_step]
+             gemm_f16, gemm_half, gemm_f16_1024, gemm_f16_wide, gemm_f16_long, conv, mlp_training_step, gpt_training_step]
 DEVICES = ["PYTHON", pytest.param("CUDA", marks=pytest.mark.skipif(not device_available(), reason="no CUDA device on this machine"))]
 
 
@@ -195,10 +212,15 @@ def test_the_gpu_lowerings_are_the_ones_this_suite_means_to_check(recorded):
   ops = {u.op.name for p in recorded for u in p.uops}
   assert "BARRIER" in ops and "WMMA" not in ops
   assert any(u.op.name == "ALLOC" and u.addrspace is not None and u.addrspace.name == "SHARED" for p in recorded for u in p.uops)
-  for w in (gemm_f16, gemm_half):
+  for w in (gemm_f16, gemm_half, gemm_f16_1024, gemm_f16_wide, gemm_f16_long):
     recorded.clear()
     w("PYTHON")
     assert any(u.op.name == "WMMA" for p in recorded for u in p.uops), f"{w.__name__} did not reach the tensor cores"
+    if w in (gemm_f16_1024, gemm_f16_wide, gemm_f16_long):
+      # in many blocks along both output axes (a GLOBAL range each): the block offsets are in every index
+      [p] = recorded
+      blocks = [int(u.src[0].arg) for u in p.uops if u.op.name == "RANGE" and u.arg.kind.name == "GLOBAL"]
+      assert len(blocks) == 2 and min(blocks) > 1, (w.__name__, blocks)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")
@@ -221,6 +243,22 @@ def test_every_kernel_of_the_workload_compiles_with_nvrtc(workload, recorded):
   renderer = CUDARenderer()
   for program in recorded:
     assert CUDACompiler._nvrtc(renderer.render(program), program.name, ARCH)[:4] == b"\x7fELF", f"{program.name}: NVRTC produced no cubin"
+
+
+@pytest.mark.parametrize("n", [1024, 2048, 8192])
+def test_an_f16_gemm_at_benchmark_sizes_reaches_the_tensor_cores_on_cuda(n, monkeypatch):
+  """The kernels of a.float() @ b.float() (f16 n x n) on the CUDA backend, rendered (the compiler is faked: no cubin, no
+  launch): one kernel of mma.sync. kernelize used to pack B for every backend at 2048 and above, and the CUDA kernel was
+  then a CUDA-core GEMM of an f32 copy."""
+  from uopc import runtime
+  from uopc.dtype import dtypes
+  from uopc.tensor.storage import new_buffer
+  monkeypatch.setattr(runtime, "_programs", runtime.ProgramCache(64))        # the faked programs stay in this test
+  monkeypatch.setattr(CUDACompiler, "compile", lambda self, src, name, arch: b"\x7fELF (not compiled)")
+  a, b = (Tensor(new_buffer(n * n, dtypes.f16).reshape((n, n)), device="CUDA") for _ in range(2))
+  kernels = (a.float() @ b.float()).schedule()
+  sources = [runtime.compile_kernel(k, get_backend("CUDA")).src for k in kernels]
+  assert len(sources) == 1 and "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in sources[0], [k.root.shape for k in kernels]
 
 
 def test_the_cuda_backend_without_a_device_renders_compiles_and_says_why_it_cant_run():

@@ -20,7 +20,9 @@ Each is a rule rangeify calls (its _reduce, and lower for the tensor cores' outp
 uopc.lowering's Ctx: the GpuAxis of every output axis and, for stage and tc, the Gemm that rangeify.gemm_pattern found
 (which output axes are its i and j). WMMA's fragment layout (which lane holds which element of A, B and the
 accumulator) is written down once, below, from the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point
-type"); the PYTHON backend's emulation of WMMA writes it down again, independently, so that each checks the other.
+type"); the PYTHON backend's emulation of WMMA writes it down again, independently, so that each checks the other, and
+the CUDA renderer's text (its register packings and mma.sync operands) is run and checked against the ISA's figures
+themselves (packages/uopc-backends/tests/test_cuda_mma_text.py).
 """
 from __future__ import annotations
 from typing import Callable, NoReturn

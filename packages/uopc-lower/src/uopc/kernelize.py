@@ -45,7 +45,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 from uopc.uop import UOp, Ops, ParamArg, ALU, MOVEMENT, buf, prod, users_of, _argkey
-from uopc.dtype import DType, dtypes
+from uopc.dtype import DType
 from uopc.composite import pad
 from uopc.evaluate import identity
 
@@ -122,78 +122,6 @@ def _split_reduce(u: UOp) -> UOp:
     flat = padded
   partials = flat.reshape(keep + (flat.shape[-1] // c, c)).reduce(rop, 1)
   return UOp(Ops.STAGE, (partials,)).reduce(rop, 1)
-
-
-PANEL = 32                 # columns of a packed GEMM operand's panel: two 16-lane vectors, four 8-lane ones
-PACK_STRIDE = 2048         # a B operand whose rows are this many elements apart (8 KiB of f32) is packed
-PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each packed panel
-PACK_MIN_WORK = 1 << 20    # ...and enough multiply-adds to pay for a kernel of its own
-
-
-def _offset(view: UOp, idx: tuple[int, ...]) -> int | None:
-  """Where element idx of `view`, a chain of movement ops, lies in the row-major layout of the node under the chain (a
-  BUFFER, or the value kernelize will store: its stored form is its own row-major layout). Plain integer arithmetic,
-  one op at a time (each op's index map, as in rangeify's table); None when the chain holds anything else."""
-  u = view
-  while u.op in MOVEMENT:
-    src = u.src[0].shape
-    if u.op is Ops.RESHAPE:
-      flat = 0
-      for i, n in zip(idx, u.shape): flat = flat * n + i
-      out = []
-      for n in reversed(src): out.append(flat % n if n else 0); flat //= max(n, 1)
-      idx = tuple(reversed(out))
-    elif u.op is Ops.EXPAND: idx = tuple(0 if s == 1 else i for i, s in zip(idx, src))
-    elif u.op is Ops.PERMUTE:
-      back = dict(zip(u.arg, idx))
-      idx = tuple(back[a] for a in range(len(idx)))
-    else: idx = tuple(i + b for i, (b, _) in zip(idx, u.arg))   # SHRINK
-    u = u.src[0]
-  if u is view or u.op in (Ops.STACK, Ops.INDEX, Ops.CONST): return None
-  flat = 0
-  for i, n in zip(idx, u.shape): flat = flat * n + i
-  return flat
-
-
-def _strides(view: UOp) -> tuple[int, int] | None:
-  """(stride along the second-to-last axis, along the last axis) of a movement-op view (see _offset); None when unknown."""
-  lead = (0,) * (len(view.shape) - 2)
-  zero = _offset(view, lead + (0, 0))
-  if zero is None: return None
-  along_n = _offset(view, lead + (1, 0)) - zero if view.shape[-2] > 1 else 0
-  along_k = _offset(view, lead + (0, 1)) - zero if view.shape[-1] > 1 else 0
-  return along_n, along_k
-
-
-def _pack(u: UOp) -> UOp:
-  """A GEMM C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (REDUCE of a product whose operands are broadcast along j
-  and along i) whose B would be read badly is given B packed into panels of PANEL columns: B[..., k, j] is stored as
-  P[..., j // PANEL, k, j % PANEL], so the kernel's vector loads of a row of a panel are contiguous and the panel it
-  walks down is one contiguous block. Badly: along a column (x @ w.T, q @ k.T: B's columns are contiguous, not its
-  rows), or with rows so far apart that a panel thrashes the caches (an NN GEMM of 2048)."""
-  if u.arg != (Ops.ADD, 1) or u.dtype is not dtypes.f32 or u.src[0].op is not Ops.MUL or len(u.src[0].shape) < 3: return u
-  *batch, m, n, k = u.src[0].shape
-  operands = u.src[0].src
-  along = lambda x, axis: x.op is Ops.EXPAND and x.src[0].shape[axis] == 1 and x.shape[axis] > 1
-  if not (along(operands[0], -2) and along(operands[1], -3)) and not (along(operands[1], -2) and along(operands[0], -3)): return u
-  b_at = 1 if along(operands[1], -3) else 0
-  small = operands[b_at].src[0]                            # (..., 1, n, k) before the broadcast along i
-  if m < PACK_MIN_ROWS or n % PANEL or n == PANEL or k < 8 or prod(u.src[0].shape) < PACK_MIN_WORK: return u
-  st = _strides(small.reshape(small.shape[:-3] + (n, k)).permute(tuple(range(len(small.shape) - 3)) + (len(small.shape) - 2, len(small.shape) - 3)))
-  if st is None: return u
-  along_k, along_j = st                                    # B[k, j]: rows are k, columns j
-  if along_j == 1 and abs(along_k) < PACK_STRIDE: return u
-  lead = small.shape[:-3]
-  panels = small.reshape(lead + (n // PANEL, PANEL, k)).permute(tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1))
-  packed = UOp(Ops.STAGE, (panels,))                       # (..., n/PANEL, k, PANEL), stored in this layout
-  unpacked = packed.permute(tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1)).reshape(small.shape).expand(operands[b_at].shape)
-  return u.replace(src=(u.src[0].replace(src=tuple(unpacked if i == b_at else x for i, x in enumerate(operands))),))
-
-
-def _pack_gemm_operands(roots: list[UOp]) -> list[UOp]:
-  # decided on the graph as it is; only the GEMMs that get packed are rebuilt (no graph rebuild when none is)
-  packed = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and _pack(u) is not u}
-  return UOp.wrap(roots, packed, _pack) if packed else roots
 
 
 def _split_long_reductions(roots: list[UOp]) -> list[UOp]:
@@ -393,10 +321,13 @@ def canonicalize(root: UOp, out: UOp) -> tuple[UOp, UOp, tuple[UOp, ...]]:
   return root.substitute(mapping) if mapping else root, canon_out, inputs
 
 
-def kernelize(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType], UOp] | None = None, pack: bool = True) -> list[Kernel]:
+def kernelize(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType], UOp] | None = None,
+              rewrite: Callable[[list[UOp]], list[UOp]] | None = None) -> list[Kernel]:
   """The kernels that compute each output (a shaped root and the BUFFER to store it in), in an order that runs
   every kernel after the kernels it reads from. `new_buffer(n, dtype)` makes a temporary BUFFER (by default a
-  fresh slot above every slot in the graph). pack=False leaves GEMM operands in their own layout (see _pack)."""
+  fresh slot above every slot in the graph). `rewrite(roots) -> roots`, when given, changes the graph first in the way
+  one machine wants it (uopc.opt.graph_rewrite(caps): a CPU packs GEMM operands into panels with STAGE marks); the
+  graph as written is what every backend gets otherwise."""
   roots = []
   if not isinstance(outputs, (list, tuple)) or not all(isinstance(o, (list, tuple)) and len(o) == 2 for o in outputs):
     raise KernelizeError(f"kernelize takes a list of (shaped UOp, output BUFFER) pairs, got {type(outputs).__name__}")
@@ -406,7 +337,7 @@ def kernelize(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType],
     if out.dtype is not root.dtype or out.shape[0] < prod(root.shape):
       raise KernelizeError(f"kernelize: output BUFFER {out.dtype}[{out.shape[0]}] can't hold a {root.dtype}{root.shape} value")
     roots.append(root)
-  if pack: roots = _pack_gemm_operands(roots)
+  if rewrite is not None: roots = rewrite(roots)
   roots = _split_long_reductions(roots)
   outputs = [(r, out) for r, (_, out) in zip(roots, outputs)]
   if new_buffer is None:
@@ -483,25 +414,27 @@ def _structure(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp]] | N
   return (tuple(parts), tuple((o.dtype, o.shape) for o in outs)), bufs
 
 
-def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType], UOp]) -> list[Kernel]:
-  """kernelize(outputs, new_buffer), remembered by the structure of the graph (see the module docstring). On a hit the
-  Kernels are the remembered ones over this graph's BUFFERs, its outputs and new temporaries from new_buffer; their
-  `root` is the canonical root (the graph over this call's buffers is never built: past kernelize only its shape is
-  read)."""
+def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType], UOp],
+                     rewrite: Callable[[list[UOp]], list[UOp]] | None = None) -> list[Kernel]:
+  """kernelize(outputs, new_buffer, rewrite), remembered by the structure of the graph and the rewrite (see the module
+  docstring; `rewrite` is a hashable value, equal for the same rewrite: uopc.opt.graph_rewrite's). On a hit the Kernels
+  are the remembered ones over this graph's BUFFERs, its outputs and new temporaries from new_buffer; their `root` is the
+  canonical root (the graph over this call's buffers is never built: past kernelize only its shape is read)."""
   if not isinstance(outputs, (list, tuple)) or not all(isinstance(o, (list, tuple)) and len(o) == 2 and isinstance(o[0], UOp)
                                                         and isinstance(o[1], UOp) for o in outputs):
-    return kernelize(outputs, new_buffer)   # which says what is wrong
+    return kernelize(outputs, new_buffer, rewrite)   # which says what is wrong
   outs = [o for _, o in outputs]
   found = _structure([r for r, _ in outputs], outs)
-  if found is None: return kernelize(outputs, new_buffer)
-  key, bufs = found
+  if found is None: return kernelize(outputs, new_buffer, rewrite)
+  structure, bufs = found
+  key = (structure, rewrite)   # one graph is packed for the C backend and not for CUDA: two schedules
   if (plan := _schedules.get(key)) is not None:
     try: _schedules.move_to_end(key)
     except KeyError: pass   # evicted by another thread meanwhile: the plan in hand is still right
     temp_sizes, steps, _ = plan
     now = {"graph": bufs, "output": outs, "temporary": [new_buffer(n, d) for n, d in temp_sizes]}
     return [Kernel(croot, now[out.kind][out.index], tuple(now[r.kind][r.index] for r in ins), croot, cout) for croot, cout, ins, out in steps]
-  kernels = kernelize(outputs, new_buffer)
+  kernels = kernelize(outputs, new_buffer, rewrite)
   where: dict[UOp, _BufferRef] = {b: _BufferRef("graph", i) for i, b in enumerate(bufs)}
   for i, o in enumerate(outs): where.setdefault(o, _BufferRef("output", i))
   temp_sizes: list[tuple[int, DType]] = []
@@ -513,8 +446,8 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
   global _schedule_nodes
   steps = tuple((k.canonical_root, k.canonical_out, tuple(where[b] for b in k.inputs), where[k.out]) for k in kernels)
   if key not in _schedules:
-    _schedules[key] = (tuple(temp_sizes), steps, len(key[0]))
-    _schedule_nodes += len(key[0])
+    _schedules[key] = (tuple(temp_sizes), steps, len(structure[0]))
+    _schedule_nodes += len(structure[0])
   while _schedules and (len(_schedules) > SCHEDULE_CACHE_SIZE or _schedule_nodes > SCHEDULE_CACHE_NODES):
     _schedule_nodes -= _schedules.popitem(last=False)[1][2]
   return kernels

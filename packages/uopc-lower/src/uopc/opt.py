@@ -3,10 +3,12 @@
     choose_opts(kernel, caps) -> Opts          the heuristics (uopc.runtime asks whenever no Opts are given)
     analyze(kernel) -> Analysis                what they read: each load's stride along each loop
     candidates(kernel, caps, base)             valid Opts around a choice, for the timed search (uopc.search)
+    graph_rewrite(caps)                        what the machine wants done to a graph before kernelize (a CPU packs
+                                               GEMM operands into panels), for kernelize's `rewrite`
 
 `Caps` is what a backend tells the optimizer (and uopc.vectorize) about its machine: how many threads run a parallel
 loop, how many f32 lanes a vector holds, how wide a memory move can be, the cache sizes, whether it has fused
-multiply-add, whether it is a GPU.
+multiply-add, whether it is a GPU, whether its GEMMs want a badly read operand packed into panels first.
 
 The heuristics read the kernel the way a person would: lower it plainly once, and evaluate every load's index at
 counter 0 and 1 of each loop to get its stride. Then, for a CPU:
@@ -25,6 +27,11 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
     waking them (OMP_NUM_THREADS is the backend's business: it sets caps.threads).
 
 Every choice is checked by check_opts like any user's Opts, so the heuristics can only pick valid ones.
+
+One CPU choice changes the schedule rather than a kernel, so it is made on the graph before kernelize: a GEMM whose B
+operand the vector loads would read badly (along its columns, or rows 8 KiB apart) gets B packed into panels of
+caps.gemm_panel columns, a kernel of its own (GemmPacking, kernelize's `rewrite`). Only a backend whose Caps ask for
+it packs: a GPU stages its own tiles, and its tensor cores need the f16 operand the packed f32 copy would replace.
 """
 from __future__ import annotations
 import dataclasses, math
@@ -50,13 +57,15 @@ class Caps:
   gpu: bool = False                 # lowers to GLOBAL/LOCAL ranges, shared memory and barriers
   max_local: int = 1                # threads per block (GPU)
   tensor_cores: bool = False        # WMMA m16n8k16 on f16 (GPU, sm_80 and later)
+  gemm_panel: int = 0               # columns of the panels a badly read GEMM operand is packed into first (GemmPacking); 0: none
 
   def __post_init__(self):
     for name in ("threads", "vector_width", "l1_bytes", "l2_bytes", "max_local"):
       v = getattr(self, name)
       if type(v) is not int or v < 1: raise LowerError(f"Caps.{name} must be a positive int, got {v!r}")
-    if type(self.vector_bytes) is not int or self.vector_bytes < 0:
-      raise LowerError(f"Caps.vector_bytes must be an int >= 0, got {self.vector_bytes!r}")
+    for name in ("vector_bytes", "gemm_panel"):
+      v = getattr(self, name)
+      if type(v) is not int or v < 0: raise LowerError(f"Caps.{name} must be an int >= 0, got {v!r}")
 
 
 # a kernel doing less than this many element operations runs on one thread: waking the others costs more
@@ -158,6 +167,14 @@ def _first_valid(root: UOp, caps: Caps, choices: list[Opts]) -> Opts | None:
   return None
 
 
+# the GPU shapes the heuristics try, best first, and the search's candidates around them: tensor-core GEMMs as (warps on
+# i, warps on j, 16x8 tiles per warp on i, on j); staged GEMMs as (threads on i, on j, outputs per thread on i, on j, the
+# tiles' depth); threads sharing a reduction
+TC_TILES = ((2, 2, 2, 4), (2, 2, 1, 2), (1, 1, 2, 2), (1, 1, 1, 1))
+STAGED_TILES = ((16, 16, 4, 4, 16), (16, 16, 2, 2, 16), (8, 8, 2, 2, 8), (8, 8, 1, 1, 8), (4, 4, 1, 1, 4))
+GROUPS = (256, 128, 64, 32, 16)
+
+
 def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
   """Opts for a GPU (see uopc.gpulower for what each shape of kernel becomes):
 
@@ -173,15 +190,13 @@ def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
   if (g := gemm_pattern(root)) is not None:
     i, j = g.i, g.j
     if g.f16 and caps.tensor_cores:
-      choices += [opts(tc=True, local={i: wi, j: wj}, upcast={i: ui, j: uj})
-                  for wi, wj, ui, uj in ((2, 2, 2, 4), (2, 2, 1, 2), (1, 1, 2, 2), (1, 1, 1, 1))]
-    choices += [opts(stage=s, local={i: li, j: lj}, upcast={i: ui, j: uj})
-                for li, lj, ui, uj, s in ((16, 16, 4, 4, 16), (16, 16, 2, 2, 16), (8, 8, 2, 2, 8), (8, 8, 1, 1, 8), (4, 4, 1, 1, 4))]
+      choices += [opts(tc=True, local={i: wi, j: wj}, upcast={i: ui, j: uj}) for wi, wj, ui, uj in TC_TILES]
+    choices += [opts(stage=s, local={i: li, j: lj}, upcast={i: ui, j: uj}) for li, lj, ui, uj, s in STAGED_TILES]
   reduces = [u for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0]
   if reduces and min(u.src[0].shape[-1] for u in reduces) >= 64:
     inner = math.gcd(*(u.src[0].shape[-1] for u in reduces))
     # powers of two first (a warp is 32 threads), then any divisor of 16 or more (a softmax over 200 classes)
-    choices += [opts(group=n) for n in (256, 128, 64, 32, 16)] + [opts(group=_divisor(inner, 256))] * (_divisor(inner, 256) >= 16)
+    choices += [opts(group=n) for n in GROUPS] + [opts(group=_divisor(inner, 256))] * (_divisor(inner, 256) >= 16)
   # a thread per output element: threads on the last axis (and the one before, when the last is short)
   dims = [k for k in range(len(shape)) if shape[k] > 1]
   if dims:
@@ -253,20 +268,116 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   return Opts()
 
 
+# ---- GEMM operands packed into panels: a CPU's choice, made on the graph before kernelize ------------------------
+
+PACK_STRIDE = 2048         # a B operand whose rows are this many elements apart (8 KiB of f32) is packed
+PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each packed panel
+PACK_MIN_WORK = 1 << 20    # ...and enough multiply-adds to pay for a kernel of its own
+
+
+def _offset(view: UOp, idx: tuple[int, ...]) -> int | None:
+  """Where element idx of `view`, a chain of movement ops, lies in the row-major layout of the node under the chain (a
+  BUFFER, or the value kernelize will store: its stored form is its own row-major layout). Plain integer arithmetic,
+  one op at a time (each op's index map, as in rangeify's table); None when the chain holds anything else."""
+  u = view
+  while u.op in MOVEMENT:
+    src = u.src[0].shape
+    if u.op is Ops.RESHAPE:
+      flat = 0
+      for i, n in zip(idx, u.shape): flat = flat * n + i
+      out = []
+      for n in reversed(src): out.append(flat % n if n else 0); flat //= max(n, 1)
+      idx = tuple(reversed(out))
+    elif u.op is Ops.EXPAND: idx = tuple(0 if s == 1 else i for i, s in zip(idx, src))
+    elif u.op is Ops.PERMUTE:
+      back = dict(zip(u.arg, idx))
+      idx = tuple(back[a] for a in range(len(idx)))
+    else: idx = tuple(i + b for i, (b, _) in zip(idx, u.arg))   # SHRINK
+    u = u.src[0]
+  if u is view or u.op in (Ops.STACK, Ops.INDEX, Ops.CONST): return None
+  flat = 0
+  for i, n in zip(idx, u.shape): flat = flat * n + i
+  return flat
+
+
+def _strides(view: UOp) -> tuple[int, int] | None:
+  """(stride along the second-to-last axis, along the last axis) of a movement-op view (see _offset); None when unknown."""
+  lead = (0,) * (len(view.shape) - 2)
+  zero = _offset(view, lead + (0, 0))
+  if zero is None: return None
+  along_n = _offset(view, lead + (1, 0)) - zero if view.shape[-2] > 1 else 0
+  along_k = _offset(view, lead + (0, 1)) - zero if view.shape[-1] > 1 else 0
+  return along_n, along_k
+
+
+def _pack(u: UOp, panel: int) -> UOp:
+  """A GEMM C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (REDUCE of a product whose operands are broadcast along j
+  and along i) whose B would be read badly is given B packed into panels of `panel` columns: B[..., k, j] is stored as
+  P[..., j // panel, k, j % panel], so the kernel's vector loads of a row of a panel are contiguous and the panel it
+  walks down is one contiguous block. Badly: along a column (x @ w.T, q @ k.T: B's columns are contiguous, not its
+  rows), or with rows so far apart that a panel thrashes the caches (an NN GEMM of 2048)."""
+  if u.arg != (Ops.ADD, 1) or u.dtype is not dtypes.f32 or u.src[0].op is not Ops.MUL or len(u.src[0].shape) < 3: return u
+  *batch, m, n, k = u.src[0].shape
+  operands = u.src[0].src
+  along = lambda x, axis: x.op is Ops.EXPAND and x.src[0].shape[axis] == 1 and x.shape[axis] > 1
+  if not (along(operands[0], -2) and along(operands[1], -3)) and not (along(operands[1], -2) and along(operands[0], -3)): return u
+  b_at = 1 if along(operands[1], -3) else 0
+  small = operands[b_at].src[0]                            # (..., 1, n, k) before the broadcast along i
+  if m < PACK_MIN_ROWS or n % panel or n == panel or k < 8 or prod(u.src[0].shape) < PACK_MIN_WORK: return u
+  st = _strides(small.reshape(small.shape[:-3] + (n, k)).permute(tuple(range(len(small.shape) - 3)) + (len(small.shape) - 2, len(small.shape) - 3)))
+  if st is None: return u
+  along_k, along_j = st                                    # B[k, j]: rows are k, columns j
+  if along_j == 1 and abs(along_k) < PACK_STRIDE: return u
+  lead = small.shape[:-3]
+  panels = small.reshape(lead + (n // panel, panel, k)).permute(tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1))
+  packed = UOp(Ops.STAGE, (panels,))                       # (..., n/panel, k, panel), stored in this layout
+  unpacked = packed.permute(tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1)).reshape(small.shape).expand(operands[b_at].shape)
+  return u.replace(src=(u.src[0].replace(src=tuple(unpacked if i == b_at else x for i, x in enumerate(operands))),))
+
+
+@dataclass(frozen=True)
+class GemmPacking:
+  """kernelize's `rewrite` for a CPU: each GEMM whose B operand its vector loads would read badly gets B packed into
+  panels of `panel` columns first (_pack), a kernel of its own. A value (frozen, compared by its panel), so that
+  kernelize_cached keeps one schedule per rewrite."""
+  panel: int
+
+  def __call__(self, roots: list[UOp]) -> list[UOp]:
+    # decided on the graph as it is; only the GEMMs that get packed are rebuilt (no graph rebuild when none is)
+    pack = lambda u: _pack(u, self.panel)
+    packed = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and pack(u) is not u}
+    return UOp.wrap(roots, packed, pack) if packed else roots
+
+
+def graph_rewrite(caps: Caps) -> GemmPacking | None:
+  """What `caps`' machine wants done to a graph before kernelize fuses it (kernelize's `rewrite`): GEMM operands packed
+  into panels of caps.gemm_panel columns on a CPU that asks for them; None (the graph as written) elsewhere. A GPU
+  stages its own operand tiles (uopc.gpulower), and a packed f32 copy of an f16 operand would hide the GEMM's f16 from
+  the tensor cores."""
+  return GemmPacking(caps.gemm_panel) if caps.gemm_panel else None
+
+
+
 def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[Opts]:
-  """Valid Opts around `base` (the heuristics' choice) for a timed search to try: other register tiles (rows and vector
-  copies), vector widths, unrolling, thread axes, a cache tile on the row axis, and no vectors at all. `base` first."""
+  """Valid Opts around `base` (the heuristics' choice) for a timed search to try, `base` first. On a CPU: other register
+  tiles (rows and vector copies), vector widths, unrolling, thread axes, a cache tile on the row axis, and no vectors at
+  all. On a GPU (a base with gpu=True): a GEMM's other tensor-core and staged tiles, other numbers of threads sharing a
+  reduction, other numbers of threads per block."""
   shape, root = kernel.root.shape, kernel.canonical_root
   up = dict(base.upcast)
   out: list[Opts] = [base]
   def add(**changes) -> None:
-    """base with `changes`, every other field kept, when that is a valid Opts not yet among the candidates."""
+    """base with `changes`, every other field kept, when that is a valid Opts for the kernel and the machine not yet
+    among the candidates."""
     try: o = dataclasses.replace(base, **changes)
     except LowerError: return
-    if o in out: return
+    if o in out or block_threads(o) > caps.max_local or (o.tc and not caps.tensor_cores): return
     try: check_opts(root, o)
     except LowerError: return
     out.append(o)
+  if base.gpu:
+    _gpu_candidates(root, caps, base, add)
+    return out[:limit]
   if base.vector is not None:
     vaxis, w = base.vector
     rows = [k for k in up if k != vaxis]
@@ -286,4 +397,20 @@ def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[
   return out[:limit]
 
 
-__all__ = ["Caps", "Analysis", "analyze", "choose_opts", "choose_gpu_opts", "candidates", "THREAD_MIN_WORK"]
+def _gpu_candidates(root: UOp, caps: Caps, base: Opts, add) -> None:
+  """candidates' GPU half: `add(**changes)` keeps what is valid."""
+  if (g := gemm_pattern(root)) is not None:
+    i, j = g.i, g.j
+    # a tensor-core GEMM's accumulation is the hardware's; a staged one sums products, fused where the machine can
+    for wi, wj, ui, uj in TC_TILES * g.f16: add(tc=True, stage=0, fma=False, local={i: wi, j: wj}, upcast={i: ui, j: uj})
+    for li, lj, ui, uj, s in STAGED_TILES: add(tc=False, stage=s, fma=caps.fma, local={i: li, j: lj}, upcast={i: ui, j: uj})
+  if base.group > 1:
+    for n in GROUPS + (512, 1024): add(group=n)
+  if not (base.tc or base.stage or base.group > 1) and base.local:
+    local = dict(base.local)
+    for axis in local:
+      for t in (32, 64, 128, 256, 512, 1024): add(local={**local, axis: t})
+
+
+__all__ = ["Caps", "Analysis", "analyze", "choose_opts", "choose_gpu_opts", "candidates", "graph_rewrite", "GemmPacking", "THREAD_MIN_WORK",
+           "PACK_STRIDE", "PACK_MIN_ROWS", "PACK_MIN_WORK"]

@@ -173,7 +173,18 @@ def render_const(v, dtype: DType, half: str = "_Float16") -> str:
 
 def _fmax(a: str, b: str) -> str: return f"((({a}>{b})||({a}!={a}))?{a}:{b})"   # NaN propagates, as numpy.maximum
 def _loop(var: str, end: str) -> str: return f"for (int {var} = 0; {var} < {end}; {var}++) {{"
-def _array(ctype: str, name: str, n: int) -> str: return f"{ctype} {name}{f'[{n}]' if n != 1 else ''};"
+def _array(ctype: str, name: str, n: int, offset: int = 0) -> str: return f"{ctype} {name}{f'[{n}]' if n != 1 else ''};"
+
+def shared_layout(lin: tuple[UOp, ...] | list[UOp]) -> tuple[dict[UOp, int], int]:
+  """Where each shared-memory ALLOC of a program lies in its block's shared memory, in bytes (each 16-byte aligned, in
+  program order), and the bytes they take in all: the one layout the renderer declares and a GPU backend launches with."""
+  offsets, total = {}, 0
+  for u in lin:
+    if u.op is Ops.ALLOC and u.addrspace is AddrSpace.SHARED and u not in offsets:
+      offsets[u] = total
+      total += -(-u.arg.shape[0] * u.dtype.itemsize // 16) * 16
+  return offsets, total
+
 
 _VIA_F32 = {Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.SIN}
 
@@ -231,9 +242,9 @@ class CRenderer:
     AxisType.LOCAL: lambda renderer, var, end, dim, sizes: [f"int {var} = {renderer.grid_index(AxisType.LOCAL, dim, sizes)};"],
   }
   opens_block = {AxisType.LOOP, AxisType.REDUCE, AxisType.UPCAST, AxisType.THREAD}
-  # an ALLOC by its address space: (C type, name, elements) -> its declaration. On a CPU one thread is the whole
-  # "block", so shared memory is an ordinary array
-  alloc_code: dict[AddrSpace, Callable[[str, str, int], str]] = {AddrSpace.LOCAL: _array, AddrSpace.SHARED: _array}
+  # an ALLOC by its address space: (C type, name, elements, its byte offset in the block's shared memory: shared_layout)
+  # -> its declaration. On a CPU one thread is the whole "block", so shared memory is an ordinary array
+  alloc_code: dict[AddrSpace, Callable[[str, str, int, int], str]] = {AddrSpace.LOCAL: _array, AddrSpace.SHARED: _array}
   helpers = HELPERS                 # the prelude's pieces (see used_helpers)
 
   half = "_Float16"                 # the C type of f16 values
@@ -320,6 +331,7 @@ class _Body:
     # the sizes of the launch grid's ranges, in range order (uopc.backends: the first is the most significant digit)
     self.grid = {kind: [bounds(u.src[0])[1] for u in sorted((u for u in lin if u.op is Ops.RANGE and u.arg.kind is kind), key=lambda r: r.arg)]
                  for kind in self.dims}
+    self.shared, _ = shared_layout(lin)         # each shared ALLOC's byte offset in the block's shared memory
     self.stacks: dict[UOp, list[str]] = {}     # a STACK (a WMMA operand): its elements' expressions
     self.wide: dict[UOp, tuple[str, str]] = {}  # a vector INDEX: (its memory, its first element's index)
     self.blocks: list[bool] = []       # for each open RANGE: did it open a { block
@@ -416,7 +428,8 @@ class _Body:
   def alloc(self, u: UOp) -> None:
     self.r[u] = f"acc{self.counter['acc']}"
     self.counter["acc"] += 1
-    self.lines.append(self.pad() + self.renderer.alloc_code[u.addrspace](self.renderer.type_name(u.dtype), self.r[u], u.arg.shape[0]))
+    offset = self.shared.get(u, 0)
+    self.lines.append(self.pad() + self.renderer.alloc_code[u.addrspace](self.renderer.type_name(u.dtype), self.r[u], u.arg.shape[0], offset))
 
   def index(self, u: UOp) -> None:
     r, mem = self.r, base_memory(u.src[0])
@@ -639,7 +652,8 @@ class CBackend:
     flags = _cpu_flags()
     # f32 lanes of the widest vector unit; 4 (SSE, NEON) when the flags can't tell
     width = 16 if "avx512f" in flags else 8 if "avx2" in flags or "avx" in flags else 4
-    self.caps = Caps(threads=_threads(), vector_width=width, fma="fma" in flags)
+    # GEMM operands read badly are packed into panels of 32 columns (two 16-lane vectors, four 8-lane ones) first
+    self.caps = Caps(threads=_threads(), vector_width=width, fma="fma" in flags, gemm_panel=32)
 
   def compile(self, src: str, name: str) -> CProgram: return compiler.compile(src, sanitize_name(name))   # as the signature has it
   def identity(self) -> str: return compiler.identity()   # what a measured choice of Opts depends on (uopc.search)
@@ -666,5 +680,5 @@ class CBackend:
 
 
 __all__ = ["CRenderer", "CBackend", "CCompiler", "CProgram", "compiler", "sanitize_name", "render_const", "HELPERS", "vector_helpers",
-           "used_helpers", "EXP2_POLY",
+           "used_helpers", "shared_layout", "EXP2_POLY",
            "EXP2_HORNER", "CFLAGS", "SANITIZE_FLAGS", "sanitizing", "MAX_INLINE"]

@@ -5,24 +5,33 @@
 
 The renderer is the C renderer with a handful of table entries changed: the kernel prefix, `__restrict__`, the grid
 coordinates (GLOBAL ranges from blockIdx.x, LOCAL ones from threadIdx.x, as uopc.backends lays the grid out: the first
-range is the most significant digit of the flat block or thread number), `__shared__` arrays, `__syncthreads()`,
-`half` for f16 (cuda_fp16.h), 16-byte vector loads and stores (float4, int4, half8: what uopc.vectorize folds
-neighbouring accesses into, Caps.vector_bytes), and WMMA as the inline PTX of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (sm_80
-and later): a lane's 8 halves of A and 4 of B are packed two to a 32-bit register, low element first.
+range is the most significant digit of the flat block or thread number), shared memory as pieces of one dynamic
+`extern __shared__` block (its size, written in the source, is passed at each launch, and a kernel over 48 KiB is
+allowed it with cuFuncSetAttribute), `__syncthreads()`, `half` for f16 (cuda_fp16.h), 16-byte vector loads and stores
+(float4, int4, half8: what uopc.vectorize folds neighbouring accesses into, Caps.vector_bytes), and WMMA as the inline
+PTX of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (sm_80 and later): a lane's 8 halves of A and 4 of B are
+packed two to a 32-bit register, low element first.
 
-Compilation: nvcc -cubin for the target architecture ($UOPC_CUDA_ARCH, else the device's compute capability, else
-sm_90), --fmad=false (a*b+c is never contracted: the IR's MULACC says where a fused multiply-add is wanted, as in the
-C backend), cached on disk like the C backend's shared objects (content-addressed, atomic, sealed with a checksum).
-Where nvcc is missing and libnvrtc is present (the system's, or the nvidia-cuda-nvrtc wheel's), NVRTC compiles
-instead; a kernel with f16 values also needs cuda_fp16.h (a CUDA toolkit's, or the nvidia-cuda-runtime wheel's).
+Compilation: nvcc -cubin for the target architecture (the device's own compute capability; on a machine without a
+GPU, $UOPC_CUDA_ARCH, else sm_90), --fmad=false (a*b+c is never contracted: the IR's MULACC says where a fused
+multiply-add is wanted, as in the C backend), cached on disk like the C backend's shared objects (content-addressed,
+atomic, sealed with a checksum). Where nvcc is missing and libnvrtc is present (the system's, or the nvidia-cuda-nvrtc
+wheel's), NVRTC compiles instead; a kernel with f16 values also needs cuda_fp16.h (a CUDA toolkit's, or the
+nvidia-cuda-runtime wheel's).
 
 The runtime is ctypes over libcuda (cuInit, the primary context, cuMemAlloc, cuMemcpy, cuModuleLoadData,
-cuLaunchKernel, cuCtxSynchronize): no CUDA Python package. On a machine without a GPU (or without the driver), the
-backend still renders and compiles, so every kernel can be checked with nvcc, and alloc or launch raises
-NoDeviceError, which says why no device was found.
+cuLaunchKernel, cuCtxSynchronize): no CUDA Python package. The driver keeps a current context per thread, so every
+entry point makes the primary context current in the thread that calls it (a Buffer the garbage collector frees in
+another thread included); a free that fails is a warning (it runs in a finalizer, where an exception reaches no one).
+The driver must support the toolkit's CUDA major version (cuDriverGetVersion), or the first use of the device says
+which driver and which toolkit. A kernel's fault shows in the next call that waits; under UOPC_CUDA_SYNC=1 or
+UOPC_DEBUG>=1 each launch waits for its kernel, and a fault names it. On a machine without a GPU (or without the
+driver), the backend still renders and compiles, so every kernel can be checked with nvcc, and alloc or launch raises
+NoDeviceError, which says why no device was found. Tests replace libcuda with a stand-in (_load_libcuda;
+testing/fake_libcuda.py).
 """
 from __future__ import annotations
-import ctypes, functools, hashlib, importlib.util, os, shutil, subprocess, tempfile, threading, warnings
+import ctypes, functools, hashlib, importlib.util, os, re, shutil, subprocess, tempfile, threading, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -31,8 +40,9 @@ from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.opt import Caps
 from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import BackendError, CompileError, LinearProgram
+from uopc.runtime import debug_level
 from uopc.backends.c import (CCompiler, CRenderer, EXP2_POLY, EXP2_HORNER, FLOORDIV_I32, FLOORMOD_I32, CAST_F32_I32, _array,
-                              sanitize_name, used_helpers)
+                              sanitize_name, shared_layout, used_helpers)
 
 
 class NoDeviceError(BackendError):
@@ -53,8 +63,11 @@ __device__ static inline half8 make_half8(half a, half b, half c, half d, half e
   half8 r; r.x = __halves2half2(a, b); r.y = __halves2half2(c, d); r.z = __halves2half2(e, f); r.w = __halves2half2(g, h); return r;
 }
 """
+# INFINITY and NAN by their bits: NVRTC has no math.h, and nvcc's (included before the kernel) defines them already, so
+# they are undefined first (a redefinition was a warning on every nvcc compile)
 HELPERS = [
-  (r"\bINFINITY\b", "#define INFINITY (__int_as_float(0x7f800000))\n"), (r"\bNAN\b", "#define NAN (__int_as_float(0x7fffffff))\n"),
+  (r"\bINFINITY\b", "#undef INFINITY\n#define INFINITY (__int_as_float(0x7f800000))\n"),
+  (r"\bNAN\b", "#undef NAN\n#define NAN (__int_as_float(0x7fffffff))\n"),
   (r"\bhalf8\b", HALF8),
   (r"\bfloordiv_i32\b", "__device__ " + FLOORDIV_I32), (r"\bfloormod_i32\b", "__device__ " + FLOORMOD_I32),
   (r"\bcast_f32_i32\b", "__device__ " + CAST_F32_I32), (r"\buopc_exp2\b", EXP2_CUDA),
@@ -76,8 +89,11 @@ class CUDARenderer(CRenderer):
   half = "half"
   vector_code_for_op: dict = {}       # no arithmetic on vectors: threads are the lanes, vectors only move memory
   helpers = HELPERS
+  # shared memory is one dynamic block (uopc_shared) that every shared ALLOC is a piece of, at its offset in
+  # shared_layout: a block may then hold more than the 48 KiB that static __shared__ arrays are limited to. Each piece is
   # 16-byte aligned, so that a vector of it (uopc.vectorize proves its index a multiple of the vector's lanes) is aligned
-  alloc_code = {AddrSpace.LOCAL: _array, AddrSpace.SHARED: lambda ctype, name, n: f"__shared__ __align__(16) {ctype} {name}[{n}];"}
+  alloc_code = {AddrSpace.LOCAL: _array,
+                AddrSpace.SHARED: lambda ctype, name, n, offset: f"{ctype}* {name} = ({ctype}*)(uopc_shared + {offset});"}
 
   def type_name(self, d: DType) -> str:
     if d.count > 1: return _cuda_vector(d)
@@ -124,7 +140,11 @@ class CUDARenderer(CRenderer):
   def prelude(self, program: LinearProgram, code: str) -> str:
     # half comes from cuda_fp16.h, which NVRTC finds only in a toolkit's (or a pip wheel's) headers: included where used
     half = any(u.dtype.scalar() is dtypes.f16 for u in program.uops)
-    return ("#include <cuda_fp16.h>\n" if half else "") + used_helpers(self.helpers, code)
+    _, shared = shared_layout(program.uops)
+    # the size is written where the backend reads it (dynamic_shared_bytes): a launch passes it, and over 48 KiB the
+    # kernel is allowed it first (cuFuncSetAttribute)
+    smem = f"{SHARED_LINE.format(shared)}\nextern __shared__ __align__(16) unsigned char uopc_shared[];\n" if shared else ""
+    return ("#include <cuda_fp16.h>\n" if half else "") + used_helpers(self.helpers, code) + smem
 
   def signature(self, program: LinearProgram) -> str:
     threads = 1
@@ -136,13 +156,23 @@ class CUDARenderer(CRenderer):
 # ---- compiling: nvcc (or NVRTC) to a cubin, cached on disk ----------------------------------------------------------
 
 NVCC_FLAGS = ["-cubin", "-O3", "--fmad=false", "-std=c++17"]
+SHARED_LINE = "/* dynamic shared memory: {} bytes */"      # the prelude's line that says how much a launch passes
+MAX_STATIC_SHARED = 48 * 1024                               # a block's shared memory without cuFuncSetAttribute's consent
+
+
+def dynamic_shared_bytes(src: str) -> int:
+  """The bytes of dynamic shared memory a rendered kernel's launches pass (the prelude's SHARED_LINE; 0 without one)."""
+  m = re.search(re.escape(SHARED_LINE).replace(r"\{\}", r"(\d+)"), src)
+  return int(m.group(1)) if m else 0
 
 
 def default_arch() -> str:
-  """The architecture kernels are compiled for: $UOPC_CUDA_ARCH, else the device's, else sm_90 (an H100/H200)."""
-  if arch := os.environ.get("UOPC_CUDA_ARCH", "").strip(): return arch
+  """The architecture kernels are compiled for: the device's own (an sm_80 cubin does not load on an sm_90 device),
+  else $UOPC_CUDA_ARCH (compiling on a machine without a GPU, as the GPU suite's compile checks do), else sm_90 (an
+  H100/H200)."""
   try: return _driver().arch
-  except BackendError: return "sm_90"
+  except BackendError: pass
+  return os.environ.get("UOPC_CUDA_ARCH", "").strip() or "sm_90"
 
 
 @dataclass
@@ -151,6 +181,7 @@ class CUDAProgram:
   src: str
   arch: str
   cubin: bytes
+  shared_bytes: int = 0                     # dynamic shared memory per block, passed at each launch
   function: ctypes.c_void_p | None = None   # the loaded CUfunction, once a launch needs it
 
 
@@ -175,6 +206,15 @@ class CUDACompiler:
         _nvrtc().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
         self._versions[tool] = f"nvrtc {major.value}.{minor.value}"
     return self._versions[tool]
+
+  def toolkit(self) -> tuple[int, int, str] | None:
+    """(major, minor, the compiler's own words) of the CUDA toolkit that compiles kernels here; None without one."""
+    try: tool = self.tool()
+    except CompileError: return None
+    words = self.version(tool)
+    # nvcc: "Build cuda_13.0.r13.0/compiler..." or "Cuda compilation tools, release 13.0, V13.0.88"; NVRTC: "nvrtc 13.5"
+    m = re.search(r"release (\d+)\.(\d+)", words) or re.search(r"cuda_(\d+)\.(\d+)", words) or re.search(r"(\d+)\.(\d+)", words)
+    return (int(m.group(1)), int(m.group(2)), f"{tool} {m.group(1)}.{m.group(2)}") if m else None
 
   def compile(self, src: str, name: str, arch: str) -> bytes:
     tool = self.tool()
@@ -253,11 +293,21 @@ def _cuda_include() -> str | None:
 @functools.lru_cache(maxsize=None)
 def _nvrtc() -> ctypes.CDLL | None:
   """libnvrtc (the system's, else a pip wheel's), or None where it isn't installed (looked for once)."""
-  names = ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"]
-  names += [str(f) for d in _pip_cuda_dirs("lib") for f in sorted(d.glob("libnvrtc.so*"), reverse=True)]
-  for name in names:
+  for name in ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"):
     try: return ctypes.CDLL(name)
     except OSError: continue
+  for folder in _pip_cuda_dirs("lib"):
+    # libnvrtc opens libnvrtc-builtins by name when it compiles, and a wheel's libnvrtc without a RUNPATH doesn't look in
+    # its own folder for it (every compile failed: "failed to open libnvrtc-builtins.so.13.0"). Loaded first, globally,
+    # from the same folder, it is found by its soname
+    for builtins in sorted(folder.glob("libnvrtc-builtins.so*"), reverse=True):
+      try:
+        ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
+        break
+      except OSError: continue
+    for lib in sorted(folder.glob("libnvrtc.so*"), reverse=True):
+      try: return ctypes.CDLL(str(lib))
+      except OSError: continue
   return None
 
 
@@ -267,36 +317,62 @@ def _nvrtc_check(status: int, what: str) -> None:
 
 # ---- the driver API --------------------------------------------------------------------------------------------------
 
+# CUresult values the backend tells apart (cuda.h)
+CUDA_ERROR_DEINITIALIZED = 4
+# a kernel's fault (an illegal address, a trap, a timeout...): the context is lost, and every later call returns it
+KERNEL_FAULTS = {700, 702, 710, 714, 715, 716, 717, 718, 719}
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 75, 76
+CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
+def _load_libcuda() -> ctypes.CDLL | None:
+  """libcuda, the driver (installed with it, not with a toolkit), or None where it is missing. Tests put a stand-in here."""
+  for name in ("libcuda.so.1", "libcuda.so"):
+    try: return ctypes.CDLL(name)
+    except OSError: continue
+  return None
+
+
 class _Driver:
-  """libcuda through ctypes: the first device's primary context, memory, modules and launches."""
-  def __init__(self):
-    lib = None
-    for name in ("libcuda.so.1", "libcuda.so"):
-      try:
-        lib = ctypes.CDLL(name)
-        break
-      except OSError: continue
+  """libcuda through ctypes: the first device's primary context, memory, modules and launches. The driver keeps a
+  current context per thread: every entry point makes this one current in the thread that calls it (current())."""
+  def __init__(self, lib):
     if lib is None: raise NoDeviceError("no CUDA device was found: the CUDA driver (libcuda.so.1) is not installed on this machine")
     self.lib = lib
     status = lib.cuInit(0)
     if status != 0: raise NoDeviceError(f"no CUDA device was found: cuInit failed ({self.error(status)})")
+    version = ctypes.c_int()
+    self.check(lib.cuDriverGetVersion(ctypes.byref(version)), "cuDriverGetVersion")
+    self.version = version.value            # the CUDA version the driver supports, 1000 * major + 10 * minor
     count = ctypes.c_int()
     self.check(lib.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
     if count.value == 0: raise NoDeviceError("no CUDA device was found: the driver sees no GPU")
     self.device = ctypes.c_int()
     self.check(lib.cuDeviceGet(ctypes.byref(self.device), 0), "cuDeviceGet")
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    self.check(lib.cuDeviceGetAttribute(ctypes.byref(major), 75, self.device), "cuDeviceGetAttribute")   # compute capability
-    self.check(lib.cuDeviceGetAttribute(ctypes.byref(minor), 76, self.device), "cuDeviceGetAttribute")
-    self.arch = f"sm_{major.value}{minor.value}"
+    major, minor = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+    self.arch = f"sm_{major}{minor}"
+    self.max_shared = self.attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)   # a block's, with consent
     self.context = ctypes.c_void_p()
     self.check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device), "cuDevicePrimaryCtxRetain")
-    self.check(lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+    lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
     lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
     lib.cuMemFree_v2.argtypes = [ctypes.c_uint64]
     lib.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
     lib.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+    lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6 + [ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    self.current()
+
+  def attribute(self, which: int) -> int:
+    value = ctypes.c_int()
+    self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(value), which, self.device), f"cuDeviceGetAttribute {which}")
+    return value.value
+
+  def current(self) -> None:
+    """Make the context current in the calling thread. A thread that never did (one the garbage collector frees a Buffer
+    in, a worker's) has none, and every call there would fail with CUDA_ERROR_INVALID_CONTEXT."""
+    self.check(self.lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
   def error(self, status: int) -> str:
     s = ctypes.c_char_p()
@@ -304,23 +380,36 @@ class _Driver:
     return f"CUDA error {status}: {s.value.decode() if s.value else 'unknown'}"
 
   def check(self, status: int, what: str) -> None:
-    if status != 0: raise BackendError(f"{what} failed: {self.error(status)}")
+    if status == 0: return
+    # a fault is reported by whatever call comes after the kernel that made it: say so, and how to find the kernel
+    hint = ("; a kernel launched before this call faulted, and the context can't be used any more (UOPC_CUDA_SYNC=1 "
+            "synchronizes after each launch and names the kernel)") if status in KERNEL_FAULTS else ""
+    raise BackendError(f"{what} failed: {self.error(status)}{hint}")
 
 
 _driver_instance: _Driver | None = None
 _driver_error: BackendError | None = None
+_driver_lock = threading.Lock()
 
 
 def _driver() -> _Driver:
   """The driver, initialized once; the reason there is none, every time it is asked for again."""
   global _driver_instance, _driver_error
   if _driver_instance is None:
-    if _driver_error is not None: raise _driver_error
-    try: _driver_instance = _Driver()
-    except BackendError as e:
-      _driver_error = e
-      raise
+    with _driver_lock:
+      if _driver_instance is None:
+        if _driver_error is not None: raise _driver_error
+        try: _driver_instance = _Driver(_load_libcuda())
+        except BackendError as e:
+          _driver_error = e
+          raise
   return _driver_instance
+
+
+def sync_each_launch() -> bool:
+  """Whether a launch waits for its kernel and names it when it faults: UOPC_CUDA_SYNC=1, or UOPC_DEBUG=1 and above. A
+  kernel's fault otherwise surfaces in the next call that waits (a copy, an alloc), which can't know the kernel."""
+  return os.environ.get("UOPC_CUDA_SYNC", "").strip() not in ("", "0") or debug_level() >= 1
 
 
 @dataclass
@@ -341,51 +430,100 @@ class CUDABackend:
 
   def __init__(self):
     self.arch = default_arch()
+    asked = os.environ.get("UOPC_CUDA_ARCH", "").strip()
+    if asked and asked != self.arch:
+      warnings.warn(f"uopc: UOPC_CUDA_ARCH={asked} is not used: kernels are compiled for this machine's GPU, {self.arch} (the "
+                    "variable chooses the architecture where there is no GPU)", RuntimeWarning, stacklevel=2)
     self.caps = Caps(gpu=True, max_local=1024, fma=True, tensor_cores=int(self.arch.split("_")[-1].rstrip("a")) >= 80, vector_bytes=16)
     self.compiler = CUDACompiler()
+    self._driver_ok = False
+    self._fault_warned = False
+
+  def _device(self) -> _Driver:
+    """The driver, checked once against the toolkit that compiles the kernels, with its context current in this thread."""
+    d = _driver()
+    if not self._driver_ok:
+      toolkit = self.compiler.toolkit()
+      # a cubin of CUDA X.y needs a driver for CUDA X.0 or later (minor version compatibility); older ones refuse it
+      if toolkit is not None and d.version < toolkit[0] * 1000:
+        raise BackendError(f"the CUDA driver is too old for the CUDA toolkit that compiles uopc's kernels: the driver supports CUDA "
+                           f"{d.version // 1000}.{d.version % 1000 // 10} (cuDriverGetVersion {d.version}), the kernels are built by "
+                           f"{toolkit[2]}, which needs a driver for CUDA {toolkit[0]}.0 or later: update the NVIDIA driver, or put "
+                           f"a CUDA {d.version // 1000} toolkit's nvcc first on PATH")
+      self._driver_ok = True
+    d.current()
+    return d
 
   def compile(self, src: str, name: str) -> CUDAProgram:
-    return CUDAProgram(sanitize_name(name), src, self.arch, self.compiler.compile(src, sanitize_name(name), self.arch))
+    return CUDAProgram(sanitize_name(name), src, self.arch, self.compiler.compile(src, sanitize_name(name), self.arch), dynamic_shared_bytes(src))
 
   def alloc(self, n: int, dtype: DType) -> DeviceMemory:
-    d = _driver()
+    d = self._device()
     ptr = ctypes.c_uint64()
     d.check(d.lib.cuMemAlloc_v2(ctypes.byref(ptr), max(1, n * dtype.itemsize)), f"cuMemAlloc of {n} {dtype.name}")
     return DeviceMemory(ptr.value, n, dtype)
 
   def free(self, handle: DeviceMemory) -> None:
-    if _driver_instance is not None: _driver_instance.lib.cuMemFree_v2(handle.ptr)
+    # called from Buffer.__del__, a finalizer, in whichever thread the garbage collector runs: an exception would reach
+    # no caller, so a failure is a warning; the context is made current first (that thread may never have had it)
+    d = _driver_instance
+    if d is None: return
+    status = d.lib.cuCtxSetCurrent(d.context)
+    if status == 0: status = d.lib.cuMemFree_v2(handle.ptr)
+    if status == CUDA_ERROR_DEINITIALIZED: return   # the process is exiting: the driver has let go of all of its memory
+    if status in KERNEL_FAULTS:                      # the context is lost: every free fails now, and one warning says so
+      if not self._fault_warned:
+        self._fault_warned = True
+        warnings.warn(f"uopc: cuMemFree failed ({d.error(status)}): after a kernel's fault no device memory is freed until the "
+                      "process ends", RuntimeWarning, stacklevel=2)
+    elif status != 0:
+      warnings.warn(f"uopc: cuMemFree of {handle.nbytes} bytes at {handle.ptr:#x} failed ({d.error(status)}): that memory stays "
+                    "allocated until the process ends", RuntimeWarning, stacklevel=2)
 
   def copyin(self, handle: DeviceMemory, array: np.ndarray) -> None:
-    d = _driver()
+    d = self._device()
     array = np.ascontiguousarray(array)
     d.check(d.lib.cuMemcpyHtoD_v2(handle.ptr, array.ctypes.data, array.nbytes), "cuMemcpyHtoD")
 
   def copyout(self, handle: DeviceMemory) -> np.ndarray:
-    d = _driver()
+    d = self._device()
     out = np.empty(handle.n, np.dtype(handle.dtype.fmt))
     d.check(d.lib.cuMemcpyDtoH_v2(out.ctypes.data, handle.ptr, out.nbytes), "cuMemcpyDtoH")
     return out
 
+  def _load(self, d: _Driver, program: CUDAProgram) -> None:
+    """The program's module loaded and its function found, allowed the shared memory its launches pass."""
+    if program.arch != d.arch: raise BackendError(f"{program.name} was compiled for {program.arch}, the device is {d.arch}")
+    if program.shared_bytes > d.max_shared:
+      raise BackendError(f"{program.name} needs {program.shared_bytes} bytes of shared memory per block, the device ({d.arch}) "
+                         f"gives a block at most {d.max_shared}")
+    module, function = ctypes.c_void_p(), ctypes.c_void_p()
+    d.check(d.lib.cuModuleLoadData(ctypes.byref(module), program.cubin), f"cuModuleLoadData of {program.name}")
+    d.check(d.lib.cuModuleGetFunction(ctypes.byref(function), module, program.name.encode()), f"cuModuleGetFunction {program.name}")
+    if program.shared_bytes > MAX_STATIC_SHARED:   # past 48 KiB a kernel gets dynamic shared memory only when allowed it
+      d.check(d.lib.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, program.shared_bytes),
+              f"cuFuncSetAttribute of {program.name} (MAX_DYNAMIC_SHARED_SIZE_BYTES = {program.shared_bytes})")
+    program.function = function
+
   def launch(self, program: CUDAProgram, handles: list[DeviceMemory], global_size=None, local_size=None) -> None:
-    d = _driver()
-    if program.function is None:
-      if program.arch != d.arch and not os.environ.get("UOPC_CUDA_ARCH"):
-        raise BackendError(f"{program.name} was compiled for {program.arch}, the device is {d.arch}")
-      module, function = ctypes.c_void_p(), ctypes.c_void_p()
-      d.check(d.lib.cuModuleLoadData(ctypes.byref(module), program.cubin), f"cuModuleLoadData of {program.name}")
-      d.check(d.lib.cuModuleGetFunction(ctypes.byref(function), module, program.name.encode()), f"cuModuleGetFunction {program.name}")
-      program.function = function
+    d = self._device()
+    if program.function is None: self._load(d, program)
     blocks = int(np.prod(global_size or (1,), dtype=np.int64))
     threads = int(np.prod(local_size or (1,), dtype=np.int64))
     if blocks >= 2**31 or threads > self.caps.max_local:
       raise BackendError(f"{program.name}: a grid of {blocks} blocks of {threads} threads is beyond the device (2**31 - 1, {self.caps.max_local})")
     args = [ctypes.c_uint64(h.ptr) for h in handles]
     params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args])
-    d.check(d.lib.cuLaunchKernel(program.function, blocks, 1, 1, threads, 1, 1, 0, None, params, None), f"cuLaunchKernel {program.name}")
+    d.check(d.lib.cuLaunchKernel(program.function, blocks, 1, 1, threads, 1, 1, program.shared_bytes, None, params, None),
+            f"cuLaunchKernel {program.name}")
+    if sync_each_launch() and (status := d.lib.cuCtxSynchronize()) != 0:
+      raise BackendError(f"kernel {program.name} ({blocks} blocks of {threads} threads) failed on the device: {d.error(status)}; the "
+                         "CUDA context can't be used after a fault: start a new process")
 
   def synchronize(self) -> None:
-    if _driver_instance is not None: _driver_instance.check(_driver_instance.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+    if _driver_instance is None: return   # nothing was ever launched
+    d = self._device()
+    d.check(d.lib.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
 def device_available() -> bool:
@@ -397,4 +535,4 @@ def device_available() -> bool:
 
 
 __all__ = ["CUDABackend", "CUDARenderer", "CUDACompiler", "CUDAProgram", "NoDeviceError", "device_available", "default_arch",
-           "HELPERS", "NVCC_FLAGS"]
+           "dynamic_shared_bytes", "sync_each_launch", "HELPERS", "NVCC_FLAGS", "MAX_STATIC_SHARED"]

@@ -21,7 +21,8 @@ from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.uop import UOp, Ops, prod
 from uopc.kernelize import kernelize, kernelize_cached, Kernel
 from uopc.backends import BackendError, get_backend
-from uopc.runtime import Buffer, run_schedule, np_dtype
+from uopc.runtime import Buffer, run_schedule, np_dtype, backend_caps
+from uopc.opt import graph_rewrite
 from uopc.search import policy_from_env
 from uopc.grad import gradient as grad_of
 from uopc.tensor.errors import TensorError, TensorIndexError, TensorTypeError
@@ -142,7 +143,8 @@ class TensorCore:
   def schedule(self, *others: TensorCore) -> list[Kernel]:
     """The kernels realize() would run for this tensor (and `others`), without running them."""
     ts = [t for t in (self, *others) if not is_realized(t.uop)]
-    return kernelize([(t.uop, new_buffer(t.numel(), t.dtype)) for t in ts], new_buffer) if ts else []
+    rewrite = graph_rewrite(backend_caps(get_backend(self.device)))
+    return kernelize([(t.uop, new_buffer(t.numel(), t.dtype)) for t in ts], new_buffer, rewrite) if ts else []
 
   def realize(self, *others: TensorCore) -> TensorCore:
     """Compute this tensor (and `others`, in the same schedule so they share work); returns self. Each tensor gets a
@@ -151,7 +153,10 @@ class TensorCore:
     todo = list({id(t): t for t in (self, *others) if not is_realized(t.uop)}.values())
     if not todo: return self
     outs = [(t.uop, new_buffer(t.numel(), t.dtype)) for t in todo]
-    launches = run_schedule(kernelize_cached(outs, new_buffer), get_backend(self.device), buffers, policy_from_env())
+    backend = get_backend(self.device)
+    # the graph as the backend's machine wants it (the C backend packs GEMM operands: uopc.opt.graph_rewrite)
+    kernels = kernelize_cached(outs, new_buffer, graph_rewrite(backend_caps(backend)))
+    launches = run_schedule(kernels, backend, buffers, policy_from_env())
     if (cap := capturing()) is not None: cap.launches += launches
     for t, (u, b) in zip(todo, outs):
       # a value computed from gradient leaves (not a leaf itself: an optimizer's update is a fresh start) keeps its graph
