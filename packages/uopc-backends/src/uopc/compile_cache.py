@@ -7,7 +7,8 @@
     seal(data) / unseal(blob)    SHA-256 of the contents appended after them / checked and taken off again
 
 The cache holds compiled kernels (C shared objects, CUDA cubins, each named by a hash of everything that changes its
-machine code) and the Opts a timed search chose (uopc.search). Processes share it and may be killed at any point, so:
+machine code), the Opts a timed search chose (uopc.search) and the runtime's plans (a kernel's rendered source, so a
+new process doesn't lower it again). Processes share it and may be killed at any point, so:
 
   * a file is written to a temporary beside its name and renamed over it: a reader sees the old file or the whole new
     one, never a part, however many processes write the same entry at once. The data and then the directory are synced

@@ -23,16 +23,18 @@ and the benchmarks. What is the same for every backend lives here once, so no ba
     before native code runs;
   * the program cache: in-process by (backend, canonical kernel, Opts or policy), so each kernel structure compiles once per
     process while it is among the most recently used (`_programs.limit` entries; an evicted one is compiled again when
-    it comes back); across processes the backend's compiler caches on disk;
+    it comes back); across processes the backend's compiler caches on disk, and so does this module the rendered
+    source of each kernel (a plan: see _plan_path), so a new process neither lowers nor renders a kernel it has seen;
   * profiling, in the convention tinygrad and PyTorch users know: UOPC_DEBUG=1 prints a line per launch to stderr
     (program, output shape, time, GFLOP/s and GB/s, with FLOPs and bytes counted once per program), =2 also each
     program's source when it is first compiled, =3 also its linearized UOps; any level prints a summary at exit.
 """
 from __future__ import annotations
-import atexit, hashlib, json, os, sys, threading, time, warnings
+import atexit, functools, hashlib, json, marshal, os, sys, threading, time, warnings
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, MutableMapping, Sequence
 import numpy as np
@@ -303,6 +305,9 @@ def _plan_kernel(kernel: Kernel, backend: Backend, opts: Opts | None, name: str 
   # the policy's choice is cached with the program (under the policy): choosing lowers the kernel once to read it
   asked_key = (backend, kernel.canonical_root, kernel.canonical_out, opts if opts is not None else policy, name)
   if (prog := _programs.get(asked_key)) is not None: return prog
+  disk = _plan_path(kernel, backend, opts, policy, name)
+  # (UOPC_DEBUG=3 asks for the linearized UOps, which a plan doesn't hold: that lowers)
+  if disk is not None and debug_level() < 3 and (plan := _read_plan(disk, kernel, backend, name, asked_key)) is not None: return plan
   caps = backend_caps(backend)
   if opts is None: chosen = policy.choose(kernel, backend)
   elif not isinstance(opts, Opts): raise LowerError(f"compile_kernel: opts must be an Opts, got {type(opts).__name__}")
@@ -320,10 +325,13 @@ def _plan_kernel(kernel: Kernel, backend: Backend, opts: Opts | None, name: str 
     raise LowerError(f"Opts.tc: backend {backend.name} has no tensor cores (kernel shape {kernel.root.shape})")
   start = time.perf_counter()
   sink = lower(kernel.canonical_root, kernel.canonical_out, Ctx(opts=chosen))
-  # every buffer of the kernel is a parameter, read or not: inputs 0..n-1 in canonical order, then the output
+  return _Pending(sink, backend, name or kernel_name(kernel), _params(kernel), chosen, kernel.root.shape, start, (key, asked_key), disk)
+
+
+def _params(kernel: Kernel) -> tuple[UOp, ...]:
+  """A kernel's program parameters: every buffer, read or not, inputs 0..n-1 in canonical order, then the output."""
   inputs = sorted((u for u in kernel.canonical_root.toposort() if u.op is Ops.BUFFER), key=lambda b: b.arg.slot)
-  return _Pending(sink, backend, name or kernel_name(kernel), tuple(inputs) + (kernel.canonical_out,), chosen, kernel.root.shape, start,
-                  (key, asked_key))
+  return tuple(inputs) + (kernel.canonical_out,)
 
 
 def compile_program(sink: UOp, backend: Backend, name: str = "kernel", params: Sequence[UOp] | None = None) -> Program:
@@ -341,8 +349,9 @@ def compile_program(sink: UOp, backend: Backend, name: str = "kernel", params: S
 class _Pending:
   """A program linearized, proven safe and rendered, waiting for the backend's compile (which may run in a thread)."""
   def __init__(self, sink: UOp, backend: Backend, name: str, params: tuple[UOp, ...], opts: Opts | None, shape: tuple[int, ...],
-               start: float, keys: tuple):
+               start: float, keys: tuple, plan_path: Path | None = None):
     self.backend, self.name, self.params, self.opts, self.shape, self.start, self.keys = backend, name, params, opts, shape, start, keys
+    self.plan_path = plan_path
     self.lin = tuple(linearize(vectorized(sink, backend)))
     if missing := {u for u in self.lin if u.op is Ops.BUFFER} - set(params):
       raise BackendError(f"{name}: the program uses BUFFER slots {sorted(b.arg.slot for b in missing)} that are not among its parameters")
@@ -354,14 +363,122 @@ class _Pending:
     lin, params = self.lin, self.params
     written = stored_slots(lin)
     flops, nbytes = _cost(lin, params)
+    global_size, local_size = _grid(lin, AxisType.GLOBAL), _grid(lin, AxisType.LOCAL)
     prog = Program(self.name, self.src, self.opts, tuple(Param(b.arg.slot, b.dtype, b.shape[0], b.arg.slot in written) for b in params),
-                   self.backend, handle, _grid(lin, AxisType.GLOBAL), _grid(lin, AxisType.LOCAL), self.shape, flops, nbytes, lin)
-    for key in self.keys: _programs[key] = prog
-    if level := debug_level():
-      profile.compiled(prog, time.perf_counter() - self.start)
-      if level >= 2: print(f"--- {self.name} ({self.backend.name}) ---\n{self.src if self.src is not None else format_linear(lin)}", file=sys.stderr)
-      if level >= 3 and self.src is not None: print(f"--- {self.name}: linearized ---\n{format_linear(lin)}", file=sys.stderr)
+                   self.backend, handle, global_size, local_size, self.shape, flops, nbytes, lin)
+    if self.plan_path is not None and self.src is not None and self.opts is not None:
+      plan = {"name": self.name, "opts": self.opts.to_dict(), "src": self.src, "written": sorted(written), "flops": flops, "nbytes": nbytes,
+              "global": global_size, "local": local_size}
+      try: write_entry(self.plan_path, json.dumps(plan).encode())
+      except OSError: pass     # a cache that can't take it costs the next process a lowering, nothing else
+    return _finished(prog, self.keys, self.start, lin)
+
+
+def _finished(prog: Program, keys: tuple, start: float, lin: Sequence[UOp] = ()) -> Program:
+  """Cache `prog` under `keys` and report it (UOPC_DEBUG)."""
+  for key in keys: _programs[key] = prog
+  if level := debug_level():
+    profile.compiled(prog, time.perf_counter() - start)
+    if level >= 2: print(f"--- {prog.name} ({prog.backend.name}) ---\n{prog.src if prog.src is not None else format_linear(lin)}", file=sys.stderr)
+    if level >= 3 and lin and prog.src is not None: print(f"--- {prog.name}: linearized ---\n{format_linear(lin)}", file=sys.stderr)
+  return prog
+
+
+# ---- plans on disk ---------------------------------------------------------------------------------------------------
+# Lowering a kernel (choosing its Opts, rangeify, vectorize, linearize, the proof, rendering) is Python and costs about
+# 0.1 s; the backend's disk cache then skips the compiler, but every new process (a test worker, a second `uopc gpt
+# train`) lowered every kernel again: most of a warm run's time. A plan is what that road made for one kernel: its
+# rendered source and the facts a Program needs (Opts, name, written slots, launch grid, FLOPs and bytes), one
+# uopc.compile_cache entry under $UOPC_CACHE_DIR/plans keyed by everything the road reads: uopc's own source, the
+# backend, its capabilities and compiler, the canonical kernel, and what was asked (the Opts given, or the default
+# policy with the searched Opts it reads from the store). The same inputs make the same program, proven safe when it was
+# first made. Only for a backend that renders source, and not under a policy that measures (uopc.search): that one runs.
+
+@functools.cache
+def _code_fingerprint() -> str:
+  """A hash of the Python source of uopc-ir, uopc-lower and uopc-backends (every file beside the modules the road runs):
+  a plan made by other code is never read."""
+  import uopc.uop, uopc.rangeify
+  digest = hashlib.sha256()
+  for d in sorted({Path(m.__file__).parent for m in (uopc.uop, uopc.rangeify, sys.modules[__name__])}):
+    for f in sorted(d.rglob("*.py")):
+      digest.update(f"{f.relative_to(d).as_posix()}\0".encode())
+      digest.update(f.read_bytes())
+  return digest.hexdigest()
+
+
+def _code_bytes(v: Any, depth: int = 0) -> bytes:
+  """What an object of the road is, the same in every process: a function's bytecode and constants, a table's entries
+  (three levels deep), a plain value's repr, anything else's type."""
+  if isinstance(v, (staticmethod, classmethod)): v = v.__func__
+  if isinstance(v, property): v = v.fget
+  if hasattr(v, "__code__"): return marshal.dumps(v.__code__) + repr(getattr(v, "__defaults__", None)).encode()
+  if v is None or isinstance(v, (bool, int, float, str, bytes, Enum)): return repr(v).encode()
+  if depth < 3 and isinstance(v, dict):
+    return b"{" + b",".join(_code_bytes(k, depth + 1) + b":" + _code_bytes(x, depth + 1) for k, x in v.items()) + b"}"
+  if depth < 3 and isinstance(v, (list, tuple, frozenset, set)):
+    items = [_code_bytes(x, depth + 1) for x in v]
+    return b"[" + b",".join(sorted(items) if isinstance(v, (set, frozenset)) else items) + b"]"
+  return f"<{type(v).__module__}.{type(v).__qualname__}>".encode()
+
+
+_roads: dict[tuple, tuple[list, str]] = {}   # the road's objects by identity (held, so no id is reused) -> their digest
+
+
+def _road_digest(renderer: Any) -> str:
+  """A digest of what the road runs: the passes this module calls and everything `renderer`'s class holds, by their
+  code. A process that replaced one of them (a test's mutation) makes programs other plans don't describe."""
+  mod = sys.modules[__name__]
+  objs = [getattr(mod, n) for n in ("lower", "vectorize", "linearize", "choose_opts", "LinearProgram")]
+  objs += [v for c in type(renderer).__mro__ for v in vars(c).values()]
+  ids = tuple(map(id, objs))
+  if (known := _roads.get(ids)) is None or any(a is not b for a, b in zip(known[0], objs)):
+    known = _roads[ids] = (objs, hashlib.sha256(b"\0".join(map(_code_bytes, objs))).hexdigest())
+  return known[1]
+
+
+def _plan_path(kernel: Kernel, backend: Backend, opts: Opts | None, policy: OptsPolicy, name: str | None) -> Path | None:
+  """Where the plan for this kernel, backend and request lives; None where plans aren't kept (see above)."""
+  if backend.renderer is None or (opts is None and type(policy) is not OptsPolicy): return None
+  if opts is not None: asked = json.dumps(opts.to_dict(), sort_keys=True)
+  else: asked = "default:" + ((read_entry(stored_opts_path(kernel, backend)) or b"").decode("utf-8", "replace"))
+  ident = getattr(backend, "identity", None)
+  where = repr((backend.name, backend_caps(backend), ident() if callable(ident) else None, type(backend.renderer).__qualname__))
+  text = to_uir(UOp(Ops.SINK, (kernel.canonical_root, kernel.canonical_out)))
+  road = f"{_code_fingerprint()}\0{_road_digest(backend.renderer)}"
+  digest = hashlib.sha256(f"{road}\0{where}\0{asked}\0{name}\0{text}".encode()).hexdigest()
+  return cache_dir() / "plans" / f"{digest[:32]}.json"
+
+
+def _read_plan(path: Path, kernel: Kernel, backend: Backend, name: str | None, asked_key: tuple) -> Program | _Planned | None:
+  """The Program (already in this process) or the plan waiting for its compile that `path` holds; None when it has none."""
+  start, data = time.perf_counter(), read_entry(path)
+  if data is None: return None
+  try:
+    plan = json.loads(data)
+    opts = Opts.from_dict(plan["opts"])
+    grid = tuple(plan["global"]) if plan["global"] is not None else None, tuple(plan["local"]) if plan["local"] is not None else None
+    facts = (str(plan["name"]), str(plan["src"]), frozenset(int(s) for s in plan["written"]), int(plan["flops"]), int(plan["nbytes"]))
+  except (ValueError, KeyError, TypeError, LowerError): return None
+  key = (backend, kernel.canonical_root, kernel.canonical_out, opts, name)
+  if (prog := _programs.get(key)) is not None:
+    _programs[asked_key] = prog
     return prog
+  return _Planned(backend, opts, _params(kernel), kernel.root.shape, grid, facts, (key, asked_key), start)
+
+
+class _Planned:
+  """A plan read from disk, waiting for the backend's compile of its source: a _Pending that lowered nothing."""
+  def __init__(self, backend: Backend, opts: Opts, params: tuple[UOp, ...], shape: tuple[int, ...], grid: tuple, facts: tuple, keys: tuple,
+               start: float):
+    self.backend, self.opts, self.params, self.shape, self.grid, self.keys, self.start = backend, opts, params, shape, grid, keys, start
+    self.name, self.src, self.written, self.flops, self.nbytes = facts
+    self.compilable = self.src
+
+  def finish(self, handle: Any) -> Program:
+    params = tuple(Param(b.arg.slot, b.dtype, b.shape[0], b.arg.slot in self.written) for b in self.params)
+    prog = Program(self.name, self.src, self.opts, params, self.backend, handle, *self.grid, self.shape, self.flops, self.nbytes, ())
+    return _finished(prog, self.keys, self.start)
 
 
 def vectorized(sink: UOp, backend: Backend) -> UOp:
