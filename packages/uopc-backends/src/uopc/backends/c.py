@@ -460,7 +460,8 @@ CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "
 # the first report ends the process (-fno-sanitize-recover), so a test run fails on any out-of-bounds access, overflow
 # or other undefined behaviour in generated code. The ASan runtime must be preloaded into python (LD_PRELOAD), and
 # buffers are then allocated at their exact size, unpooled, so that a read one past the end hits ASan's red zone.
-SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+# -O1 (after CFLAGS' -O3, so it wins): the level the sanitizers are made for, and a quarter less gcc time per kernel.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
 
 
 def sanitizing() -> bool:
