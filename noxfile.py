@@ -31,8 +31,11 @@ CHAIN = {
 
 
 def _install_chain(session: nox.Session, package: str, *extra: str, extras: str = "") -> None:
-  """Install the package (with `extras`, such as "[gpt]") and every in-repo package below it, plus `extra`."""
-  session.install(*(f"./packages/{p}" + (extras if p == package else "") for p in CHAIN[package]), *extra)
+  """Install the package (with `extras`, such as "[gpt]") and every in-repo package below it, plus `extra`. The
+  packages are built with the session's own hatchling (their build backend): pip's isolated build made a virtualenv
+  and installed hatchling into it for each package, 12 s of every session's 20 s of installing."""
+  session.install("hatchling")
+  session.install("--no-build-isolation", *(f"./packages/{p}" + (extras if p == package else "") for p in CHAIN[package]), *extra)
 
 
 # the compile cache the test sessions share: under .nox, so no run shares state with the user's ~/.cache, and one
