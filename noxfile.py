@@ -341,8 +341,8 @@ def build(session: nox.Session) -> None:
   against its pyproject.toml (name, version, description, dependencies with lower bounds that admit the repository's own
   versions), its CHANGELOG.md's first entry against its version, and every uopc or third-party module it imports
   against what it declares. Then each wheel is installed alone into a clean virtual environment with only its declared
-  dependencies (the in-repo ones from the wheels just built, third-party ones from the index), `pip check`ed, and every
-  module it ships imported and every entry point loaded."""
+  dependencies and its extras' (the in-repo ones from the wheels just built, third-party ones from the index), `pip
+  check`ed, and every module it ships imported and every entry point loaded."""
   session.install("build>=1", "twine>=5")
   dist = _fresh_dir(session, "dist")
   for package in PACKAGES: session.run("python", "-m", "build", "--outdir", dist, f"packages/{package}", silent=True)
@@ -371,7 +371,10 @@ def build(session: nox.Session) -> None:
     python = os.path.join(env, "bin", "python")
     session.run(python, "-m", "pip", "uninstall", "-q", "-y", "setuptools", external=True)   # older pythons' venvs come with it
     needs = [p for p in PACKAGES if p == package or p in _in_repo_closure(package, wheels)]   # what its metadata names
-    session.run(python, "-m", "pip", "install", "-q", *(wheels[p] for p in needs), external=True)
+    # the package with every extra it declares: the modules an extra serves (uopc.onnx needs onnx) import only with it
+    extras = sorted(_project(_read(f"packages/{package}/pyproject.toml")).get("optional-dependencies", {}))
+    wanted = [wheels[p] + (f"[{','.join(extras)}]" if p == package and extras else "") for p in needs]
+    session.run(python, "-m", "pip", "install", "-q", *wanted, external=True)
     session.run(python, "-m", "pip", "check", external=True)
     session.run(python, "-I", script, package, external=True)   # -I: nothing from the checkout or the environment
 
