@@ -6,7 +6,8 @@ roofline on an H200.
 Rows: f16 inputs with f32 accumulation (tensor cores: WMMA m16n8k16 in uopc, cuBLAS's choice in PyTorch) and f32 GEMM,
 N x N x N for each size. Each contender runs --repeat times after a warmup (uopc's kernel is captured by uopc.jit, so
 a call is one launch); the best time gives TFLOP/s (2 N^3 operations), and the ratio is uopc's over PyTorch's (1.00:
-as fast as cuBLAS).
+as fast as cuBLAS); `max err` is the largest difference between uopc's product and PyTorch's, over the largest
+element of PyTorch's.
 
 Beside each row: the GEMM's FLOPs (2 N^3; runtime.Program.flops counts an mma.sync as no float op and a fused
 multiply-add as one, so it is not used here), the bytes its kernels move at the least (runtime.Program.nbytes: every
@@ -96,7 +97,7 @@ def main() -> int:
   try: import torch
   except ImportError: torch = None
   print(f"GPU GEMM on {default_arch()}; PyTorch {torch.__version__ if torch else 'not installed'}; roof: uopc's time against the H200 bound")
-  print(f"{'':28}{'uopc TFLOP/s':>14}{'roof':>6}{'torch TFLOP/s':>15}{'uopc/torch':>12}  {COST_HEADER}")
+  print(f"{'':28}{'uopc TFLOP/s':>14}{'roof':>6}{'torch TFLOP/s':>15}{'uopc/torch':>12}{'max err':>10}  {COST_HEADER}")
   for n in sizes:
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
@@ -111,8 +112,11 @@ def main() -> int:
       if torch is not None and torch.cuda.is_available():
         xa, xb = torch.from_numpy(a.astype(dtype)).cuda(), torch.from_numpy(b.astype(dtype)).cuda()
         theirs = best_time(lambda: xa @ xb, torch.cuda.synchronize, args.repeat)
-        row += f"{flops / theirs / 1e12:>15.1f}{theirs / ours:>11.2f}x"
-      else: row += f"{'-':>15}{'-':>12}"
+        # the same product both ways: a fast wrong answer is no answer (f16 outputs differ in their last bits)
+        mine, ref = gemm(ta, tb).numpy().astype(np.float32), (xa @ xb).float().cpu().numpy()
+        err = float(np.abs(mine - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+        row += f"{flops / theirs / 1e12:>15.1f}{theirs / ours:>11.2f}x{err:>10.1e}"
+      else: row += f"{'-':>15}{'-':>12}{'-':>10}"
       print(f"{row}  {costs}", flush=True)
   return 0
 
