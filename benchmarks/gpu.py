@@ -9,14 +9,14 @@ a call is one launch); the best time gives TFLOP/s (2 N^3 operations), and the r
 as fast as cuBLAS); `max err` is the largest difference between uopc's product and PyTorch's, over the largest
 element of PyTorch's.
 
-Beside each row: the GEMM's FLOPs (2 N^3; runtime.Program.flops counts an mma.sync as no float op and a fused
-multiply-add as one, so it is not used here), the bytes its kernels move at the least (runtime.Program.nbytes: every
-parameter once), and the roofline bound on an H200 SXM, max(FLOPs / peak, bytes / bandwidth), with `roof` the share of
-it a measured row reaches (100%: at the roofline). The figures are NVIDIA's H200 datasheet's (nvidia.com/h200, H200 SXM
-column): FP16/BF16 Tensor Core 1,979 TFLOP/s with sparsity, so 989 dense (an f16 GEMM); FP32 67 TFLOP/s (CUDA
-cores: uopc's f32 GEMM; cuBLAS may use TF32 tensor cores only when asked, PyTorch's default doesn't); GPU memory
-bandwidth 4.8 TB/s (HBM3e). On a machine without a CUDA device it says so, prints each row's FLOPs, bytes and bound
-(the kernels compiled for sm_90 where nvcc or NVRTC is present), and exits 0.
+Beside each row: the FLOPs and the bytes its kernels move at the least (runtime.Program.flops, 2 N^3 for a GEMM
+however it is lowered, and Program.nbytes, every parameter once, summed over the kernels), and the roofline bound on
+an H200 SXM, max(FLOPs / peak, bytes / bandwidth), with `roof` the share of it a measured row reaches (100%: at the
+roofline). The figures are NVIDIA's H200 datasheet's (nvidia.com/h200, H200 SXM column): FP16/BF16 Tensor Core 1,979
+TFLOP/s with sparsity, so 989 dense (an f16 GEMM); FP32 67 TFLOP/s (CUDA cores: uopc's f32 GEMM; cuBLAS may use TF32
+tensor cores only when asked, PyTorch's default doesn't); GPU memory bandwidth 4.8 TB/s (HBM3e). On a machine without
+a CUDA device it says so, prints each row's FLOPs, bytes and bound (the kernels compiled for sm_90 where nvcc or NVRTC
+is present), and exits 0.
 """
 from __future__ import annotations
 import argparse, sys, time
@@ -45,9 +45,9 @@ def roofline(flops: int, nbytes: int, dtype: str) -> tuple[float, str]:
   return (compute, "compute") if compute >= memory else (memory, "memory")
 
 
-def gemm_bytes(n: int, dtype: str) -> tuple[int, int, str]:
-  """(bytes, kernels, where the count comes from) of uopc's n x n x n GEMM on CUDA: the Programs' nbytes summed over the
-  kernels of its schedule (compiled: for the device's architecture, else sm_90), or without a CUDA compiler, the
+def gemm_cost(n: int, dtype: str) -> tuple[int, int, int]:
+  """(FLOPs, bytes, kernels) of uopc's n x n x n GEMM on CUDA: the Programs' flops and nbytes summed over the kernels of
+  its schedule (compiled: for the device's architecture, else sm_90), or without a CUDA compiler, 2 n^3 and the
   operands and the output once."""
   from uopc import runtime
   from uopc.backends import CompileError, get_backend
@@ -58,14 +58,13 @@ def gemm_bytes(n: int, dtype: str) -> tuple[int, int, str]:
   a, b = (Tensor(new_buffer(n * n, dt).reshape((n, n)), device="CUDA") for _ in range(2))   # no data: only the kernels
   kernels = (a @ b).schedule()
   try: programs = [runtime.compile_kernel(k, get_backend("CUDA")) for k in kernels]
-  except CompileError: return 3 * n * n * dt.itemsize, len(kernels), "operands (no CUDA compiler here)"
-  return sum(p.nbytes for p in programs), len(programs), "Program.nbytes"
+  except CompileError: return 2 * n ** 3, 3 * n * n * dt.itemsize, len(kernels)
+  return sum(p.flops for p in programs), sum(p.nbytes for p in programs), len(programs)
 
 
 def cost_columns(n: int, dtype: str) -> tuple[str, float]:
   """The FLOPs, bytes and H200 roofline columns of a row, and the bound in seconds."""
-  flops = 2 * n ** 3
-  nbytes, kernels, _ = gemm_bytes(n, dtype)
+  flops, nbytes, kernels = gemm_cost(n, dtype)
   bound, by = roofline(flops, nbytes, dtype)
   return f"{flops / 1e9:>11.0f}{nbytes / 1e6:>10.0f}{bound * 1e6:>10.1f} us {by:<8}{kernels:>4}", bound
 
