@@ -7,7 +7,7 @@
 # Stages, each under `timeout` (a hang costs its own limit, never the budget of the rest), all of them together within
 # GPU_CHECK_BUDGET seconds (default 470: a stage gets at most what is left, and one with under 10 s left is skipped):
 #   env      nvidia-smi (the GPU, its driver and the CUDA version the driver supports), nvcc, python
-#   install  pip install of what is missing among the test tools, NVIDIA's nvrtc/runtime/cuobjdump wheels and torch
+#   install  pip install of what is missing among the test tools, NVIDIA's nvrtc/runtime/cuobjdump/nvdisasm wheels, torch
 #            (a machine without network keeps what it has); uopc itself runs from this checkout (PYTHONPATH to the four
 #            packages' src folders: what is tested is the tree here, installed or not)
 #   smoke    a few kernels through the driver on device CUDA against NumPy (elementwise, a reduction, an f16 GEMM), with
@@ -122,7 +122,7 @@ run_stage env 20 bash -c "$ENV_SCRIPT" "$PY"
 INSTALL_SCRIPT='
 import importlib.util, os, subprocess, sys
 need = {"numpy": "numpy>=1.24", "pytest": "pytest>=8", "hypothesis": "hypothesis>=6.100", "xdist": "pytest-xdist>=3",
-        "safetensors": "safetensors", "torch": "torch", "nvidia": "nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-cuobjdump"}
+        "safetensors": "safetensors", "torch": "torch", "nvidia": "nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"}
 missing = [req for mod, req in need.items() if importlib.util.find_spec(mod) is None]
 if missing and os.environ.get("GPU_CHECK_NO_INSTALL"): print("GPU_CHECK_NO_INSTALL: not installing", *missing)
 elif missing:
@@ -133,7 +133,7 @@ elif missing:
 else: print("every tool is here already:", ", ".join(need))
 import uopc.tensor, uopc.backends.cuda as cuda
 print("uopc from", uopc.tensor.__file__.rsplit("/src/", 1)[0], "; NVRTC:", "found" if cuda._nvrtc() is not None else "not found",
-      "; cuobjdump:", __import__("sass").cuobjdump() or "not found")
+      "; cuobjdump:", __import__("sass").cuobjdump() or "not found", "; nvdisasm:", __import__("sass").nvdisasm() or "not found")
 still = [mod for mod in need if importlib.util.find_spec(mod) is None]
 if "torch" in still: print("torch is missing: benchmarks/gpu.py times uopc alone (no cuBLAS column)")
 if still := [mod for mod in still if mod not in ("torch", "nvidia")]: sys.exit(f"still missing: {still}")

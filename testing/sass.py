@@ -1,6 +1,6 @@
 """The SASS of uopc's CUDA kernels, read without a GPU: each kernel compiled for sm_90 (nvcc, else NVRTC: ptxas makes the
 SASS either way) and read back with `cuobjdump -res-usage -sass` (a CUDA toolkit's on PATH, else the nvidia-cuda-cuobjdump
-wheel's, found as the CUDA backend finds NVRTC in NVIDIA's wheels).
+wheel's, found as the CUDA backend finds NVRTC in NVIDIA's wheels; -sass runs nvdisasm, from nvidia-cuda-nvdisasm).
 
     python testing/sass.py [--all]    # the f16 GEMM 8192's kernels and the GPT training step's, one row each
 
@@ -56,13 +56,24 @@ class KernelSass:
 HEADER = f"{'kernel':<35}" + "".join(f"{op:>7}" for op in SHOWN) + f"{'regs':>6}{'shared':>8}{'thr':>6}"
 
 
-def cuobjdump() -> str | None:
-  """The cuobjdump binary: a CUDA toolkit's on PATH, else the nvidia-cuda-cuobjdump wheel's (nvidia/cu13/bin); None."""
-  if found := shutil.which("cuobjdump"): return found
+def _tool(name: str) -> str | None:
+  """A CUDA binary tool: a CUDA toolkit's on PATH, else a pip wheel's (nvidia/cu13/bin); None."""
+  if found := shutil.which(name): return found
   from uopc.backends.cuda import _pip_cuda_dirs
   for folder in _pip_cuda_dirs("bin"):
-    if os.access(folder / "cuobjdump", os.X_OK): return str(folder / "cuobjdump")
+    if os.access(folder / name, os.X_OK): return str(folder / name)
   return None
+
+
+def cuobjdump() -> str | None:
+  """cuobjdump (the nvidia-cuda-cuobjdump wheel's, where no toolkit's is on PATH), or None."""
+  return _tool("cuobjdump")
+
+
+def nvdisasm() -> str | None:
+  """nvdisasm, which `cuobjdump -sass` runs to disassemble (the nvidia-cuda-nvdisasm wheel's, where no toolkit's is on
+  PATH), or None."""
+  return _tool("nvdisasm")
 
 
 _RESOURCES = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
@@ -76,7 +87,9 @@ def read_cubin(cubin: bytes, tool: str, sass: bool = True) -> dict[str, KernelSa
   with tempfile.TemporaryDirectory(prefix="uopc-sass-") as tmp:
     path = Path(tmp) / "kernel.cubin"
     path.write_bytes(cubin)
-    proc = subprocess.run([tool, "-res-usage", *(["-sass"] if sass else []), str(path)], capture_output=True, text=True, timeout=120)
+    env = dict(os.environ)
+    if sass and (disassembler := nvdisasm()) is not None: env["NVDISASM_PATH"] = str(Path(disassembler).parent)   # a wheel's: not on PATH
+    proc = subprocess.run([tool, "-res-usage", *(["-sass"] if sass else []), str(path)], capture_output=True, text=True, timeout=120, env=env)
   if proc.returncode != 0: raise RuntimeError(f"{tool} failed (status {proc.returncode}): {proc.stderr.strip()}")
   return parse(proc.stdout)
 
@@ -169,8 +182,9 @@ def _product(xs) -> int:
 def main() -> int:
   every = "--all" in sys.argv[1:]
   tool = cuobjdump()
-  if tool is None:
-    print("testing/sass.py: cuobjdump is not installed (pip install nvidia-cuda-cuobjdump, or a CUDA toolkit on PATH)")
+  if tool is None or nvdisasm() is None:
+    print("testing/sass.py: cuobjdump and nvdisasm are needed (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm, or a CUDA "
+          f"toolkit on PATH); found cuobjdump: {tool}, nvdisasm: {nvdisasm()}")
     return 1
   print(f"SASS for {ARCH} ({tool}); counts are instructions in the code, not executed ones; the GPT step's only with --all "
         "(else '-': its registers, shared and local memory are read, not its instructions)")

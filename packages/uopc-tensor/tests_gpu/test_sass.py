@@ -24,6 +24,8 @@ pytestmark = [
 ]
 
 
+@pytest.mark.skipif(sass.nvdisasm() is None, reason="nvdisasm is not installed (pip install nvidia-cuda-nvdisasm, as the cuda nox sessions do): "
+                                                    "cuobjdump -sass needs it")
 @pytest.mark.parametrize("out_f32", [True, False], ids=["f32_out", "f16_out"])
 def test_the_f16_gemm_8192_is_one_tensor_core_kernel_that_fits_sm_90(out_f32):
   kernels = sass.gemm_8192(out_f32)
