@@ -114,11 +114,16 @@ def onnx_full(session: nox.Session) -> None:
 def cuda(session: nox.Session, arch: str) -> None:
   """The GPU suite (packages/uopc-tensor/tests_gpu) for one architecture: every kernel it needs compiled for `arch` by
   nvcc (skipped, saying why, where nvcc is missing) and by NVRTC (from NVIDIA's pip wheels, installed here), the suite
-  run on the PYTHON emulator against NumPy, and where a CUDA device is present, the suite on it and benchmarks/gpu.py
-  (which otherwise says there is no device). `arch` is for the compile checks only (UOPC_CUDA_ARCH): what runs on a
-  device is compiled for the device's own architecture."""
-  _test(session, "uopc-tensor", "tests_gpu", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime", env={"UOPC_CUDA_ARCH": arch})
-  session.run("python", "benchmarks/gpu.py")
+  run on the PYTHON emulator against NumPy, the SASS checks (tests_gpu/test_sass.py: the f16 GEMM 8192's and the GPT
+  step's kernels compiled for sm_90 and read with cuobjdump and nvdisasm, from NVIDIA's wheels installed here; their
+  counts printed by testing/sass.py), and where a CUDA device is present, the suite on it and benchmarks/gpu.py (which
+  otherwise prints each row's FLOPs, bytes and H200 roofline and says there is no device). `arch` is for the compile
+  checks only (UOPC_CUDA_ARCH): what runs on a device is compiled for the device's own architecture."""
+  _test(session, "uopc-tensor", "tests_gpu", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime", "nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm",
+        env={"UOPC_CUDA_ARCH": arch})
+  env = {"UOPC_CACHE_DIR": CACHE, "UOPC_CUDA_ARCH": arch}
+  session.run("python", "testing/sass.py", env=env)
+  session.run("python", "benchmarks/gpu.py", env=env)
 
 
 @nox.session(python=PYTHON)

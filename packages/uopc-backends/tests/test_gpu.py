@@ -85,6 +85,20 @@ def test_a_gemm_of_f16_on_tensor_cores(warps, tiles):
   np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("dtype, opts", [(dtypes.f32, Opts(gpu=True, local={0: 2, 1: 4}, stage=16, fma=True)),
+                                          (dtypes.f32, Opts(gpu=True, local={0: 4, 1: 4}, stage=8)),
+                                          (dtypes.f16, Opts(gpu=True, tc=True, local={0: 2, 1: 2}, upcast={0: 1, 1: 2}))],
+                         ids=["fma", "mul-add", "tensor-cores"])
+def test_a_gemm_program_counts_2mnk_flops_however_it_is_lowered(dtype, opts):
+  """Program.flops (the profile's GFLOP/s, benchmarks' roofline) of a 32 x 64 x 48 GEMM: a fused multiply-add is two
+  operations and a WMMA its lane's share of the warp's m16n8k16; they used to count one and none (an f16 GEMM on the
+  tensor cores did 0 FLOPs)."""
+  m, n, k = 32, 64, 48
+  prog = compile_kernel(make_kernel(matmul(m, n, k, dtype), buf(2, m * n)), get_backend(PY), opts)
+  assert any(u.op is (Ops.WMMA if opts.tc else Ops.MULACC if opts.fma else Ops.MUL) for u in prog.uops)
+  assert prog.flops == 2 * m * n * k
+
+
 def test_the_two_wmma_tables_agree_with_the_ptx_layout():
   """Every element of A, B and C is held by exactly one (lane, element) in both tables, and a WMMA of the fragments of
   known matrices gives their product."""

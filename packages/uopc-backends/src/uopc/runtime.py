@@ -48,7 +48,7 @@ from uopc.vectorize import vectorize
 from uopc.kernelize import Kernel
 from uopc.symbolic import bounds
 from uopc.opt import Caps, choose_opts
-from uopc.gpulower import block_threads
+from uopc.gpulower import WMMA_K, WMMA_M, WMMA_N, block_threads
 from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import Backend, BackendError, LinearProgram, base_memory
 
@@ -494,14 +494,21 @@ def _grid(lin: Sequence[UOp], kind: AxisType) -> tuple[int, ...] | None:
   return tuple(sizes) or None
 
 
+# a WMMA is one lane's share of a warp's m16n8k16 multiply-add (the 32 lanes are a LOCAL range around it)
+WMMA_LANE_FLOPS = 2 * WMMA_M * WMMA_N * WMMA_K // 32
+
+
 def _cost(lin: Sequence[UOp], params: tuple[UOp, ...]) -> tuple[int, int]:
-  """(FLOPs, bytes) of one launch: every float ALU op (on a vector, one per lane) times the trip count of the loops around
-  it (index arithmetic is not counted), and every parameter's memory once."""
+  """(FLOPs, bytes) of one launch: every float ALU op (on a vector, one per lane; a fused multiply-add two, and a WMMA
+  its lane's share of the warp's 2 * 16 * 8 * 16) times the trip count of the loops around it (index arithmetic is not
+  counted), and every parameter's memory once. An n x n x n GEMM counts 2 n^3, however it is lowered."""
   trips, flops = [1], 0
   for u in lin:
     if u.op is Ops.RANGE: trips.append(trips[-1] * max(0, bounds(u.src[0])[1]))
     elif u.op is Ops.END: trips.pop()
-    elif u.op in ALU and u.op is not Ops.CAST and (u.dtype.is_float or u.src[0].dtype.is_float): flops += trips[-1] * u.src[0].dtype.count
+    elif u.op is Ops.WMMA: flops += trips[-1] * WMMA_LANE_FLOPS
+    elif u.op in ALU and u.op is not Ops.CAST and (u.dtype.is_float or u.src[0].dtype.is_float):
+      flops += trips[-1] * u.src[0].dtype.count * (2 if u.op is Ops.MULACC else 1)
   return flops, sum(b.shape[0] * b.dtype.itemsize for b in params)
 
 
