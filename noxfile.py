@@ -204,7 +204,7 @@ DEMO_PROMPTS = ["12+34=", "99+1=", "57+68=", "7+5="]
 
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
-  """The main job: train the course GPT on 2-digit additions on the C backend (about a minute on 2 cores), write
+  """The main job: train the course GPT on 2-digit additions on the C backend (about three minutes on 2 cores), write
   gpt-run/model.safetensors and gpt-run/loss.png, then ask the trained model a few additions."""
   _install_chain(session, "uopc-tensor", extras="[gpt]")
   session.run("uopc", "gpt", "train", "--task", "addition", "--out", "gpt-run", *session.posargs)
