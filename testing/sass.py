@@ -138,33 +138,18 @@ def gemm_8192(out_f32: bool) -> list[tuple[str, str, int]]:
 def gpt_training_step() -> list[tuple[str, str, int]]:
   """(name, CUDA source, threads per block) of each kernel of a tiny uopc.gpt's training step (forward, backward,
   AdamW), lowered for a GPU: recorded from a step on the PYTHON backend (the GPU emulator) and rendered for CUDA."""
-  import numpy as np
-  from uopc import nn, runtime
+  from uopc import runtime
   from uopc.backends.cuda import CUDARenderer
   from uopc.backends.python import PythonBackend
-  from uopc.gpt import GPT, GPTConfig
-  from uopc.tensor import Tensor
   from uopc.uop import AxisType, Ops
+  from tiny_gpt import tiny_gpt_step
   seen, original, programs = [], PythonBackend.compile, runtime._programs
   def record(self, program, name):
     seen.append(program)
     return original(self, program, name)
   PythonBackend.compile, runtime._programs = record, runtime.ProgramCache(1024)   # a fresh cache: every kernel is compiled
-  prev = os.environ.get("UOPC_DEVICE")
-  os.environ["UOPC_DEVICE"] = "PYTHON"
-  try:
-    Tensor.manual_seed(0)
-    model = GPT(GPTConfig(vocab=13, context=8, layers=1, width=16, heads=2))
-    opt = nn.AdamW(model.parameters(), lr=0.01)
-    tokens = np.random.default_rng(20).integers(0, 13, (2, 9)).astype(np.int32)
-    opt.zero_grad()
-    model.loss(Tensor(tokens[:, :-1]), Tensor(tokens[:, 1:])).backward()
-    opt.step()
-    for p in model.parameters(): p.numpy()
-  finally:
-    PythonBackend.compile, runtime._programs = original, programs
-    if prev is None: os.environ.pop("UOPC_DEVICE", None)
-    else: os.environ["UOPC_DEVICE"] = prev
+  try: tiny_gpt_step("PYTHON")
+  finally: PythonBackend.compile, runtime._programs = original, programs
   renderer, unique = CUDARenderer(), {}
   for p in seen:
     threads = _product(int(u.src[0].arg) for u in p.uops if u.op is Ops.RANGE and u.arg.kind is AxisType.LOCAL)

@@ -15,6 +15,7 @@ from uopc.backends import LinearProgram, get_backend
 from uopc.backends.python import PythonBackend
 from uopc.backends import cuda
 from uopc.backends.cuda import CUDACompiler, CUDARenderer, device_available
+from tiny_gpt import on_device, tiny_gpt_step
 
 ARCH = os.environ.get("UOPC_CUDA_ARCH", "sm_90")
 
@@ -136,9 +137,7 @@ def mlp_training_step(device):
   """Two steps of a 32-64-10 MLP with AdamW; the oracle is the same steps on the C backend (checked against NumPy and
   PyTorch elsewhere)."""
   def train(dev):
-    prev = os.environ.get("UOPC_DEVICE")
-    os.environ["UOPC_DEVICE"] = dev
-    try:
+    with on_device(dev):
       Tensor.manual_seed(0)
       l1, l2 = nn.Linear(32, 64), nn.Linear(64, 10)
       opt = nn.AdamW([l1.weight, l1.bias, l2.weight, l2.bias], lr=0.01)
@@ -149,33 +148,12 @@ def mlp_training_step(device):
         loss.backward()
         opt.step()
       return np.concatenate([loss.numpy().reshape(1), l1.weight.numpy().ravel(), l2.bias.numpy()])
-    finally:
-      if prev is None: os.environ.pop("UOPC_DEVICE", None)
-      else: os.environ["UOPC_DEVICE"] = prev
   return train(device), train("C"), 1e-5
 
 
 def gpt_training_step(device):
-  """A training step of a tiny uopc.gpt (embeddings, LayerNorm, causal attention, GELU MLP, cross-entropy, AdamW); the
-  oracle is the same step on the C backend."""
-  from uopc.gpt import GPT, GPTConfig
-  def train(dev):
-    prev = os.environ.get("UOPC_DEVICE")
-    os.environ["UOPC_DEVICE"] = dev
-    try:
-      Tensor.manual_seed(0)
-      model = GPT(GPTConfig(vocab=13, context=8, layers=1, width=16, heads=2))
-      opt = nn.AdamW(model.parameters(), lr=0.01)
-      tokens = np.random.default_rng(20).integers(0, 13, (2, 9)).astype(np.int32)
-      opt.zero_grad()
-      loss = model.loss(Tensor(tokens[:, :-1]), Tensor(tokens[:, 1:]))
-      loss.backward()
-      opt.step()
-      return np.concatenate([loss.numpy().reshape(1), model.blocks[0].attn.weight.numpy().ravel()])
-    finally:
-      if prev is None: os.environ.pop("UOPC_DEVICE", None)
-      else: os.environ["UOPC_DEVICE"] = prev
-  return train(device), train("C"), 1e-5
+  """A training step of a tiny uopc.gpt (testing/tiny_gpt.py); the oracle is the same step on the C backend."""
+  return tiny_gpt_step(device), tiny_gpt_step("C"), 1e-5
 
 
 WORKLOADS = [elementwise, broadcast_where, half_math, integer_math, row_sums, column_max, long_sum, nested_sums, softmax, gemm_f32, gemm_f32_fused,
