@@ -250,10 +250,17 @@ DEFAULT_POLICY = OptsPolicy()
 # The Opts a search chose, on disk under $UOPC_CACHE_DIR/opts: one uopc.compile_cache entry (JSON, sealed) per canonical
 # kernel, backend, capabilities and compiler, so a choice is used only where it was measured.
 
+@functools.lru_cache(maxsize=256)
+def _kernel_text(root: UOp, out: UOp) -> str:
+  """A canonical kernel as .uir text, what the files on disk are keyed by (a miss reads the Opts store and the plans:
+  written once, not once for each)."""
+  return to_uir(UOp(Ops.SINK, (root, out)))
+
+
 def stored_opts_path(kernel: Kernel, backend: Backend) -> Path:
   ident = getattr(backend, "identity", None)   # the compiler and the target CPU, for a backend that has them
   key = repr((backend.name, getattr(backend, "caps", None), ident() if callable(ident) else None))
-  text = to_uir(UOp(Ops.SINK, (kernel.canonical_root, kernel.canonical_out)))
+  text = _kernel_text(kernel.canonical_root, kernel.canonical_out)
   digest = hashlib.sha256(f"{text}\0{key}".encode()).hexdigest()
   return cache_dir() / "opts" / f"{digest[:32]}.json"
 
@@ -444,7 +451,7 @@ def _plan_path(kernel: Kernel, backend: Backend, opts: Opts | None, policy: Opts
   else: asked = "default:" + ((read_entry(stored_opts_path(kernel, backend)) or b"").decode("utf-8", "replace"))
   ident = getattr(backend, "identity", None)
   where = repr((backend.name, backend_caps(backend), ident() if callable(ident) else None, type(backend.renderer).__qualname__))
-  text = to_uir(UOp(Ops.SINK, (kernel.canonical_root, kernel.canonical_out)))
+  text = _kernel_text(kernel.canonical_root, kernel.canonical_out)
   road = f"{_code_fingerprint()}\0{_road_digest(backend.renderer)}"
   digest = hashlib.sha256(f"{road}\0{where}\0{asked}\0{name}\0{text}".encode()).hexdigest()
   return cache_dir() / "plans" / f"{digest[:32]}.json"
