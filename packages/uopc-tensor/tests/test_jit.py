@@ -6,6 +6,7 @@ import uopc.runtime as runtime
 from uopc.tensor import Tensor
 from uopc.jit import jit, JitError
 from uopc import nn
+from uopc.backends.c import CBackend
 
 
 def data(seed: int, *shape):
@@ -55,6 +56,26 @@ def test_a_replay_launches_kernels_and_nothing_else(monkeypatch):
   assert len(calls) == 2
   monkeypatch.undo()
   assert np.isfinite(loss.item())
+
+
+def test_replays_on_the_c_backend_become_one_native_call_that_reads_each_calls_buffers(monkeypatch):
+  """From its GRAPH_AFTER-th replay a capture's launches are one C function (runtime.LaunchGraph, CGraph): it must read
+  the buffers of each call (new inputs, the outputs handed out in turn), not the ones it was built with."""
+  plain, _, p_params = mlp_trainer(False)
+  fast, calls, j_params = mlp_trainer(True)
+  runs = runtime.LaunchGraph.GRAPH_AFTER + 5
+  for i in range(2 + runs):
+    x, y = Tensor(data(i, 16, 3)), Tensor((np.arange(16) % 2).astype(np.int32))
+    want = plain(x, y).item()
+    if i > 2 + runtime.LaunchGraph.GRAPH_AFTER:   # the graph is built: no kernel is launched one at a time any more
+      monkeypatch.setattr(CBackend, "launch", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a launch outside the graph")))
+    assert fast(x, y).item() == want, i
+    monkeypatch.undo()
+  plan = fast._plans[0]
+  assert len(plan.steps) >= 2   # cross_entropy's index check splits the launches
+  assert all(graph.native is not None for graph, _ in plan.steps if graph.launches)
+  assert len(calls) == 2
+  for p, q in zip(p_params, j_params): np.testing.assert_array_equal(p.numpy(), q.numpy())
 
 
 def test_inputs_of_another_shape_or_dtype_are_refused_naming_both():

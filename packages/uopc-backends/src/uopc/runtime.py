@@ -4,6 +4,8 @@
     compile_program(sink, backend, name) -> Program          the same road for a SINK that is already lowered
     program(buffers)                                         launch it on Buffers, each checked against its parameter
     run_schedule(kernels, backend, buffers)                  a schedule's kernels in order, allocating their outputs
+    LaunchGraph(launches)(table)                             launches that always run together (a JIT's replay), one
+                                                             native call on a backend with `graph` (the C backend)
     Buffer(backend, n, dtype)                                memory a backend owns: filled from NumPy, read by .numpy()
 
 Everything that runs a kernel goes through here: Tensor.realize, the JIT (which records the (Program, Buffers)
@@ -559,6 +561,39 @@ def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMa
   return launches
 
 
+class LaunchGraph:
+  """Launches that always run together, in order, on a table of Buffers: `launches` are (Program, slots), and calling
+  the graph with the table (a Buffer per slot) launches every Program on the Buffers of its slots, unchecked (whoever
+  made the launches checked them once: the JIT replays what run_schedule ran). From its GRAPH_AFTER-th call on, when
+  every Program is on one backend that has `graph` (the C backend: one C function calling each kernel), the lot is one
+  native call, built once; until then, or without one, each launch is its own call. Under UOPC_DEBUG each launch is
+  timed on its own, as Program calls are."""
+  GRAPH_AFTER = 3   # a loop replays a capture many times; a test that replays it twice never pays for building a graph
+
+  def __init__(self, launches: Sequence[tuple[Program, Sequence[int]]]):
+    self.launches = [(p, list(slots)) for p, slots in launches]
+    self.calls = 0
+    self.native: Any = None
+    backends = {id(p.backend): p.backend for p, _ in self.launches}
+    self.backend = next(iter(backends.values())) if len(backends) == 1 else None
+    self.slots = sorted({s for _, slots in self.launches for s in slots})
+
+  def __call__(self, table: Sequence[Buffer]) -> None:
+    if debug_level():
+      for prog, slots in self.launches: prog([table[s] for s in slots])
+      return
+    self.calls += 1
+    if self.native is None and self.calls == self.GRAPH_AFTER and self.launches and callable(getattr(self.backend, "graph", None)):
+      # a table slot the graph doesn't use is not passed: the graph's own slots are 0..n-1
+      index = {s: k for k, s in enumerate(self.slots)}
+      self.native = self.backend.graph([(p.handle, [index[s] for s in slots], p.global_size, p.local_size) for p, slots in self.launches],
+                                       len(self.slots))
+    if self.native is not None:
+      self.native([table[s].handle for s in self.slots])
+      return
+    for prog, slots in self.launches: prog.backend.launch(prog.handle, [table[s].handle for s in slots], prog.global_size, prog.local_size)
+
+
 def program_buffers(program: UOp | Sequence[UOp]) -> list[UOp]:
   """The BUFFERs a lowered program uses, in slot order (its parameters unless told otherwise); two with one slot are an error."""
   nodes = program.toposort() if isinstance(program, UOp) else program
@@ -661,6 +696,7 @@ class _Profile:
 profile = _Profile()
 
 
-__all__ = ["cache_dir", "Buffer", "Program", "Param", "ProgramCache", "compile_kernel", "compile_kernels", "compile_program", "run_schedule",
+__all__ = ["cache_dir", "Buffer", "Program", "Param", "ProgramCache", "LaunchGraph", "compile_kernel", "compile_kernels", "compile_program",
+           "run_schedule",
            "run_lowered", "np_dtype", "OptsPolicy", "DEFAULT_POLICY", "backend_caps", "stored_opts", "stored_opts_path", "store_opts",
            "program_buffers", "stored_slots", "check_arrays", "kernel_name", "format_linear", "debug_level", "profile"]

@@ -12,7 +12,9 @@
 
 The first call runs the function normally (it compiles its kernels). The second call captures it: every launch it makes
 is recorded, with its Program and its Buffers. Every later call replays the launches and nothing else: the function's
-body does not run, no graph is built, nothing is kernelized or looked up in a cache.
+body does not run, no graph is built, nothing is kernelized or looked up in a cache. The launches between index checks
+are a uopc.runtime.LaunchGraph each: from the third replay on, on the C backend, one native call runs them all (a C
+function calling each kernel), so a replay of a few hundred small kernels pays no Python per kernel.
 
 The contract: a replay computes what calling the function now would compute, or raises JitError saying why. So a replay
 binds every buffer the capture read to where that value lives *now*, and hands every result out where the function would:
@@ -46,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 import numpy as np
 from uopc.dtype import DType, dtypes
-from uopc.runtime import Buffer, debug_level, np_dtype
+from uopc.runtime import Buffer, LaunchGraph, np_dtype
 from uopc.tensor import Tensor, JitError
 from uopc.tensor.capture import Capture, capturing, name_buffer, named, buffer_of, is_realized, realize_lazy_state, grad_leaves, generator
 
@@ -161,6 +163,7 @@ class _Plan:
   others: tuple
   objects: list                                  # the non-value arguments compared by identity, kept alive
   launches: list[tuple[Any, list[int]]]
+  steps: list[tuple[LaunchGraph, tuple[int, Any] | None]]   # the launches between index checks, each followed by its check
   table: list                                    # the Buffer of every slot that has one whatever the call (None: bound per call)
   reads: list[tuple[int, int, list[tuple]]]      # (slot, size, the places its value was read from: the first is trusted)
   temps: dict[int, tuple[Any, int, DType]]       # slot -> (backend, size, dtype): written and read back within the call
@@ -296,7 +299,12 @@ class JitFunction:
       if s in written: (shown if s in handed else temps)[s] = (b.backend, b.size, b.dtype)
       elif places := holders.get(id(b)): reads.append((s, b.size, _trusted(places, {_key(p) for p, _, _ in publish})))
       else: table[s] = b   # made from host data during the call (a causal mask): the same on every call
-    self._plans.append(_Plan([(t.shape, t.dtype) for t in tensors], others, objects, launches, table, reads, temps, shown,
+    steps, done = [], 0
+    for at, s, check in checks:   # each check where the capture made it, after the launches before it
+      steps.append((LaunchGraph(launches[done:at]), (s, check)))
+      done = at
+    steps.append((LaunchGraph(launches[done:]), None))
+    self._plans.append(_Plan([(t.shape, t.dtype) for t in tensors], others, objects, launches, steps, table, reads, temps, shown,
                              draws, checks, publish, grad_guards, template))
     return out
 
@@ -342,12 +350,9 @@ class JitFunction:
       else: pool.append(h := _Held(Buffer(backend, size, dtype)))
       held[s], table[s] = h, h.buffer
     for s, draw, dtype in plan.draws: table[s].copyin(np.asarray(draw(generator())).astype(np_dtype(dtype)))
-    done = 0
-    for at, s, check in plan.checks:   # each check where the capture made it, on the buffer its slot holds now
-      _launch(plan.launches[done:at], table)
-      done = at
-      check._replace(buffer=table[s]).run()
-    _launch(plan.launches[done:], table)
+    for graph, check in plan.steps:
+      graph(table)
+      if check is not None: check[1]._replace(buffer=table[check[0]]).run()   # on the buffer its slot holds now
     def view(s: int, shape: tuple[int, ...]):
       if s in held: return held[s].view(shape)
       return name_buffer(table[s], shape)      # handing out a value the call read (w.assign(x)): a name of its own
@@ -414,13 +419,6 @@ def _rebuild(out: Any, leaf: Callable, kind: type = Tensor) -> Any:
     return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
   if isinstance(out, dict): return {k: _rebuild(v, leaf, kind) for k, v in out.items()}
   return out
-
-
-def _launch(launches: list, table: list[Buffer]) -> None:
-  if debug_level():
-    for prog, slots in launches: prog([table[s] for s in slots])
-  else:
-    for prog, slots in launches: prog.backend.launch(prog.handle, [table[s].handle for s in slots], prog.global_size, prog.local_size)
 
 
 def jit(fn: Callable) -> JitFunction:

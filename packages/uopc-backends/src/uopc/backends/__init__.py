@@ -92,6 +92,8 @@ class Backend(Protocol):
   def launch(self, program: Any, handles: list[Any], global_size: tuple[int, ...] | None = None,
              local_size: tuple[int, ...] | None = None) -> None: ...
   def synchronize(self) -> None: ...
+  # optional: graph(launches, slots) -> a callable taking one handle per slot that runs launches [(program, slots of
+  # its arguments, global size, local size), ...] in order as one native call (uopc.runtime.LaunchGraph uses it)
 
 
 _BUILTIN: dict[str, str] = {"C": "uopc.backends.c:CBackend", "PYTHON": "uopc.backends.python:PythonBackend",
