@@ -13,10 +13,14 @@ The rules (tinygrad's, which never recompute a reduction per output element):
   * so is a REDUCE that reaches a STACK (a concatenation: a pad's zeros beside it, a convolution window's shifted
     views of it): under the choice of branch it would run once per branch that reads it (nine times for a 3x3
     window), in loops no Opts can vectorize;
+  * so is a sum of products (a GEMM, a convolution) that another reduction reduces again (a loss's sum, a pooling), or
+    that is joined with another one (a residual block's two convolutions): nested in the outer reduction's loops, or
+    beside another reduction of other sizes, no Opts give it vectors, register tiles and an unrolled window;
   * so is a costly elementwise value that is broadcast (COSTLY ALU ops, a transcendental among them): a GELU's
     gradient feeding a weight gradient would otherwise be recomputed once per output column;
   * a node shared by several kernels is materialized when recomputing it costs more than loading it: when its
-    kernel-local graph holds a REDUCE, or reads more than MAX_SHARED_READS buffers;
+    kernel-local graph holds a REDUCE, reads more than MAX_SHARED_READS buffers or costs more than MAX_SHARED_COST
+    simple ops (ALU_COST);
   * everything else (elementwise chains, movement ops, cheap shared subexpressions) fuses into its consumer,
     up to a size: a kernel whose body would pass MAX_KERNEL_BODY nodes is cut by materializing an intermediate, since
     gcc's compile time grows faster than the source past it (a chain of 1,200 sin steps was 123 s of gcc in one kernel).
@@ -58,6 +62,11 @@ MAX_SHARED_READS = 4
 # Below the knees, with room for the unrolling Opts may choose; the GPT training step's largest kernel is 89 nodes.
 MAX_KERNEL_BODY = 1000
 COSTLY = 6                 # ALU ops (a transcendental counts as COSTLY) that make a broadcast value worth storing
+# a value shared by kernels is stored when recomputing it costs more than this many simple ops (ten transcendentals):
+# an LSTM's cell state (two sigmoids and a tanh, 96) feeds the step's output and the next step's cell, and recomputed,
+# each step would redo every earlier step's gates (its kernels grew from 2 to 9.5 us over 12 steps); a GELU (28) or a
+# sigmoid (22) is still recomputed by the kernels that share it
+MAX_SHARED_COST = 10 * COSTLY
 # what recomputing each ALU op costs, in simple ops: a transcendental (a libm call, a polynomial, a divide) counts as COSTLY
 ALU_COST: dict[Ops, int] = {
   Ops.ADD: 1, Ops.MUL: 1, Ops.MAX: 1, Ops.CMPLT: 1, Ops.CMPNE: 1, Ops.WHERE: 1, Ops.CAST: 1, Ops.MULACC: 1,
@@ -133,6 +142,12 @@ def _expands(u: UOp) -> bool:
   return u.op is Ops.EXPAND and any(a != b for a, b in zip(u.src[0].shape, u.shape))
 
 
+def _sum_of_products(r: UOp) -> bool:
+  x = r.src[0]
+  while x.op in MOVEMENT: x = x.src[0]
+  return r.arg[0] is Ops.ADD and r.arg[1] > 0 and x.op is Ops.MUL
+
+
 def _regions(roots: list[UOp], cut: set[UOp]) -> list[set[UOp]]:
   """For each kernel root, the nodes computed inside its kernel: reachable without crossing a cut or a BUFFER."""
   out = []
@@ -196,11 +211,23 @@ def _staged(roots: list[UOp]) -> set[UOp]:
     if u.op in ALU: cost[u] = min(1000, ALU_COST[u.op] + sum(cost[s] for s in u.src))
     elif u.op in MOVEMENT or u.op in (Ops.STACK, Ops.INDEX): cost[u] = min(1000, sum(cost[s] for s in u.src))
     else: cost[u] = 0
-    if u.op is Ops.REDUCE: carried[u] = frozenset((u,))
+    if u.op is Ops.REDUCE:
+      carried[u] = frozenset((u,))
+      # a sum of products (a GEMM, a convolution) under another reduction (a loss's sum, a global average pool, a max
+      # pool) is stored first: nested in the outer reduction's loops it kept neither its vectors nor its register tiles
+      # (a ResNet's last convolution fused into its pooling ran at 1 GFLOP/s)
+      staged |= stored(r for r in carried.get(u.src[0], empty) if _sum_of_products(r))
     elif u.op in _LOCAL:
       c = empty
       for s in u.src:
         if carried[s]: c = c | carried[s]
+      if u.op in ALU and len(sums := [r for r in c if _sum_of_products(r)]) > 1:
+        # two sums of products joined (a residual block's convolution plus its 1x1 downsampling one): all but the
+        # largest are stored first; together, one kernel's loops can't unroll both windows and neither keeps its tiles
+        largest = max(sums, key=lambda r: (prod(r.src[0].shape), r.src[0].shape))
+        rest = {r for r in sums if r is not largest}
+        staged |= stored(rest)
+        c = c - rest
       carried[u] = c
       if u.op is Ops.STACK and c:
         # a reduction that reaches a concatenation (a pad's zeros beside it, a window's shifted views of it) would run
@@ -228,7 +255,8 @@ def _staged(roots: list[UOp]) -> set[UOp]:
       # sharing starts at the topmost shared node: one that is a kernel root, or has a user in fewer kernels
       if u not in root_set and all(owners.get(v, set()) >= ks for v in users.get(u, ()) if v in owners): continue
       local = _regions([u], staged)[0]
-      if any(x.op is Ops.REDUCE for x in local) or len(_reads(local)) > MAX_SHARED_READS: costly[u] = local
+      if (any(x.op is Ops.REDUCE for x in local) or len(_reads(local)) > MAX_SHARED_READS
+          or sum(ALU_COST.get(x.op, 0) for x in local) > MAX_SHARED_COST): costly[u] = local
     # the deepest first: once a shared scores matrix is stored, the exp of it that two kernels share is cheap again
     new = stored(u for u, local in costly.items() if not any(v in local for v in costly if v is not u)) - staged
     if not new: break

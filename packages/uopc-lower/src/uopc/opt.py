@@ -85,9 +85,12 @@ class Analysis:
   inner: tuple[bool, ...]
   dtypes: frozenset                     # every dtype a value of the kernel has
   products: bool                        # an f32 sum of products (something fma helps)
+  reduced: int = 1                      # the most elements any reduction reduces into each output (all its axes)
 
   @property
-  def work(self) -> int: return prod(self.shape) * max(1, prod(self.reduce_sizes))
+  def work(self) -> int:
+    """Multiply-adds, about: the outputs times what is reduced into each (a convolution's window and channels both)."""
+    return prod(self.shape) * max(1, self.reduced, prod(self.reduce_sizes))
 
   def deciding(self) -> list[int]:
     """The loads that decide: those inside a reduction when there is one, else all."""
@@ -125,8 +128,9 @@ def analyze(kernel: Kernel) -> Analysis:
   reduce_strides = tuple(next((stride(i, r) for r in innermost if stride(i, r) != 0), 0) if innermost else None for i in loads)
   inner = tuple(bool(reduce_ranges & set(i.toposort())) for i in loads)
   products = any(u.arg[0] is Ops.ADD and u.dtype is dtypes.f32 and _under_movement(u.src[0]).op is Ops.MUL for u in reduces)
+  reduced = max((prod(u.src[0].shape[len(u.src[0].shape) - u.arg[1]:]) for u in reduces), default=1)
   return Analysis(shape, tuple(u.src[0].shape[-1] for u in reduces), out_strides, reduce_strides, inner,
-                  frozenset(u.dtype for u in nodes), products)
+                  frozenset(u.dtype for u in nodes), products, reduced)
 
 
 def _under_movement(u: UOp) -> UOp:
