@@ -75,8 +75,11 @@ def check_host_fits(arr: np.ndarray, what: str) -> None:
       raise OnnxError(f"{what}: the float64 value {np.abs(arr[finite]).max()} is past f32's range, which uopc computes float64 in")
 
 
-def to_tensor(arr: np.ndarray, declared: np.dtype | None, device: str, what: str) -> Tensor:
-  """A host value as a Tensor of the dtype its declared type computes in (the array's own dtype when none is declared)."""
+def to_tensor(arr: np.ndarray, declared: np.dtype | None, device: str, what: str, constant: bool = False) -> Tensor:
+  """A host value as a Tensor of the dtype its declared type computes in (the array's own dtype when none is declared).
+  A `constant` of one element (an initializer or a Constant node: the same on every call) becomes a constant of the
+  graph rather than a buffer, so that arithmetic with it folds into the kernels that use it (GELU's x / sqrt(2) is a
+  multiplication by 0.7071 in the kernel, not a kernel computing 1 / sqrt(2) from memory on every call)."""
   arr = np.asarray(arr)
   declared = np.dtype(declared) if declared is not None else arr.dtype
   if arr.dtype.kind in "USO": raise NotImplementedError(f"uopc.onnx: {what} holds strings, which uopc doesn't compute")
@@ -90,6 +93,7 @@ def to_tensor(arr: np.ndarray, declared: np.dtype | None, device: str, what: str
     arr = conv
   check_host_fits(arr, what)
   d = compute_dtype(declared)
+  if constant and arr.size == 1: return Tensor.full(arr.shape, arr.reshape(-1)[0].item(), dtype=d, device=device)
   return Tensor(arr.astype({dtypes.f32: np.float32, dtypes.f16: np.float16, dtypes.i32: np.int32, dtypes.bool: np.bool_}[d]), device=device)
 
 

@@ -114,7 +114,8 @@ class Env:
     v = env.values[name]
     if v is None or isinstance(v, Tensor): return v
     if name in constants: return constants[name]
-    if name not in env.converted: env.converted[name] = to_tensor(v, env.types.get(name), self.device, f"value {name!r}")
+    # a host value is static (an initializer, a Constant, shape arithmetic on them): one element of it is a constant
+    if name not in env.converted: env.converted[name] = to_tensor(v, env.types.get(name), self.device, f"value {name!r}", constant=True)
     return env.converted[name]
 
   def host(self, name: str) -> np.ndarray | None:
@@ -156,17 +157,18 @@ class NodeContext:
     name = self.step.node.input[i] if i < len(self.step.node.input) else ""
     return self.env.host(name) if name else None
 
-  def transposed_initializer(self, i: int) -> Tensor | None:
-    """Input i's transpose as a Tensor of its own, made once per model, when input i is a 2-D initializer of this graph;
-    else None. A Gemm's weight with transB (torch exports every Linear so) is then read along its rows: through a
-    transposed view, each output is a dot product that ends in a horizontal sum of vector lanes, 2.5x slower."""
+  def transposed_initializer(self, i: int, axes: tuple[int, ...] = (1, 0)) -> Tensor | None:
+    """Input i permuted by `axes` (a 2-D transpose by default) as a Tensor of its own, made once per model, when input i
+    is an initializer of this graph of that rank; else None. A weight read through a transposed view (a Gemm's with
+    transB, as torch exports every Linear; an LSTM's W and R) makes each output a dot product that ends in a horizontal
+    sum of vector lanes, 2.5x slower than a GEMM along contiguous rows."""
     name = self.step.node.input[i] if i < len(self.step.node.input) else ""
     if not name or name not in self.graph.initializers or not self.env.is_host(name): return None
-    constants, key = self.graph._constants(self.device), name + "\0transposed"
+    constants, key = self.graph._constants(self.device), f"{name}\0transposed{axes}"
     if key not in constants:
       arr = self.env.host(name)
-      if arr.ndim != 2: return None
-      constants[key] = to_tensor(np.ascontiguousarray(arr.T), self.env.declared(name), self.device, f"initializer {name!r} transposed")
+      if arr.ndim != len(axes): return None
+      constants[key] = to_tensor(np.ascontiguousarray(arr.transpose(axes)), self.env.declared(name), self.device, f"initializer {name!r} transposed")
     # the untransposed copy made for this node alone is not kept (a node that reads it later makes it again)
     if name in self.fresh: del constants[name]
     return constants[key]
@@ -180,7 +182,7 @@ class NodeContext:
     """A host value (or number) as a Tensor on the node's device."""
     if isinstance(x, Tensor): return x
     arr = np.asarray(x)
-    return to_tensor(arr, declared or arr.dtype, self.device, f"{self.op}'s value")
+    return to_tensor(arr, declared or arr.dtype, self.device, f"{self.op}'s value", constant=True)
 
 
 class Step:

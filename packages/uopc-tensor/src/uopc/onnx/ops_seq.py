@@ -67,6 +67,8 @@ def _recurrent(ctx, kind: str, x, w, r, b, lens, h0, c0, p, attrs):
   defaults = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}[kind]
   acts = _activations(attrs.get("activations"), attrs.get("activation_alpha"), attrs.get("activation_beta"), defaults, dirs)
   f32 = lambda t: t if t is None or t.dtype is dtypes.f32 else t.float()
+  # W and R as initializers are stored transposed once, (dirs, in, gates H): each step's matmul reads their rows
+  wt, rt = (f32(ctx.transposed_initializer(i, (0, 2, 1))) for i in (1, 2))
   x, w, r, b, h0, c0, p = map(f32, (x, w, r, b, h0, c0, p))
   if layout: x = x.transpose(0, 1)
   T, N = x.shape[:2]
@@ -77,9 +79,10 @@ def _recurrent(ctx, kind: str, x, w, r, b, lens, h0, c0, p, attrs):
   ys, hs, cs = [], [], []
   for d in range(dirs):
     fa, ga, ha = (acts[d] + [None, None])[:3]
-    wd, rd = w[d], r[d]                                         # (gates H, in), (gates H, H)
+    wdt = wt[d] if wt is not None else w[d].T                 # (in, gates H)
+    rdt = rt[d] if rt is not None else r[d].T                 # (H, gates H)
     bw, br = (b[d][:gates * H], b[d][gates * H:]) if b is not None else (None, None)
-    xp = x.reshape(T * N, -1).matmul(wd.T).reshape(T, N, gates * H)
+    xp = x.reshape(T * N, -1).matmul(wdt).reshape(T, N, gates * H)
     if bw is not None: xp = xp + bw
     h = h0[d] if h0 is not None else Tensor.zeros(N, H, device=ctx.device)
     c = c0[d] if c0 is not None else Tensor.zeros(N, H, device=ctx.device)
@@ -89,18 +92,18 @@ def _recurrent(ctx, kind: str, x, w, r, b, lens, h0, c0, p, attrs):
       g = xp[t]
       gc = lambda v: v.clip(-clip, clip) if clip is not None else v
       if kind == "RNN":
-        pre = g + h.matmul(rd.T) + (br if br is not None else 0.0)
+        pre = g + h.matmul(rdt) + (br if br is not None else 0.0)
         nh, nc = fa(gc(pre)), c
       elif kind == "GRU":
-        hr = h.matmul(rd.T)
+        hr = h.matmul(rdt)
         rb = br if br is not None else Tensor.zeros(3 * H, device=ctx.device)
         z = fa(gc(g[:, :H] + hr[:, :H] + rb[:H]))
         rr = fa(gc(g[:, H:2 * H] + hr[:, H:2 * H] + rb[H:2 * H]))
         if attrs.get("linear_before_reset", 0): hh = ga(gc(g[:, 2 * H:] + rr * (hr[:, 2 * H:] + rb[2 * H:])))
-        else: hh = ga(gc(g[:, 2 * H:] + (rr * h).matmul(rd[2 * H:].T) + rb[2 * H:]))
+        else: hh = ga(gc(g[:, 2 * H:] + (rr * h).matmul(rdt[:, 2 * H:]) + rb[2 * H:]))
         nh, nc = (1 - z) * hh + z * h, c
       else:
-        pre = g + h.matmul(rd.T) + (br if br is not None else 0.0)
+        pre = g + h.matmul(rdt) + (br if br is not None else 0.0)
         pi, po, pf = (p[d][:H], p[d][H:2 * H], p[d][2 * H:]) if p is not None else (None, None, None)
         i_ = fa(gc(pre[:, :H] + (pi * c if pi is not None else 0.0)))
         f_ = fa(gc(pre[:, 2 * H:3 * H] + (pf * c if pf is not None else 0.0)))
