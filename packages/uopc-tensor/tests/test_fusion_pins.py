@@ -216,7 +216,7 @@ def test_the_gpt_training_step_keeps_its_schedule():
   updates = opt.update()
   ks = loss.schedule(*updates)
   # 212 before the GEMMs under the loss's sums and the shared values costing more than MAX_SHARED_COST were stored
-  assert len(ks) == 226
+  assert len(ks) == 220
   assert max(sum(1 for u in k.root.toposort() if u.op in ALU or u.op is Ops.REDUCE) for k in ks) <= MAX_KERNEL_BODY // 10
   # today 1.62x for both: the gradient of the attention's qkv projection is three padded gradients summed, a cheap value
   # that the two GEMMs reading it (its weight's gradient and its input's) evaluate again for every product, 5x their work

@@ -206,6 +206,7 @@ def _staged(roots: list[UOp]) -> set[UOp]:
   # EXPAND (or a STACK) meets them
   cost: dict[UOp, int] = {}
   carried: dict[UOp, frozenset] = {}
+  direct: dict[UOp, frozenset] = {}     # the sums of products among them reached without a broadcast on the way
   empty: frozenset = frozenset()
   for u in nodes:
     if u.op in ALU: cost[u] = min(1000, ALU_COST[u.op] + sum(cost[s] for s in u.src))
@@ -213,34 +214,38 @@ def _staged(roots: list[UOp]) -> set[UOp]:
     else: cost[u] = 0
     if u.op is Ops.REDUCE:
       carried[u] = frozenset((u,))
+      direct[u] = carried[u] if _sum_of_products(u) else empty
       # a sum of products (a GEMM, a convolution) under another reduction (a loss's sum, a global average pool, a max
       # pool) is stored first: nested in the outer reduction's loops it kept neither its vectors nor its register tiles
-      # (a ResNet's last convolution fused into its pooling ran at 1 GFLOP/s)
-      staged |= stored(r for r in carried.get(u.src[0], empty) if _sum_of_products(r))
+      # (a ResNet's last convolution fused into its pooling ran at 1 GFLOP/s). One broadcast into it (a GEMM feeding
+      # the next) is the EXPAND rule's, below
+      staged |= stored(direct.get(u.src[0], empty))
     elif u.op in _LOCAL:
-      c = empty
+      c = d = empty
       for s in u.src:
         if carried[s]: c = c | carried[s]
-      if u.op in ALU and len(sums := [r for r in c if _sum_of_products(r)]) > 1:
+        if direct[s]: d = d | direct[s]
+      if u.op in ALU and len(d) > 1:
         # two sums of products joined (a residual block's convolution plus its 1x1 downsampling one): all but the
         # largest are stored first; together, one kernel's loops can't unroll both windows and neither keeps its tiles
-        largest = max(sums, key=lambda r: (prod(r.src[0].shape), r.src[0].shape))
-        rest = {r for r in sums if r is not largest}
+        largest = max(d, key=lambda r: (prod(r.src[0].shape), r.src[0].shape))
+        rest = {r for r in d if r is not largest}
         staged |= stored(rest)
-        c = c - rest
-      carried[u] = c
+        c, d = c - rest, d - rest
+      carried[u], direct[u] = c, (empty if _expands(u) else d)
       if u.op is Ops.STACK and c:
         # a reduction that reaches a concatenation (a pad's zeros beside it, a window's shifted views of it) would run
         # under the choice of branch, once for each branch that reads it, in loops no Opts can vectorize: store it first
         staged |= stored(_movement_chain(s)[-1] for s in u.src if carried[s])
-        carried[u], cost[u] = empty, min(1000, sum(cost[s] for s in u.src if not carried[s]))   # those branches are loads now
+        carried[u], direct[u] = empty, empty
+        cost[u] = min(1000, sum(cost[s] for s in u.src if not carried[s]))   # those branches are loads now
       elif _expands(u):
         # a costly value broadcast is computed once, not once per copy (a GELU's gradient feeding a weight gradient),
         # reductions inside it included (layernorm's rsqrt(var + eps) is one kernel with its variance); a cheap one
         # is recomputed per copy, but not the reductions under it
         if cost[u.src[0]] >= COSTLY and (f := stored([u.src[0]])): staged |= f
         else: staged |= c
-    else: carried[u] = empty
+    else: carried[u] = direct[u] = empty
   staged |= _split_large_bodies(nodes, staged, live)
   # shared values: a node used by several kernels is materialized if recomputing it is costly
   users = users_of(nodes)

@@ -97,13 +97,18 @@ class Analysis:
     loads = range(len(self.inner))
     return [b for b in loads if self.inner[b]] if any(self.inner) else list(loads)
 
-  def tile_axis(self, vector_axis: int) -> int | None:
-    """A GEMM's row axis: an output axis before the vector axis along which one deciding load moves and another is
-    constant (A's rows, B broadcast over them), so a tile of rows reuses every loaded vector of B. The last such."""
+  def tile_axes(self, vector_axis: int) -> list[int]:
+    """The output axes before the vector axis along which one deciding load moves and another is constant (a GEMM's
+    rows: A moves, B is broadcast over them), so a tile along them reuses every loaded vector; for a sum of products."""
     deciding = self.deciding()
     axes = [k for k in range(vector_axis) if self.shape[k] > 1 and any(self.out_strides[b][k] == 0 for b in deciding)
             and any(self.out_strides[b][k] for b in deciding)]
-    return axes[-1] if self.products and axes else None
+    return axes if self.products else []
+
+  def tile_axis(self, vector_axis: int) -> int | None:
+    """A GEMM's row axis: the last of tile_axes."""
+    axes = self.tile_axes(vector_axis)
+    return axes[-1] if axes else None
 
 
 def analyze(kernel: Kernel) -> Analysis:
@@ -121,8 +126,10 @@ def analyze(kernel: Kernel) -> Analysis:
   zero = {r: UOp.const(0) for r in ranges}
   def stride(index: UOp, r: UOp) -> int | None:
     if r not in set(index.toposort()): return 0
-    at0, at1 = simplify(index.substitute(zero)), simplify(index.substitute({**zero, r: UOp.const(1)}))
-    return at1.arg - at0.arg if at0.op is Ops.CONST and at1.op is Ops.CONST else None
+    at = [simplify(index.substitute({**zero, r: UOp.const(i)})) for i in range(3 if _size(r) > 2 else 2)]
+    if any(a.op is not Ops.CONST for a in at): return None
+    # a step that changes (a 2x2 pooling window read as 4 positions: +1, then +31) is no stride: its lanes are a gather
+    return at[1].arg - at[0].arg if len(at) == 2 or at[2].arg - at[1].arg == at[1].arg - at[0].arg else None
   loads = [u.src[0].src[1] for u in lin if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.BUFFER]
   out_strides = tuple(tuple(stride(i, axis_range[k]) if k in axis_range else None for k in range(len(shape))) for i in loads)
   reduce_strides = tuple(next((stride(i, r) for r in innermost if stride(i, r) != 0), 0) if innermost else None for i in loads)
@@ -131,6 +138,11 @@ def analyze(kernel: Kernel) -> Analysis:
   reduced = max((prod(u.src[0].shape[len(u.src[0].shape) - u.arg[1]:]) for u in reduces), default=1)
   return Analysis(shape, tuple(u.src[0].shape[-1] for u in reduces), out_strides, reduce_strides, inner,
                   frozenset(u.dtype for u in nodes), products, reduced)
+
+
+def _size(r: UOp) -> int:
+  """A RANGE's trip count (0 when it isn't a constant)."""
+  return r.src[0].arg if r.src[0].op is Ops.CONST else 0
 
 
 def _under_movement(u: UOp) -> UOp:
@@ -240,6 +252,11 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     if shape[last] % (2 * w) == 0: upcast[last] = 2
     if (row := analysis.tile_axis(last)) is not None:
       upcast[row] = _divisor(shape[row], 8)     # a register tile of 8 rows x 2 vectors
+      # short rows (a convolution's 4 output rows): the tile grows along another such axis (its output channels, which
+      # share each loaded input vector) to 16 accumulators; 4 alone kept each FMA chain waiting on the one before
+      accumulators = upcast[row] * upcast.get(last, 1)
+      if accumulators < 16 and (more := [k for k in analysis.tile_axes(last) if k != row]):
+        upcast[more[-1]] = _divisor(shape[more[-1]], 16 // accumulators)
       # a cache tile of 64 rows: each thread's column panel of B is walked by 64 rows of A at a time while both stay in
       # its L2 (GEMM 1024: 184 -> 209 GFLOP/s; no change at 512 and below)
       if shape[row] >= 256 and shape[row] % 64 == 0 and 64 % upcast[row] == 0: tile = {row: 64}
