@@ -78,6 +78,19 @@ def test_replays_on_the_c_backend_become_one_native_call_that_reads_each_calls_b
   for p, q in zip(p_params, j_params): np.testing.assert_array_equal(p.numpy(), q.numpy())
 
 
+def test_constant_indices_are_checked_once_on_the_host_and_split_no_replay():
+  """x[:, -1] and x[:, 3] index with constants: checked when the graph is built (an out-of-range one is refused there,
+  as before), they become no kernel and no check that a replay runs again between its launches."""
+  @jit
+  def last(x): return (x[:, -1] + x[:, 3]).exp()
+  x = Tensor(data(0, 4, 6))
+  for i in range(5):
+    x = Tensor(data(i, 4, 6))
+    np.testing.assert_allclose(last(x).numpy(), np.exp(x.numpy()[:, -1] + x.numpy()[:, 3]), rtol=1e-6)
+  assert [check for _, check in last._plans[0].steps] == [None] and len(last._plans[0].launches) == 1
+  with pytest.raises(Exception, match="out of"): x[:, 6].numpy()
+
+
 def test_inputs_of_another_shape_or_dtype_are_refused_naming_both():
   f = jit(lambda a: (a * 2).sum())
   for _ in range(2): f(Tensor(data(0, 4, 3)))

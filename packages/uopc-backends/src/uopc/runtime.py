@@ -577,19 +577,28 @@ class LaunchGraph:
     backends = {id(p.backend): p.backend for p, _ in self.launches}
     self.backend = next(iter(backends.values())) if len(backends) == 1 else None
     self.slots = sorted({s for _, slots in self.launches for s in slots})
+    self.index: dict[int, int] = {}
 
-  def __call__(self, table: Sequence[Buffer]) -> None:
+  def __call__(self, table: Sequence[Buffer], varying: Sequence[int] | None = None) -> None:
+    """Launch on `table`. `varying`: the only slots whose Buffer may differ from the last call's (a JIT replay knows:
+    its arguments' and its outputs'); the native graph then refreshes those pointers alone (when it has `set`)."""
     if debug_level():
       for prog, slots in self.launches: prog([table[s] for s in slots])
       return
     self.calls += 1
     if self.native is None and self.calls == self.GRAPH_AFTER and self.launches and callable(getattr(self.backend, "graph", None)):
       # a table slot the graph doesn't use is not passed: the graph's own slots are 0..n-1
-      index = {s: k for k, s in enumerate(self.slots)}
-      self.native = self.backend.graph([(p.handle, [index[s] for s in slots], p.global_size, p.local_size) for p, slots in self.launches],
-                                       len(self.slots))
-    if self.native is not None:
+      self.index = {s: k for k, s in enumerate(self.slots)}
+      self.native = self.backend.graph([(p.handle, [self.index[s] for s in slots], p.global_size, p.local_size)
+                                        for p, slots in self.launches], len(self.slots))
       self.native([table[s].handle for s in self.slots])
+      return
+    if self.native is not None:
+      if varying is None or not hasattr(self.native, "set"): self.native([table[s].handle for s in self.slots])
+      else:
+        for s in varying:
+          if (k := self.index.get(s)) is not None: self.native.set(k, table[s].handle)
+        self.native.run()
       return
     for prog, slots in self.launches: prog.backend.launch(prog.handle, [table[s].handle for s in slots], prog.global_size, prog.local_size)
 

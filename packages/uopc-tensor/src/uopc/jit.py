@@ -174,6 +174,8 @@ class _Plan:
   grad_guards: list[tuple[tuple, bool]]          # (leaf place, whether its .grad was None when captured)
   out: Any                                       # the return value with an _Out for every tensor
   pools: dict[int, list[_Held]] = field(default_factory=dict)
+  memo: list = field(default_factory=list)       # per read, per place: (weakref to the uop last bound, to its Buffer)
+  varying: list[int] | None = None               # the slots whose Buffer a replay may change: reads and results
 
 
 class JitFunction:
@@ -299,6 +301,9 @@ class JitFunction:
       if s in written: (shown if s in handed else temps)[s] = (b.backend, b.size, b.dtype)
       elif places := holders.get(id(b)): reads.append((s, b.size, _trusted(places, {_key(p) for p, _, _ in publish})))
       else: table[s] = b   # made from host data during the call (a causal mask): the same on every call
+    # a check of indices the call made from host data (an ONNX Gather's constant index) passed when captured and reads
+    # the same buffer every time: it is not run again (nor does it split the launches)
+    checks = [(at, s, c) for at, s, c in checks if table[s] is None]
     steps, done = [], 0
     for at, s, check in checks:   # each check where the capture made it, after the launches before it
       steps.append((LaunchGraph(launches[done:at]), (s, check)))
@@ -326,11 +331,16 @@ class JitFunction:
     for leaf, was_none in plan.grad_guards:
       if (t := _resolve(leaf, tensors)) is not None and (t.grad is None) != was_none: return None
     table = plan.table[:]
-    for s, size, places in plan.reads:
+    if not plan.memo: plan.memo = [[None] * len(places) for _, _, places in plan.reads]
+    for (s, size, places), memo in zip(plan.reads, plan.memo):
       found = None
-      for p in places:
+      for j, p in enumerate(places):
         if (t := _resolve(p, tensors)) is None: continue
-        if (b := buffer_of(t.uop)) is None or b.size != size: b = buffer_of(t.realize().uop)   # state nobody computed yet
+        # a live BUFFER uop names one Buffer for good: when the place still holds the uop it held last time (a weight
+        # between optimizer steps, a model's input), that Buffer is it. Weak: the memo keeps no old value alive
+        if (m := memo[j]) is None or m[0]() is not t.uop or (b := m[1]()) is None:
+          if (b := buffer_of(t.uop)) is None or b.size != size: b = buffer_of(t.realize().uop)   # state nobody computed yet
+          if b is not None: memo[j] = (weakref.ref(t.uop), weakref.ref(b))
         if found is None: found = b
         elif b is not found: return None      # places that shared one buffer when captured no longer do
       if found is None: return None           # every tensor that held the value is gone (or a .grad read is None now)
@@ -350,8 +360,9 @@ class JitFunction:
       else: pool.append(h := _Held(Buffer(backend, size, dtype)))
       held[s], table[s] = h, h.buffer
     for s, draw, dtype in plan.draws: table[s].copyin(np.asarray(draw(generator())).astype(np_dtype(dtype)))
+    if plan.varying is None: plan.varying = sorted({s for s, _, _ in plan.reads} | set(plan.shown))
     for graph, check in plan.steps:
-      graph(table)
+      graph(table, plan.varying)   # the rest of the table (temporaries, constants) is the same at every replay
       if check is not None: check[1]._replace(buffer=table[check[0]]).run()   # on the buffer its slot holds now
     def view(s: int, shape: tuple[int, ...]):
       if s in held: return held[s].view(shape)

@@ -689,10 +689,11 @@ class CBackend:
 class CGraph:
   """Launches that run together as one native call: a C function that calls each kernel in order, through a table of
   kernel pointers, with its arguments from a table of buffer pointers. `programs[i]` is launched on the handles of
-  slots `args[i]`; calling the graph with every slot's handle runs them all. A ctypes call costs about 3 us and its
-  arguments 1 us a pointer: a jitted step of 300 kernels paid a millisecond in Python, now one call. The source says only
-  which slot goes where (no address), so every graph of one shape shares a compile-cache entry. The pointer of each
-  slot is read again only when its handle changes (the handle last seen is kept, so its memory stays where it was)."""
+  slots `args[i]`; calling the graph with every slot's handle runs them all (or `set` the slots that changed, then
+  `run`). A ctypes call costs about 3 us and its arguments 1 us a pointer: a jitted step of 300 kernels paid a
+  millisecond in Python, now one call. The source says only which slot goes where (no address), so every graph of one
+  shape shares a compile-cache entry. The pointer of each slot is read again only when its handle changes (the handle
+  last seen is kept, so its memory stays where it was)."""
   def __init__(self, programs: list[CProgram], args: list[list[int]], slots: int):
     lines = []
     for i, (prog, arg) in enumerate(zip(programs, args)):
@@ -707,12 +708,17 @@ class CGraph:
     self.seen: list = [None] * slots
 
   def __call__(self, handles: list[np.ndarray]) -> None:
-    pointers, seen = self.pointers, self.seen
-    for i, h in enumerate(handles):
-      if h is not seen[i]:
-        seen[i] = h
-        pointers[i] = h.ctypes.data
-    self.fn(self.kernels, pointers)
+    """Run with every slot's handle."""
+    for i, h in enumerate(handles): self.set(i, h)
+    self.run()
+
+  def set(self, i: int, handle: np.ndarray) -> None:
+    """Slot i's handle for the runs from now on."""
+    if handle is not self.seen[i]:
+      self.seen[i] = handle
+      self.pointers[i] = handle.ctypes.data
+
+  def run(self) -> None: self.fn(self.kernels, self.pointers)
 
 
 __all__ = ["CRenderer", "CBackend", "CCompiler", "CProgram", "CGraph", "compiler", "sanitize_name", "render_const", "HELPERS", "vector_helpers",

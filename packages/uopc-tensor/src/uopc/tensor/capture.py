@@ -14,7 +14,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, NamedTuple
 import numpy as np
-from uopc.uop import UOp
+from uopc.uop import UOp, Ops
+from uopc.evaluate import run, to_python, EvalError
 from uopc.runtime import Buffer
 from uopc.tensor.errors import TensorError, JitError
 from uopc.tensor.storage import name_buffer, named, buffer_of, is_realized, realize_lazy_state, grad_leaves, generator
@@ -78,10 +79,23 @@ class IndexCheck(NamedTuple):
     if outside.any(): raise TensorError(self.message.format(int(v[int(np.argmax(outside))])))
 
 
+CONSTANT_INDICES = 256   # indices with no memory under them, up to this many, are checked on the host when the graph is built
+
+
 def check_indices(index, low: int, high: int, message: str, ignore: int | None = None) -> None:
   """Refuse the values of the i32 Tensor `index` outside [low, high) (see IndexCheck). The index tensor is realized for
   it; a uopc.jit capture records the check after the launches made so far, and every replay repeats it at that point."""
   if index.numel() == 0: return
+  if index.numel() <= CONSTANT_INDICES and not any(u.op is Ops.BUFFER for u in index.uop.toposort()):
+    # indices made of constants alone (an ONNX Gather's index, x[:, -1]): checked here, on the host, once; realized,
+    # they were a kernel of their own and a check that every jit replay ran again
+    try: values = np.asarray(to_python(run(index.uop)), dtype=np.int64).reshape(-1)
+    except EvalError: values = None
+    if values is not None:
+      outside = (values < low) | (values >= high)
+      if ignore is not None: outside &= values != ignore
+      if outside.any(): raise TensorError(message.format(int(values[int(np.argmax(outside))])))
+      return
   index.realize()
   check = IndexCheck(buffer_of(index.uop), index.numel(), low, high, message, ignore)
   if (cap := _current.capture) is not None: cap.index_checks.append((len(cap.launches), check))
