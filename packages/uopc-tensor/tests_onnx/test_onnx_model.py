@@ -184,17 +184,43 @@ def test_data_dependent_shapes_run_plainly_every_call():
 
 def test_a_gemm_weight_with_transB_is_stored_transposed_once_and_computes_the_same():
   """torch exports Linear as Gemm(transB=1) over an initializer: uopc.onnx keeps a transposed copy of the weight (made
-  once per model) and multiplies by it; a weight that is a graph input goes through the transposed view as before."""
+  once per model) and multiplies by it when its outputs fill vectors (a multiple of 8); 6 outputs stay rows, each a
+  dot product of two contiguous rows; a weight that is a graph input goes through the transposed view as before."""
   rng = np.random.default_rng(3)
-  w, c = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
-  node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5)
-  x = rng.standard_normal((4, 5)).astype(np.float32)
-  as_init = uopc.onnx.load(model_of([node], [vi("x", TensorProto.FLOAT, [4, 5])], [vi("y", TensorProto.FLOAT, [4, 6])],
-                                    [numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c")]))
-  inputs = [vi("x", TensorProto.FLOAT, [4, 5]), vi("w", TensorProto.FLOAT, [6, 5]), vi("c", TensorProto.FLOAT, [6])]
-  as_input = uopc.onnx.load(model_of([node], inputs, [vi("y", TensorProto.FLOAT, [4, 6])]))
-  want = 0.5 * (x @ w.T) + c
-  for _ in range(3): np.testing.assert_allclose(as_init(x)[0], want, rtol=1e-5, atol=1e-6)   # plain, capture, replay
-  np.testing.assert_allclose(as_input(x, w, c)[0], want, rtol=1e-5, atol=1e-6)
-  made = [k for k in as_init.graph.constants if k.startswith("w")]
-  assert len(made) == 1 and as_init.graph.constants[made[0]].shape == (5, 6)
+  for n, transposed in [(8, True), (6, False)]:
+    w, c = rng.standard_normal((n, 5)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    as_init = uopc.onnx.load(model_of([node], [vi("x", TensorProto.FLOAT, [4, 5])], [vi("y", TensorProto.FLOAT, [4, n])],
+                                      [numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c")]))
+    inputs = [vi("x", TensorProto.FLOAT, [4, 5]), vi("w", TensorProto.FLOAT, [n, 5]), vi("c", TensorProto.FLOAT, [n])]
+    as_input = uopc.onnx.load(model_of([node], inputs, [vi("y", TensorProto.FLOAT, [4, n])]))
+    want = 0.5 * (x @ w.T) + c
+    for _ in range(5): np.testing.assert_allclose(as_init(x)[0], want, rtol=1e-5, atol=1e-6)   # plain, capture, replays
+    np.testing.assert_allclose(as_input(x, w, c)[0], want, rtol=1e-5, atol=1e-6)
+    made = [k for k in as_init.graph.constants if k.startswith("w")]
+    assert len(made) == 1 and as_init.graph.constants[made[0]].shape == ((5, n) if transposed else (n, 5))
+
+
+def test_a_served_model_reads_every_calls_inputs_also_from_threads():
+  """Jitted calls copy a NumPy input into a Tensor the model keeps per input signature (no Tensor is made per call):
+  every call must see its own data, also when threads call one model at once (the refill and the replay are one step
+  under the model's lock), and a Tensor input still goes straight in."""
+  import threading
+  rng = np.random.default_rng(5)
+  w = rng.standard_normal((16, 8)).astype(np.float32)
+  node = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)
+  m = uopc.onnx.load(model_of([node], [vi("x", TensorProto.FLOAT, [4, 8])], [vi("y", TensorProto.FLOAT, [4, 16])],
+                              [numpy_helper.from_array(w, "w")]))
+  xs = [rng.standard_normal((4, 8)).astype(np.float32) for _ in range(40)]
+  for x in xs[:8]: np.testing.assert_allclose(m(x)[0], x @ w.T, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(m(Tensor(xs[0]))[0], xs[0] @ w.T, rtol=1e-5, atol=1e-5)
+  errors = []
+  def serve(part):
+    try:
+      for x in part: np.testing.assert_allclose(m(x)[0], x @ w.T, rtol=1e-5, atol=1e-5)
+    except Exception as e: errors.append(e)
+  threads = [threading.Thread(target=serve, args=(xs[k::4],)) for k in range(4)]
+  for t in threads: t.start()
+  for t in threads: t.join()
+  assert not errors, errors[0]

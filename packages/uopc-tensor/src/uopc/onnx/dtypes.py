@@ -75,11 +75,9 @@ def check_host_fits(arr: np.ndarray, what: str) -> None:
       raise OnnxError(f"{what}: the float64 value {np.abs(arr[finite]).max()} is past f32's range, which uopc computes float64 in")
 
 
-def to_tensor(arr: np.ndarray, declared: np.dtype | None, device: str, what: str, constant: bool = False) -> Tensor:
-  """A host value as a Tensor of the dtype its declared type computes in (the array's own dtype when none is declared).
-  A `constant` of one element (an initializer or a Constant node: the same on every call) becomes a constant of the
-  graph rather than a buffer, so that arithmetic with it folds into the kernels that use it (GELU's x / sqrt(2) is a
-  multiplication by 0.7071 in the kernel, not a kernel computing 1 / sqrt(2) from memory on every call)."""
+def computed(arr: np.ndarray, declared: np.dtype | None, what: str) -> tuple[np.ndarray, DType]:
+  """A host value converted to the NumPy dtype its declared type computes in (the array's own type when none is
+  declared), checked to fit, and that uopc dtype."""
   arr = np.asarray(arr)
   declared = np.dtype(declared) if declared is not None else arr.dtype
   if arr.dtype.kind in "USO": raise NotImplementedError(f"uopc.onnx: {what} holds strings, which uopc doesn't compute")
@@ -93,8 +91,21 @@ def to_tensor(arr: np.ndarray, declared: np.dtype | None, device: str, what: str
     arr = conv
   check_host_fits(arr, what)
   d = compute_dtype(declared)
+  held = _HELD[d]
+  return (arr if arr.dtype == held else arr.astype(held)), d
+
+
+_HELD = {dtypes.f32: np.dtype(np.float32), dtypes.f16: np.dtype(np.float16), dtypes.i32: np.dtype(np.int32), dtypes.bool: np.dtype(np.bool_)}
+
+
+def to_tensor(arr: np.ndarray, declared: np.dtype | None, device: str, what: str, constant: bool = False) -> Tensor:
+  """A host value as a Tensor of the dtype its declared type computes in (the array's own dtype when none is declared).
+  A `constant` of one element (an initializer or a Constant node: the same on every call) becomes a constant of the
+  graph rather than a buffer, so that arithmetic with it folds into the kernels that use it (GELU's x / sqrt(2) is a
+  multiplication by 0.7071 in the kernel, not a kernel computing 1 / sqrt(2) from memory on every call)."""
+  arr, d = computed(arr, declared, what)
   if constant and arr.size == 1: return Tensor.full(arr.shape, arr.reshape(-1)[0].item(), dtype=d, device=device)
-  return Tensor(arr.astype({dtypes.f32: np.float32, dtypes.f16: np.float16, dtypes.i32: np.int32, dtypes.bool: np.bool_}[d]), device=device)
+  return Tensor(arr, device=device)
 
 
 def to_numpy(t: Tensor, declared: np.dtype | None) -> np.ndarray:

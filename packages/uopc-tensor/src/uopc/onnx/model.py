@@ -17,7 +17,7 @@ every later call replays them: no graph is built, nothing is kernelized. A graph
 (NonZero, a data-dependent If) can't be captured; it runs plainly on every call (`model.jitted` says which).
 """
 from __future__ import annotations
-import os
+import os, threading
 from collections import OrderedDict
 from typing import Any, NamedTuple
 import numpy as np
@@ -25,7 +25,8 @@ import onnx
 from onnx import ModelProto
 from uopc.tensor import Tensor, JitError
 from uopc.jit import jit
-from uopc.onnx.dtypes import OnnxError, np_type, to_tensor, to_numpy, compute_dtype, onnx_type_name
+from uopc.onnx.dtypes import OnnxError, np_type, to_tensor, to_numpy, compute_dtype, computed, onnx_type_name
+from uopc.tensor.storage import buffer_of
 from uopc.onnx.graph import Graph, Env, infer_types
 from uopc.onnx.registry import canonical_domain
 from uopc.onnx import ops_math, ops_shape, ops_nn, ops_seq, ops_resize  # noqa: F401  (each registers its handlers)
@@ -98,6 +99,8 @@ class OnnxModel:
     self.jitted: dict[tuple, Any] = OrderedDict()   # input signature -> its jitted function, or None where it can't be jitted
     self._host_inputs: set[str] | None = None        # the inputs the graph reads as host values (known after the first call)
     self.interpreted = 0                              # calls that built the graph (the rest were jit replays)
+    self._staging: dict[tuple, dict[str, Tensor]] = {}   # input signature -> the input Tensors its jitted calls refill
+    self._lock = threading.Lock()
 
   # ---- inputs
   def _bind(self, args: tuple, kwargs: dict) -> list:
@@ -162,21 +165,46 @@ class OnnxModel:
 
   def __call__(self, *args, **kwargs) -> list[np.ndarray]:
     values = self._bind(args, kwargs)
-    tensors, hosts = self._tensors_of(values)
     if not self.use_jit or self._host_inputs is None:   # the first call: plain, learning which inputs are read as shapes
+      tensors, hosts = self._tensors_of(values)
       outs, env = self._run(tensors, hosts)
       self._host_inputs = {n for n in env.host_reads if n in hosts}
       return self._numpy(outs)
-    key = (tuple((t.shape, t.dtype) if t is not None else None for t in tensors),
+    hosts = self._hosts_of(values)
+    key = (tuple(None if v is None else (v.shape, v.dtype if isinstance(v, Tensor) else compute_dtype(spec.dtype))
+                 for spec, v in zip(self.inputs, values)),
            tuple((n, hosts[n].tobytes()) for n in sorted(self._host_inputs) if n in hosts))
     fn = self._jitted_for(key)
     if fn is not None:
-      try: return self._numpy(fn([t for t in tensors if t is not None], {n: hosts[n] for n in self._host_inputs if n in hosts}))
-      except JitError:
-        # data-dependent shapes (NonZero, ...) read values while the jit captures: this signature runs plainly from now on
-        self.jitted[key] = None
+      with self._lock:
+        tensors = self._staged(key, values)
+        try: return self._numpy(fn([t for t in tensors if t is not None], {n: hosts[n] for n in self._host_inputs if n in hosts}))
+        except JitError:
+          # data-dependent shapes (NonZero, ...) read values while the jit captures: this signature runs plainly from now on
+          self.jitted[key] = None
+    tensors, _ = self._tensors_of(values)
     outs, _ = self._run(tensors, hosts)
     return self._numpy(outs)
+
+  def _hosts_of(self, values: list) -> dict[str, np.ndarray]:
+    return {spec.name: v.astype(spec.dtype) if v.dtype != spec.dtype else v
+            for spec, v in zip(self.inputs, values) if isinstance(v, np.ndarray)}
+
+  def _staged(self, key: tuple, values: list) -> list:
+    """The call's inputs as Tensors for the jitted function of `key`: each NumPy input copied into a Tensor the model
+    keeps for that signature, made on its first call. Nobody else sees those Tensors (the outputs go back as NumPy
+    copies), so refilling them is safe, and a call makes no Tensor (two graph nodes, a Buffer and their checks cost more
+    than the MLP's kernels). Called under the model's lock: two threads must not refill them at once."""
+    staged = self._staging.setdefault(key, {})
+    out = []
+    for spec, v in zip(self.inputs, values):
+      if not isinstance(v, np.ndarray): out.append(v); continue
+      arr, _ = computed(v, spec.dtype, f"input {spec.name!r}")
+      t = staged.get(spec.name)
+      if t is not None and (b := buffer_of(t.uop)) is not None: b.copyin(arr)
+      else: t = staged[spec.name] = Tensor(arr, device=self.device)
+      out.append(t)
+    return out
 
   def _jitted_for(self, key: tuple):
     if key in self.jitted:
@@ -190,7 +218,7 @@ class OnnxModel:
       return [o if not isinstance(o, np.ndarray) else to_tensor(o, spec.dtype, self.device, f"output {spec.name!r}")
               for o, spec in zip(outs, self.outputs)]
     self.jitted[key] = fn = jit(run)
-    while len(self.jitted) > MAX_JITTED: self.jitted.popitem(last=False)
+    while len(self.jitted) > MAX_JITTED: self._staging.pop(self.jitted.popitem(last=False)[0], None)
     return fn
 
   def _numpy(self, outs: list) -> list[np.ndarray]:
