@@ -13,8 +13,10 @@ returns the outputs in the graph's order as NumPy arrays of their declared types
 
 Serving: a call goes through uopc.jit, one jitted function per input signature (shapes and dtypes, and the values of any
 input the graph reads as a shape). The jit's first call runs the graph, its second captures the kernel launches, and
-every later call replays them: no graph is built, nothing is kernelized. A graph whose shapes depend on its data
-(NonZero, a data-dependent If) can't be captured; it runs plainly on every call (`model.jitted` says which).
+every later call replays them: no graph is built, nothing is kernelized, and no Tensor is made (each NumPy input is
+copied into a Tensor the model keeps for that signature; calls are serialized by the model's lock). A graph whose
+shapes depend on its data (NonZero, a data-dependent If) can't be captured; it runs plainly on every call
+(`model.jitted` says which).
 """
 from __future__ import annotations
 import os, threading
