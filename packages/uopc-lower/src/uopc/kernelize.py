@@ -13,9 +13,11 @@ The rules (tinygrad's, which never recompute a reduction per output element):
   * so is a REDUCE that reaches a STACK (a concatenation: a pad's zeros beside it, a convolution window's shifted
     views of it): under the choice of branch it would run once per branch that reads it (nine times for a 3x3
     window), in loops no Opts can vectorize;
-  * so is a sum of products (a GEMM, a convolution) that another reduction reduces again (a loss's sum, a pooling), or
-    that is joined with another one (a residual block's two convolutions): nested in the outer reduction's loops, or
-    beside another reduction of other sizes, no Opts give it vectors, register tiles and an unrolled window;
+  * so is the value a reduction reads when a sum of products (a GEMM, a convolution) is in it, reached without a
+    broadcast (a global pooling of a convolution, a loss's sum of a GEMM, a layernorm of a residual stream), and
+    of two sums of products joined whose innermost axes differ, one a short window (a residual block's 3x3 and 1x1
+    convolutions), all but the largest: nested in another reduction's loops, or beside another reduction of other
+    sizes, no Opts give a sum of products its vectors, register tiles and unrolled window;
   * so is a costly elementwise value that is broadcast (COSTLY ALU ops, a transcendental among them): a GELU's
     gradient feeding a weight gradient would otherwise be recomputed once per output column;
   * a node shared by several kernels is materialized when recomputing it costs more than loading it: when its
@@ -217,17 +219,21 @@ def _staged(roots: list[UOp]) -> set[UOp]:
       direct[u] = carried[u] if _sum_of_products(u) else empty
       # a sum of products (a GEMM, a convolution) under another reduction (a loss's sum, a global average pool, a max
       # pool) is stored first: nested in the outer reduction's loops it kept neither its vectors nor its register tiles
-      # (a ResNet's last convolution fused into its pooling ran at 1 GFLOP/s). One broadcast into it (a GEMM feeding
-      # the next) is the EXPAND rule's, below
-      staged |= stored(direct.get(u.src[0], empty))
+      # (a ResNet's last convolution fused into its pooling ran at 1 GFLOP/s). What is stored is the value the outer
+      # reduction reads (the convolution with its bias and ReLU; a residual stream, not the GEMM inside it, so that a
+      # layernorm's kernels read one buffer). One broadcast into it (a GEMM feeding the next) is the EXPAND rule's, and
+      # so is a value that also reads another reduction's broadcast (a softmax's sum of exp(scores - max))
+      if (d := direct.get(u.src[0])) and carried[u.src[0]] <= d: staged |= stored([u.src[0]])
     elif u.op in _LOCAL:
       c = d = empty
       for s in u.src:
         if carried[s]: c = c | carried[s]
         if direct[s]: d = d | direct[s]
-      if u.op in ALU and len(d) > 1:
-        # two sums of products joined (a residual block's convolution plus its 1x1 downsampling one): all but the
-        # largest are stored first; together, one kernel's loops can't unroll both windows and neither keeps its tiles
+      if u.op in ALU and len(d) > 1 and len({r.src[0].shape[-1] for r in d}) > 1 and min(r.src[0].shape[-1] for r in d) <= 16:
+        # two sums of products joined whose innermost axes differ, one a short window (a residual block's 3x3
+        # convolution, 9 positions, plus its 1x1 downsampling one over 16 channels): all but the largest are stored
+        # first; together, one kernel's loops can't unroll the window and neither keeps its tiles. (A transformer's
+        # residual sums, long axes alike, stay fused)
         largest = max(d, key=lambda r: (prod(r.src[0].shape), r.src[0].shape))
         rest = {r for r in d if r is not largest}
         staged |= stored(rest)
