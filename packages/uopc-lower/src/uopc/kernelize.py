@@ -145,9 +145,7 @@ def _expands(u: UOp) -> bool:
 
 
 def _sum_of_products(r: UOp) -> bool:
-  x = r.src[0]
-  while x.op in MOVEMENT: x = x.src[0]
-  return r.arg[0] is Ops.ADD and r.arg[1] > 0 and x.op is Ops.MUL
+  return r.arg[0] is Ops.ADD and r.arg[1] > 0 and _movement_chain(r.src[0])[-1].op is Ops.MUL
 
 
 def _regions(roots: list[UOp], cut: set[UOp]) -> list[set[UOp]]:

@@ -22,6 +22,7 @@ from onnx import TensorProto, helper
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.tensor import Tensor, TensorError
 from uopc.tensor.capture import check_indices
+from uopc.runtime import np_dtype
 
 
 class OnnxError(TensorError):
@@ -91,11 +92,7 @@ def computed(arr: np.ndarray, declared: np.dtype | None, what: str) -> tuple[np.
     arr = conv
   check_host_fits(arr, what)
   d = compute_dtype(declared)
-  held = _HELD[d]
-  return (arr if arr.dtype == held else arr.astype(held)), d
-
-
-_HELD = {dtypes.f32: np.dtype(np.float32), dtypes.f16: np.dtype(np.float16), dtypes.i32: np.dtype(np.int32), dtypes.bool: np.dtype(np.bool_)}
+  return (arr if arr.dtype == np_dtype(d) else arr.astype(np_dtype(d))), d
 
 
 def to_tensor(arr: np.ndarray, declared: np.dtype | None, device: str, what: str, constant: bool = False) -> Tensor:

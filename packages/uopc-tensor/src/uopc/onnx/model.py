@@ -150,13 +150,9 @@ class OnnxModel:
     return outs, env
 
   def _tensors_of(self, values: list) -> tuple[list, dict[str, np.ndarray]]:
-    tensors, hosts = [], {}
-    for spec, v in zip(self.inputs, values):
-      if isinstance(v, np.ndarray):
-        hosts[spec.name] = v.astype(spec.dtype) if v.dtype != spec.dtype else v
-        v = to_tensor(v, spec.dtype, self.device, f"input {spec.name!r}")
-      tensors.append(v)
-    return tensors, hosts
+    tensors = [to_tensor(v, spec.dtype, self.device, f"input {spec.name!r}") if isinstance(v, np.ndarray) else v
+               for spec, v in zip(self.inputs, values)]
+    return tensors, self._hosts_of(values)
 
   def run_tensors(self, *args, **kwargs) -> list[Tensor]:
     """The outputs as lazy Tensors (in the dtypes uopc computes them in), without jit: to compute further on them."""

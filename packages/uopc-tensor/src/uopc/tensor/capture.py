@@ -72,8 +72,10 @@ class IndexCheck(NamedTuple):
   message: str
   ignore: int | None = None
 
-  def run(self) -> None:
-    v = self.buffer.numpy()[:self.n]
+  def run(self) -> None: self.refuse(self.buffer.numpy()[:self.n])
+
+  def refuse(self, v: np.ndarray) -> None:
+    """Raise the check's TensorError for the first of the values `v` outside [low, high)."""
     outside = (v < self.low) | (v >= self.high)
     if self.ignore is not None: outside &= v != self.ignore
     if outside.any(): raise TensorError(self.message.format(int(v[int(np.argmax(outside))])))
@@ -92,9 +94,7 @@ def check_indices(index, low: int, high: int, message: str, ignore: int | None =
     try: values = np.asarray(to_python(run(index.uop)), dtype=np.int64).reshape(-1)
     except EvalError: values = None
     if values is not None:
-      outside = (values < low) | (values >= high)
-      if ignore is not None: outside &= values != ignore
-      if outside.any(): raise TensorError(message.format(int(values[int(np.argmax(outside))])))
+      IndexCheck(None, values.size, low, high, message, ignore).refuse(values)
       return
   index.realize()
   check = IndexCheck(buffer_of(index.uop), index.numel(), low, high, message, ignore)

@@ -15,6 +15,15 @@ from uopc.tensor.args import per_axis, padding_pairs, check_window_args, promote
 from uopc.tensor.core import TensorCore
 
 
+def _window_counts(kernel, stride, dilation, sizes) -> list[int]:
+  """How many windows fit along each axis (an error naming the axis a window doesn't fit)."""
+  outs = []
+  for k, s, d, i in zip(kernel, stride, dilation, sizes):
+    if (o := (i - d * (k - 1) - 1) // s + 1) <= 0: raise TensorError(f"window of {k} (dilation {d}) doesn't fit an axis of {i}")
+    outs.append(o)
+  return outs
+
+
 class ConvMixin:
   """Convolution and transposed convolution over the last weight.ndim - 2 axes, as torch.nn.functional's."""
   __slots__ = ()
@@ -28,11 +37,7 @@ class ConvMixin:
     elements are never read)."""
     nd = len(kernel)
     lead = self.shape[:self.ndim - nd]
-    outs = []
-    for k, s, d, i in zip(kernel, stride, dilation, self.shape[self.ndim - nd:]):
-      o = (i - d * (k - 1) - 1) // s + 1
-      if o <= 0: raise TensorError(f"window of {k} (dilation {d}) doesn't fit an axis of {i}")
-      outs.append(o)
+    outs = _window_counts(kernel, stride, dilation, self.shape[self.ndim - nd:])
     need = [(k - 1) * d + o * s for k, s, d, o in zip(kernel, stride, dilation, outs)]
     t = self
     if any(n > i for n, i in zip(need, self.shape[self.ndim - nd:])):
@@ -56,11 +61,7 @@ class ConvMixin:
     stayed scalar at 1.5 GFLOP/s). The store costs what storing the padded input costs anyway."""
     nd = len(kernel)
     lead, sp = self.shape[:self.ndim - nd], self.shape[self.ndim - nd:]
-    outs = []
-    for k, s, d, i in zip(kernel, stride, dilation, sp):
-      o = (i - d * (k - 1) - 1) // s + 1
-      if o <= 0: raise TensorError(f"window of {k} (dilation {d}) doesn't fit an axis of {i}")
-      outs.append(o)
+    outs = _window_counts(kernel, stride, dilation, sp)
     t = self
     if any(i % s for i, s in zip(sp, stride)):   # whole phases: the elements added are never read
       t = t.pad(tuple(None for _ in lead) + tuple((0, -i % s) for i, s in zip(sp, stride)))
