@@ -9,6 +9,7 @@ import uopc.backends.c as C
 from uopc.dtype import AddrSpace, dtypes
 from uopc.uop import UOp, Ops, AxisType, ParamArg, buf, prod, range_, sink, stack
 from uopc.rangeify import Opts, lower
+from uopc.lowering import Ctx
 from uopc.backends import BackendError, UnsafeKernelError
 from uopc.backends import CompileError
 from uopc.backends.c import CCompiler, sanitize_name
@@ -98,6 +99,30 @@ def test_a_vector_load_that_exactly_fills_its_buffer_runs():
   a, out = np.arange(17, dtype=np.float32), np.zeros(16, np.float32)
   run_c(wide_copy(lambda r: r * 4 + 1, 17, 16), {0: a, 1: out})
   assert np.array_equal(out, a[1:])
+
+
+# ---- i32 arithmetic wraps without -fwrapv: unsigned where bounds allow overflow, plain where they prove none --------
+
+@pytest.mark.parametrize("vector", [False, True], ids=["scalar", "vector"])
+def test_i32_add_and_mul_of_loaded_values_wrap_as_numpy(vector):
+  a, b = division_operands()
+  a, b = a[:4096], b[:4096] * np.int32(99991)       # products far past i32
+  x, y = buf(0, a.size, dtypes.i32), buf(1, a.size, dtypes.i32)
+  prog = lower((x + y) * y + x * x, buf(2, a.size, dtypes.i32), Ctx(opts=Opts(vector=(0, 16))) if vector else None)
+  src = render_c(prog)
+  assert "-fwrapv" not in C.CFLAGS and ("u32x16" in src if vector else "(unsigned)" in src)
+  out = np.zeros(a.size, np.int32)
+  run_c(prog, {0: a, 1: b, 2: out})
+  with np.errstate(all="ignore"): want = (a + b) * b + a * a        # NumPy's int32 arithmetic wraps
+  assert np.array_equal(out, want)
+
+
+def test_index_arithmetic_that_bounds_keep_in_i32_is_plain_c():
+  # counters, strides and offsets can't overflow (their bounds say so), so gcc may widen them into pointer steps: the
+  # unsigned detour would cost a GEMM half its speed
+  x = buf(0, 64 * 64).reshape((64, 64)).permute((1, 0))
+  src = render_c(lower(x + 1.0, buf(1, 64 * 64)))
+  assert "unsigned" not in src and "ridx0" in src
 
 
 # ---- integer division: floor semantics, and NumPy's answers where C would trap -------------------------------------

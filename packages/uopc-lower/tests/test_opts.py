@@ -134,9 +134,11 @@ def test_a_gpu_schedule_keeps_an_f16_gemms_operands_for_the_tensor_cores_and_a_c
 
 
 def test_the_cpu_packs_what_it_packed_before_and_nothing_more():
-  # an NN GEMM of 2048 (rows 8 KiB apart) and an NT one (B read along its columns) are packed; 1024 NN is not
+  # NN GEMMs of 2048 and 1024 (rows 8 and 4 KiB apart: a column panel of B falls into a few cache sets) and an NT one
+  # (B read along its columns) are packed; 512 NN (rows 2 KiB apart) is not
   assert len(kernelize([(gemm_graph(2048), buf(2, 2048 * 2048))], rewrite=graph_rewrite(CPU))) == 2
-  assert len(kernelize([(gemm_graph(1024), buf(2, 1024 * 1024))], rewrite=graph_rewrite(CPU))) == 1
+  assert len(kernelize([(gemm_graph(1024), buf(2, 1024 * 1024))], rewrite=graph_rewrite(CPU))) == 2
+  assert len(kernelize([(gemm_graph(512), buf(2, 512 * 512))], rewrite=graph_rewrite(CPU))) == 1
   a = buf(0, 256 * 256).reshape((256, 1, 256)).expand((256, 256, 256))
   bt = buf(1, 256 * 256).reshape((1, 256, 256)).expand((256, 256, 256))      # B[k, j] = w[j, k]: x @ w.T
   assert len(kernelize([((a * bt).reduce(Ops.ADD, 1), buf(2, 256 * 256))], rewrite=graph_rewrite(CPU))) == 2

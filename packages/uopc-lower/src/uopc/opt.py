@@ -29,7 +29,7 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
 Every choice is checked by check_opts like any user's Opts, so the heuristics can only pick valid ones.
 
 One CPU choice changes the schedule rather than a kernel, so it is made on the graph before kernelize: a GEMM whose B
-operand the vector loads would read badly (along its columns, or rows 8 KiB apart) gets B packed into panels of
+operand the vector loads would read badly (along its columns, or rows 4 KiB apart or more) gets B packed into panels of
 caps.gemm_panel columns, a kernel of its own (GemmPacking, kernelize's `rewrite`). Only a backend whose Caps ask for
 it packs: a GPU stages its own tiles, and its tensor cores need the f16 operand the packed f32 copy would replace.
 """
@@ -291,7 +291,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
 
 # ---- GEMM operands packed into panels: a CPU's choice, made on the graph before kernelize ------------------------
 
-PACK_STRIDE = 2048         # a B operand whose rows are this many elements apart (8 KiB of f32) is packed
+PACK_STRIDE = 1024         # a B operand whose rows are this many elements apart (4 KiB of f32) is packed
 PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each packed panel
 PACK_MIN_WORK = 1 << 20    # ...and enough multiply-adds to pay for a kernel of its own
 

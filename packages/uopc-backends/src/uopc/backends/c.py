@@ -23,8 +23,12 @@ them, and a vector LOAD or STORE moves n elements through an unaligned view (`f3
 helpers a kernel's code uses (HELPERS, vector_helpers): a kernel without exp2 has no exp2 polynomial, one without
 vectors no vector types.
 
-Compilation keeps IEEE semantics (no -ffast-math, no contraction of a*b+c into an fma, -fwrapv for the i32
-wrap-around the IR defines) and caches shared objects on disk under $UOPC_CACHE_DIR (default ~/.cache/uopc),
+Compilation keeps IEEE semantics (no -ffast-math, no contraction of a*b+c into an fma). The IR's i32 arithmetic wraps
+around; C's signed arithmetic may not overflow, so an i32 ADD or MUL whose operands' bounds allow a result outside i32
+is done on unsigned ints (`(int)((unsigned)a+(unsigned)b)`: modular, and gcc converts back by two's complement), and
+every other one, which bounds prove can't overflow (index arithmetic: counters, strides, offsets), stays plain `+` and
+`*`, which gcc may widen into 64-bit pointer steps. (-fwrapv would make all of them wrap, and cost a GEMM half its
+speed: a wrapping 32-bit index can't be strength-reduced.) It caches shared objects on disk under $UOPC_CACHE_DIR (default ~/.cache/uopc),
 keyed by a hash of the source, the flags, the compiler version and the target CPU: entries of uopc.compile_cache,
 written atomically and sealed with a checksum that is checked before dlopen (a damaged entry is rebuilt, like one
 that fails to load). A cache that can't be written costs a warning, and the entries go to a private directory.
@@ -103,6 +107,7 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
   name = lambda n: rf"(?<![A-Za-z0-9]){n}(?![A-Za-z0-9])"    # f32x8 in bcast_f32x8 and f32x8_u too, never in f32x16
   return [
     (name(f"i32x{w}"), f"typedef int i32x{w} __attribute__((vector_size({nb})));\n"),
+    (name(f"u32x{w}"), f"typedef unsigned u32x{w} __attribute__((vector_size({nb})));\n"),
     (name(f"f32x{w}"), f"typedef float f32x{w} __attribute__((vector_size({nb})));\n"),
     # unaligned views for vector loads and stores at any element (aligned(4)), that may alias the buffer's floats
     (rf"\bf32x{w}_u\b", f"typedef float f32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));\n"),
@@ -306,6 +311,15 @@ class CRenderer:
     return self.prelude(program, code) + code
 
 
+def may_overflow(u: UOp) -> bool:
+  """Whether u, an ALU op, is an i32 ADD or MUL whose result the bounds of its operands don't keep within i32 (so C
+  would overflow a signed int, which is undefined: it is rendered on unsigned ints, which wrap)."""
+  if u.op not in (Ops.ADD, Ops.MUL) or u.dtype.scalar() is not dtypes.i32: return False
+  (alo, ahi), (blo, bhi) = bounds(u.src[0]), bounds(u.src[1])
+  lo, hi = (alo + blo, ahi + bhi) if u.op is Ops.ADD else (min(c := (alo * blo, alo * bhi, ahi * blo, ahi * bhi)), max(c))
+  return lo < I32_MIN or hi > -1 - I32_MIN
+
+
 def _gcc(d: DType) -> str:
   """The GCC vector type of vector dtype d: f32xN, or i32xN for i32 and for bool (a mask). f16 is never vectorized."""
   if d.scalar() is dtypes.f16: raise BackendError(f"f16 values are never vectorized in C ({d.name}): lower this kernel without a vector axis")
@@ -372,6 +386,7 @@ class _Body:
     if u.dtype.count > 1 or u.src[0].dtype.count > 1: return self.vector_alu(u)
     if op is Ops.CAST: return renderer.render_cast(u.src[0], u.dtype, r[u.src[0]])
     if op in (Ops.FLOORDIV, Ops.FLOORMOD): return self.divmod(u, r[u.src[0]], r[u.src[1]])
+    if may_overflow(u): return f"((int)((unsigned){r[u.src[0]]}{'+' if op is Ops.ADD else '*'}(unsigned){r[u.src[1]]}))"
     if u.dtype is dtypes.f16 and op in _VIA_F32:
       return f"(({renderer.half})({renderer.code_for_op[op](dtypes.f32, *(f'((float){r[s]})' for s in u.src))}))"
     if op in renderer.code_for_op: return renderer.code_for_op[op](u.dtype, *(r[s] for s in u.src))
@@ -383,6 +398,9 @@ class _Body:
     op, d, srcs, renderer = u.op, u.dtype, u.src, self.renderer
     v = [self.r[s] for s in srcs]
     if op in (Ops.FLOORDIV, Ops.FLOORMOD) and vmin(srcs[0]) >= 0 and vmin(srcs[1]) > 0: return f"({v[0]}{'/' if op is Ops.FLOORDIV else '%'}{v[1]})"
+    if may_overflow(u) and renderer.vector_code_for_op:      # the lanes wrap as unsigned ints (a bit-for-bit vector cast)
+      u32 = f"u32x{d.count}"
+      return f"(({_gcc(d)})(({u32}){v[0]}{'+' if op is Ops.ADD else '*'}({u32}){v[1]}))"
     if (rule := renderer.vector_code_for_op.get(op)) is not None: return rule(d, srcs[0].dtype, *v)
     if not renderer.vector_code_for_op: raise BackendError(f"{type(renderer).__name__} has no arithmetic on vectors ({op!r} of {d.name})")
     args = [f"_a{i}" for i in range(len(srcs))]
@@ -455,7 +473,7 @@ class _Body:
 
 # ---- compiling, with a content-addressed cache on disk -----------------------------------------------------------
 
-CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-ffp-contract=off", "-fno-math-errno"]
+CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-ffp-contract=off", "-fno-math-errno"]
 # UOPC_SANITIZE=1 (nox -s sanitize): every kernel is also built with AddressSanitizer and UndefinedBehaviorSanitizer, and
 # the first report ends the process (-fno-sanitize-recover), so a test run fails on any out-of-bounds access, overflow
 # or other undefined behaviour in generated code. The ASan runtime must be preloaded into python (LD_PRELOAD), and

@@ -123,12 +123,12 @@ def _cast(x: np.ndarray, frm: DType, to: DType) -> np.ndarray:
 
 
 def _wrap(x) -> np.ndarray:
-  """int64 values wrapped to i32 (two's complement), as the C backend's -fwrapv arithmetic."""
+  """int64 values wrapped to i32 (two's complement), as the C backend's i32 arithmetic."""
   return ((np.asarray(x, np.int64) + 2**31) % 2**32 - 2**31).astype(np.int32)
 
 
 def _arith(int_op, float_op):
-  """ADD or MUL: on i32 in int64, wrapped back to i32 (the C backend's -fwrapv arithmetic); on floats in their own type."""
+  """ADD or MUL: on i32 in int64, wrapped back to i32 (the C backend's wrapping arithmetic); on floats in their own type."""
   def apply(a: np.ndarray, b: np.ndarray, d: DType) -> np.ndarray:
     if d is dtypes.i32: return _wrap(int_op(a.astype(np.int64), b.astype(np.int64)))
     return float_op(a, b).astype(_np(d))

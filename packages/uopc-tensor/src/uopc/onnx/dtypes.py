@@ -6,7 +6,7 @@ its declared type beside it (the graph's, from ONNX's type inference):
     declared                                 computed in   what keeps the declared type's meaning
     float32, float64                         f32           float64 values past f32's range are refused on the way in
     float16                                  f16           -
-    int32                                    i32           i32 wraps as int32 does (C with -fwrapv)
+    int32                                    i32           i32 wraps as int32 does (two's complement)
     int8, int16, uint8, uint16               i32           `wrap` after arithmetic: the value modulo 2**bits, as ONNX's
     int64, uint32, uint64                    i32           every value must fit i32: refused on the way in, and the
                                                            arithmetic that could leave it is checked (`check_fits`)
