@@ -85,6 +85,12 @@ def masked(r, c):
   return (x > 0.0).where(x, y * 2.0).maximum(y), [F(r, c), F(r, c)]
 
 
+def stored_mask(r, c):
+  """A mask read from memory (bytes: an attention's causal mask): 16 lanes widen in one instruction (ldmask), 8 one by one."""
+  m, x = buf(0, r * c, dtypes.bool).reshape((r, c)), buf(1, r * c).reshape((r, c))
+  return m.where(x, -np.inf) + m.cast(dtypes.f32), [np.random.default_rng(3).random((r, c)) < 0.5, F(r, c)]
+
+
 def integer(r, c):
   x = buf(0, r * c, dtypes.i32).reshape((r, c))
   return ((x // 3) * 3 + x % -5 + x // 7).cast(dtypes.f32) * 0.5, [I(r, c)]
@@ -116,6 +122,7 @@ CASES = [
   (softmax, (4, 32), [Opts(vector=(1, 16)), Opts(reduce_vector=16), Opts(reduce_vector=8, unroll=2), Opts(vector=(0, 4))]),
   (nan_max, (4, 16), [Opts(reduce_vector=16), Opts(reduce_vector=4, unroll=2), Opts(vector=(0, 4))]),
   (masked, (4, 16), [Opts(vector=(1, 16)), Opts(vector=(0, 4), upcast={1: 2})]),
+  (stored_mask, (4, 32), [Opts(vector=(1, 16)), Opts(vector=(1, 16), upcast={1: 2}), Opts(vector=(1, 8))]),
   (integer, (4, 16), [Opts(vector=(1, 16)), Opts(vector=(0, 2))]),
   (compare, (4, 16), [Opts(vector=(1, 8))]),
   (to_int, (4, 8), [Opts(vector=(1, 8))]),
@@ -134,6 +141,12 @@ def test_vector_code_computes_what_the_scalar_program_computes_bit_for_bit(make,
   if not transcendental:
     assert same_bits(got, interpreted(root, inputs, opts))
     assert same_bits(got, interpreted(root, inputs, opts, vectors=True))      # the interpreter runs the vector program too
+
+
+def test_sixteen_stored_bools_load_as_one_widening_move():
+  root, _ = stored_mask(4, 32)
+  src = render_c(lower(root, buf(2, 128), Ctx(opts=Opts(vector=(1, 16)))))
+  assert "ldmask_i32x16(data0+" in src and "-(int)data0[" not in src
 
 
 def test_a_vector_kernel_moves_whole_vectors_and_fuses_multiply_adds():

@@ -125,7 +125,14 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
      f"  i32x{w} n = __builtin_convertvector(sel_f32x{w}(t == t, t, bcast_f32x{w}(0.0f)), i32x{w}), a = n >> 1, b = n - a;\n"
      f"  return (p * (f32x{w})((a + 127) << 23)) * (f32x{w})((b + 127) << 23);\n}}\n"),
     (rf"\bfma_f32x{w}\b", f"static inline f32x{w} fma_f32x{w}(f32x{w} a, f32x{w} b, f32x{w} c) {{{fma}}}\n"),
-  ]
+  ] + ([
+    # 16 bools (bytes, 0 or 1) as a mask: AVX-512's zero-extending byte -> int move (gcc's __builtin_convertvector
+    # makes 16 scalar loads of it), negated to 0 / -1
+    (r"\bldmask_i32x16\b", "typedef char c8x16_u __attribute__((vector_size(16), aligned(1), may_alias));\n"
+     "static inline i32x16 ldmask_i32x16(const _Bool* p) {\n#if defined(__x86_64__) && defined(__AVX512F__)\n"
+     "  return -(i32x16)__builtin_ia32_pmovzxbd512_mask(*(const c8x16_u*)p, (i32x16){}, (unsigned short)-1);\n#else\n"
+     "  i32x16 r; for (int l = 0; l < 16; l++) r[l] = -(int)p[l]; return r;\n#endif\n}\n"),
+  ] if w == 16 else [])
 
 
 def used_helpers(helpers: list[tuple[str, str]], code: str) -> str:
@@ -280,7 +287,9 @@ class CRenderer:
   def render_gep(self, x: str, d: DType, lane: int | str) -> str: return f"({x}[{lane}]&1)" if d.scalar() is dtypes.bool else f"{x}[{lane}]"
 
   def vector_load(self, mem: str, at: str, d: DType) -> str:
-    # memory holds bools as bytes, a bool vector is a mask of ints: its lanes are read one by one
+    # memory holds bools as bytes, a bool vector is a mask of ints: 16 bytes widen in one instruction (ldmask), other
+    # widths are read lane by lane (an attention's causal mask, read per vector, cost as much as its multiply-adds)
+    if d.scalar() is dtypes.bool and d.count == 16: return f"ldmask_i32x16({mem}+{at})"
     if d.scalar() is dtypes.bool: return f"(({_gcc(d)}){{{', '.join(f'-(int){mem}[({at}+{c})]' for c in range(d.count))}}})"
     return f"(*({_gcc(d)}_u*)({mem}+{at}))"
 
