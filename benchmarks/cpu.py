@@ -9,13 +9,15 @@ calling the Tensor code each time, and under uopc.jit (its first two calls run a
 which is how a training loop runs it; the difference is the Python cost of building and scheduling the graph.
 
 Each row shows the first uopc call (it compiles: the compile cache is a fresh directory unless --warm-cache), then
-the best of three rounds of --repeat calls of each contender in turn, so that the machine's noise falls on all of
-them alike, and the ratio of the better peer's time to uopc's (above 1: uopc is faster). NumPy has no autograd or
-conv: its backward passes are written out by hand here; the GPT step has no NumPy column. With UOPC_DEBUG=1 every
-kernel prints its GFLOP/s or GB/s.
+each contender's best of three rounds of --repeat calls, and the ratio of the better peer's time to uopc's (above 1:
+uopc is faster). Every contender of every row runs in a process of its own (this script calls itself with --worker):
+OpenBLAS, PyTorch and OpenMP all keep their threads spinning a while after a parallel region, which on two cores costs
+whoever runs next beside them up to half the machine. NumPy has no autograd or conv: its backward passes are written
+out by hand here; the GPT step has no NumPy column. With UOPC_DEBUG=1 every kernel prints its GFLOP/s or GB/s.
 """
 from __future__ import annotations
-import argparse, math, os, sys, tempfile, time
+import argparse, json, os, subprocess, sys, tempfile, time
+from pathlib import Path
 import numpy as np
 
 if "--warm-cache" not in sys.argv and "UOPC_CACHE_DIR" not in os.environ:
@@ -24,13 +26,18 @@ from uopc.tensor import Tensor                     # noqa: E402
 from uopc import nn                                # noqa: E402
 from uopc.backends import get_backend              # noqa: E402
 
-try:
-  import torch
-  torch.set_num_threads(get_backend("C").caps.threads)
-except ImportError: torch = None
+CONTENDERS = ("uopc", "numpy", "torch")
+# a worker imports PyTorch only when it is the torch contender (its thread pool must not exist beside the others)
+_worker_of = sys.argv[sys.argv.index("--worker") + 2] if "--worker" in sys.argv[:-2] else None
+torch = None
+if _worker_of == "torch":   # (the parent only asks whether a worker could import it)
+  try:
+    import torch
+    torch.set_num_threads(get_backend("C").caps.threads)
+  except ImportError: torch = None
 
 
-ROUNDS, PAUSE = 3, 0.25
+ROUNDS = 3
 
 
 def timed(fn) -> float:
@@ -44,25 +51,23 @@ class Row:
   def __init__(self, name, ours, ref_np, ref_torch, flops=0, nbytes=0):
     self.name, self.ours, self.ref_np, self.ref_torch, self.flops, self.nbytes = name, ours, ref_np, ref_torch, flops, nbytes
 
-  def run(self, repeat: int) -> str:
-    first = timed(self.ours)
-    contenders = [f for f in (self.ours, self.ref_np, self.ref_torch) if f is not None]
-    for f in contenders[1:]: f()                                 # the peers' warm-up
-    times = {id(f): math.inf for f in contenders}
-    # rounds of blocks: each contender `repeat` times in a row, then a pause. Interleaving single calls would make each
-    # run beside the previous one's thread pool still spinning (OpenBLAS, PyTorch and OpenMP all spin-wait a while),
-    # which on two cores costs whoever comes next up to half the machine
-    for _ in range(ROUNDS):
-      for f in contenders:
-        time.sleep(PAUSE)
-        for _ in range(repeat): times[id(f)] = min(times[id(f)], timed(f))
-    t_ours = times[id(self.ours)]
-    peers = {k: times[id(f)] for k, f in (("numpy", self.ref_np), ("torch", self.ref_torch)) if f is not None}
+  def measure(self, contender: str, repeat: int) -> dict | None:
+    """In a worker: the contender's first call and its best of ROUNDS rounds of `repeat` calls (None: it has none)."""
+    f = dict(zip(CONTENDERS, (self.ours, self.ref_np, self.ref_torch)))[contender]
+    if f is None: return None
+    first = timed(f)
+    return {"first": first, "best": min(timed(f) for _ in range(ROUNDS * repeat))}
+
+  def line(self, results: dict[str, dict | None]) -> str:
+    """The row's line from each contender's measure()."""
+    ours = results["uopc"]
+    t_ours = ours["best"]
+    peers = {k: r["best"] for k, r in results.items() if k != "uopc" and r is not None}
     def rate(t: float) -> str:
       if self.flops: return f"{self.flops / t / 1e9:8.1f} GFLOP/s"
       if self.nbytes: return f"{self.nbytes / t / 1e9:8.1f} GB/s   "
       return f"{t * 1e3:8.2f} ms     "
-    cols = [f"{self.name:<22}", f"first {first:6.2f} s", f"uopc {t_ours * 1e3:9.3f} ms {rate(t_ours)}"]
+    cols = [f"{self.name:<22}", f"first {ours['first']:6.2f} s", f"uopc {t_ours * 1e3:9.3f} ms {rate(t_ours)}"]
     for k in ("numpy", "torch"):
       cols.append(f"{k} {peers[k] * 1e3:9.3f} ms {rate(peers[k])}" if k in peers else f"{k} {'-':>9}               ")
     better = min(peers.values()) if peers else None
@@ -208,15 +213,16 @@ def gpt(use_jit: bool = False) -> Row:
     jitted = jit(step)
     ours = lambda: jitted(tokens, targets).item()
   else: ours = lambda: step().item()
-  ref_torch = _torch_gpt(cfg, T, Yt) if torch else None
+  ref_torch = _torch_gpt(cfg, model, T, Yt) if torch else None
   return Row("gpt step (AdamW)" + (" (jit)" if use_jit else ""), ours, None, ref_torch)
 
 
-def _torch_gpt(cfg, T, Y):
-  """The same model in PyTorch eager (benchmarks/gpt.py's): one training step per call."""
-  from gpt import torch_trainer, CFG
-  assert cfg == CFG
-  step = torch_trainer()
+def _torch_gpt(cfg, model, T, Y):
+  """The same model in PyTorch eager (benchmarks/gpt.py's, from uopc's weights): one training step per call."""
+  from gpt import torch_trainer
+  state = Path(tempfile.mkdtemp(prefix="uopc-bench-")) / "gpt.npz"
+  np.savez(state, **{k: v.numpy() for k, v in nn.get_state_dict(model).items()})
+  step = torch_trainer(cfg, state, compiled=False)
   return lambda: step(T, Y)
 
 
@@ -227,18 +233,37 @@ ROWS = {"gemm": lambda: [gemm(n) for n in (256, 512, 1024, 2048)],
         "gpt": lambda: [gpt(), gpt(True)]}
 
 
+def worker(key: str, contender: str, index: int, repeat: int) -> dict | None:
+  """One contender of one row (the index-th row of ROWS[key]) measured in this process."""
+  return ROWS[key]()[index].measure(contender, repeat)
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--repeat", type=int, default=7)
   ap.add_argument("--only", help=f"comma-separated rows among {', '.join(ROWS)}")
   ap.add_argument("--warm-cache", action="store_true", help="keep $UOPC_CACHE_DIR (first calls then skip gcc)")
+  ap.add_argument("--worker", nargs=3, metavar=("ROW", "CONTENDER", "INDEX"), help=argparse.SUPPRESS)
   args = ap.parse_args()
+  if args.worker:
+    key, contender, index = args.worker
+    print(json.dumps(worker(key, contender, int(index), args.repeat if key != "gpt" else max(2, args.repeat // 3))))
+    return
   caps = get_backend("C").caps
-  print(f"uopc C backend: {caps.threads} threads, {caps.vector_width} f32 lanes, fma {caps.fma}; "
-        f"numpy {np.__version__}; torch {torch.__version__ if torch else 'not installed'}; compile cache {os.environ['UOPC_CACHE_DIR']}")
+  has_torch = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
+  print(f"uopc C backend: {caps.threads} threads, {caps.vector_width} f32 lanes, fma {caps.fma}; numpy {np.__version__}; "
+        f"torch {'found' if has_torch else 'not installed'}; every contender in its own process; compile cache {os.environ['UOPC_CACHE_DIR']}")
   for key in (args.only.split(",") if args.only else ROWS):
-    for row in ROWS[key]():
-      print(row.run(args.repeat if key != "gpt" else max(2, args.repeat // 3)), flush=True)
+    rows = ROWS[key]()       # for the names and the work of each row; the workers build their own
+    for index, row in enumerate(rows):
+      results = {}
+      for contender in CONTENDERS:
+        if contender == "torch" and not has_torch: results[contender] = None; continue
+        p = subprocess.run([sys.executable, __file__, "--worker", key, contender, str(index), "--repeat", str(args.repeat)],
+                           capture_output=True, text=True)
+        if p.returncode: sys.exit(f"{row.name}, {contender}: the worker failed:\n{p.stderr}")
+        results[contender] = json.loads(p.stdout.strip().splitlines()[-1])
+      print(row.line(results), flush=True)
 
 
 if __name__ == "__main__":
