@@ -221,6 +221,10 @@ def test_the_gpt_training_step_keeps_its_schedule():
   # that the two GEMMs reading it (its weight's gradient and its input's) evaluate again for every product, 5x their work
   (ops, trans), (least_ops, least_trans) = executed(ks), least(loss, *updates)
   assert ops <= 1.7 * least_ops and trans <= 1.7 * least_trans, (ops / least_ops, trans / least_trans)
+  # what opt.step() realizes: the gradients too (read after the step, they would be computed again from the weights);
+  # a parameter whose gradient its update kernel computed now stores it first: one more kernel each (29)
+  with_grads = loss.schedule(*updates, *[p.grad for p in model.parameters()])
+  assert len(with_grads) == 241 and executed(with_grads)[0] <= 1.05 * ops
 
 
 # ---- a long chain is cut into kernels of bounded size, and still computes NumPy's numbers ---------------------------------

@@ -223,3 +223,29 @@ def test_the_debug_road_of_a_replay_times_every_launch(monkeypatch, capfd):
   monkeypatch.setenv("UOPC_DEBUG", "1")
   f(Tensor(data(0, 64))).numpy()
   assert sum(n for n, _ in p.runs.values()) >= 1 and "ms" in capfd.readouterr().err
+
+
+def test_a_jitted_training_step_computes_its_forward_and_backward_once():
+  """opt.step() realizes the gradients and the loss in the update's schedule. Realized later (the JIT realizes every
+  .grad a step set; a loop prints its loss), each was computed again from the weights: a GPT step ran 331 kernels and
+  5.8 GFLOP where one schedule of loss, gradients and update is 241 kernels and 2.9 GFLOP."""
+  from uopc.tensor.storage import is_realized
+  rng = np.random.default_rng(0)
+  params = [Tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True) for s in ((16, 32), (32,), (32, 4))]
+  opt = nn.AdamW(params, lr=1e-3)
+  def step(x, y):
+    opt.zero_grad()
+    loss = ((x @ params[0] + params[1]).gelu() @ params[2]).cross_entropy(y)
+    loss.backward()
+    opt.step()
+    return loss
+  x, y = Tensor(rng.standard_normal((8, 16)).astype(np.float32)), Tensor(rng.integers(0, 4, 8).astype(np.int32))
+  loss = step(x, y)                          # plainly: the loss and every .grad are computed by the step's schedule
+  assert is_realized(loss.uop) and all(is_realized(p.grad.uop) for p in params)
+  opt.zero_grad()
+  loss = ((x @ params[0] + params[1]).gelu() @ params[2]).cross_entropy(y)
+  loss.backward()
+  one_schedule = len(loss.schedule(*opt.update(), *[p.grad for p in params]))
+  fast = jit(step)
+  for _ in range(3): fast(x, y)
+  assert len(fast._plans[0].launches) == one_schedule

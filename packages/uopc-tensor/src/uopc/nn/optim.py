@@ -9,6 +9,7 @@ from __future__ import annotations
 import math, warnings
 import numpy as np
 from uopc.tensor import Tensor, TensorError
+from uopc.tensor.core import differentiated
 
 
 def hyperparameter(name: str, v, low: float = 0.0, high: float = math.inf) -> float:
@@ -45,8 +46,13 @@ class Optimizer:
     for p in self.params: p.grad = None
 
   def step(self) -> None:
-    """Apply one update to every parameter with a gradient, all realized in one schedule."""
-    if ts := self.update(): ts[0].realize(*ts[1:])
+    """Apply one update to every parameter with a gradient, all realized in one schedule with the gradients themselves
+    and the loss backward() was called on (when it is not computed yet): each shares the schedule's forward and backward
+    passes instead of repeating them when it is read later (uopc.jit realizes every .grad a step set, and a training
+    loop prints its loss: a jitted GPT step computed 5.8 GFLOP for 2.9 of work)."""
+    if ts := self.update():
+      grads = [p.grad for p in self.params if p.grad is not None]
+      ts[0].realize(*ts[1:], *grads, *differentiated())
 
   def update(self) -> list[Tensor]:
     """Give every parameter with a gradient its updated value, lazily (nothing runs), and return the tensors a step
