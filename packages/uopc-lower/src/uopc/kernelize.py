@@ -19,7 +19,9 @@ The rules (tinygrad's, which never recompute a reduction per output element):
     convolutions), all but the largest: nested in another reduction's loops, or beside another reduction of other
     sizes, no Opts give a sum of products its vectors, register tiles and unrolled window;
   * so is a costly elementwise value that is broadcast (COSTLY ALU ops, a transcendental among them): a GELU's
-    gradient feeding a weight gradient would otherwise be recomputed once per output column;
+    gradient feeding a weight gradient would otherwise be recomputed once per output column; and a concatenation of
+    values read from memory broadcast 8 times or more (the q, k and v gradients joined for a projection's two GEMMs:
+    each product chose its branch again);
   * a node shared by several kernels is materialized when recomputing it costs more than loading it: when its
     kernel-local graph holds a REDUCE, reads more than MAX_SHARED_READS buffers or costs more than MAX_SHARED_COST
     simple ops (ALU_COST);
@@ -205,6 +207,8 @@ def _staged(roots: list[UOp]) -> set[UOp]:
   # as several); and a REDUCE broadcast by an EXPAND: carry each value's kernel-local REDUCEs up the graph until an
   # EXPAND (or a STACK) meets them
   cost: dict[UOp, int] = {}
+  joins: dict[UOp, bool] = {}           # a concatenation of values read from memory is computed in u's kernel
+  padded: dict[UOp, bool] = {}
   carried: dict[UOp, frozenset] = {}
   direct: dict[UOp, frozenset] = {}     # the sums of products among them reached without a broadcast on the way
   empty: frozenset = frozenset()
@@ -212,6 +216,10 @@ def _staged(roots: list[UOp]) -> set[UOp]:
     if u.op in ALU: cost[u] = min(1000, ALU_COST[u.op] + sum(cost[s] for s in u.src))
     elif u.op in MOVEMENT or u.op in (Ops.STACK, Ops.INDEX): cost[u] = min(1000, sum(cost[s] for s in u.src))
     else: cost[u] = 0
+    # a pad is a STACK of a value and zeros (or a view of one); pads of values added, or a STACK of several values, join
+    padded[u] = (u.op is Ops.STACK and any(s in live for s in u.src)) or (u.op in MOVEMENT and padded[u.src[0]])
+    joins[u] = u.op in _LOCAL and ((u.op is Ops.STACK and sum(s in live for s in u.src) > 1) or any(joins[s] for s in u.src)
+                                   or (u.op is Ops.ADD and all(padded[s] for s in u.src)))
     if u.op is Ops.REDUCE:
       carried[u] = frozenset((u,))
       direct[u] = carried[u] if _sum_of_products(u) else empty
@@ -248,6 +256,9 @@ def _staged(roots: list[UOp]) -> set[UOp]:
         # reductions inside it included (layernorm's rsqrt(var + eps) is one kernel with its variance); a cheap one
         # is recomputed per copy, but not the reductions under it
         if cost[u.src[0]] >= COSTLY and (f := stored([u.src[0]])): staged |= f
+        # a concatenation broadcast (an attention's q, k and v gradients joined for the projection's two GEMMs) is
+        # stored too: read in a GEMM's inner loop, each element chose its branch and index again for every product
+        elif joins[u.src[0]] and prod(u.shape) >= 8 * prod(u.src[0].shape) and (f := stored([u.src[0]])): staged |= f | c
         else: staged |= c
     else: carried[u] = direct[u] = empty
   staged |= _split_large_bodies(nodes, staged, live)
