@@ -29,7 +29,7 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
 Every choice is checked by check_opts like any user's Opts, so the heuristics can only pick valid ones.
 
 One CPU choice changes the schedule rather than a kernel, so it is made on the graph before kernelize: a GEMM whose B
-operand the vector loads would read badly (along its columns, or rows 4 KiB apart or more) gets B packed into panels of
+operand the vector loads would read badly (along its columns, or rows 2 KiB apart or more) gets B packed into panels of
 caps.gemm_panel columns, a kernel of its own (GemmPacking, kernelize's `rewrite`). Only a backend whose Caps ask for
 it packs: a GPU stages its own tiles, and its tensor cores need the f16 operand the packed f32 copy would replace.
 """
@@ -306,7 +306,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
 
 # ---- GEMM operands packed into panels: a CPU's choice, made on the graph before kernelize ------------------------
 
-PACK_STRIDE = 1024         # a B operand whose rows are this many elements apart (4 KiB of f32) is packed
+PACK_STRIDE = 512          # a B operand whose rows are this many elements apart (2 KiB of f32) is packed
 PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each packed panel
 PACK_MIN_WORK = 1 << 20    # ...and enough multiply-adds to pay for a kernel of its own
 
@@ -352,7 +352,9 @@ def _pack(u: UOp, panel: int) -> UOp:
   P[..., j // panel, k, j % panel], so the kernel's vector loads of a row of a panel are contiguous and the panel it
   walks down is one contiguous block. Badly: along a column (x @ w.T, q @ k.T: B's columns are contiguous, not its
   rows), or with rows so far apart that a panel thrashes the caches (an NN GEMM of 2048)."""
-  if u.arg != (Ops.ADD, 1) or u.dtype is not dtypes.f32 or u.src[0].op is not Ops.MUL or len(u.src[0].shape) < 3: return u
+  if u.arg != (Ops.ADD, 1) or u.dtype is not dtypes.f32 or len(u.src[0].shape) < 3: return u
+  if (product := _permuted_product(u.src[0])) is None: return u
+  u = u.replace(src=(product,))
   *batch, m, n, k = u.src[0].shape
   operands = u.src[0].src
   along = lambda x, axis: x.op is Ops.EXPAND and x.src[0].shape[axis] == 1 and x.shape[axis] > 1
@@ -369,6 +371,16 @@ def _pack(u: UOp, panel: int) -> UOp:
   packed = UOp(Ops.STAGE, (panels,))                       # (..., n/panel, k, panel), stored in this layout
   unpacked = packed.permute(tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1)).reshape(small.shape).expand(operands[b_at].shape)
   return u.replace(src=(u.src[0].replace(src=tuple(unpacked if i == b_at else x for i, x in enumerate(operands))),))
+
+
+def _permuted_product(x: UOp) -> UOp | None:
+  """x, a product of two broadcasts, as MUL(EXPAND, EXPAND) with any PERMUTE above it pushed below the broadcasts (a
+  weight's gradient comes from autodiff as a permuted product: PERMUTE(MUL(EXPAND(dy), EXPAND(x))) summed over its
+  last axis); None when x is no such product."""
+  if x.op is Ops.MUL: return x
+  if x.op is not Ops.PERMUTE or x.src[0].op is not Ops.MUL or any(s.op is not Ops.EXPAND for s in x.src[0].src): return None
+  p = x.arg
+  return UOp(Ops.MUL, tuple(s.src[0].permute(p).expand(tuple(s.shape[a] for a in p)) for s in x.src[0].src))
 
 
 @dataclass(frozen=True)
