@@ -229,9 +229,23 @@ def test_a_reduction_contiguous_along_an_earlier_output_axis_gets_its_lanes_ther
 def test_a_weight_gradient_is_packed_like_the_gemm_it_is():
   """dW = dy^T @ x comes from autodiff as a permuted product, PERMUTE(MUL(EXPAND(dy), EXPAND(x))) summed over its last
   axis: seen through the permutation it is a GEMM whose B (x, rows 2 KiB apart) is packed (a GPT's MLP weight gradient:
-  95 -> 210 GFLOP/s)."""
+  95 -> 210 GFLOP/s). Its A, dy transposed, is read down its columns and packed into row panels too."""
   dy = buf(0, 1024 * 128).reshape((1024, 128, 1)).expand((1024, 128, 512))
   x = buf(1, 1024 * 512).reshape((1024, 1, 512)).expand((1024, 128, 512))
   dw = (dy * x).permute((1, 2, 0)).reduce(Ops.ADD, 1)
   ks = kernelize([(dw, buf(2, 128 * 512))], rewrite=graph_rewrite(CPU))
-  assert len(ks) == 2 and len(kernelize([(dw, buf(2, 128 * 512))])) == 1
+  assert sorted(k.root.shape for k in ks)[:2] == [(128 // 8, 1024, 8), (512 // 32, 1024, 32)] and len(ks) == 3
+  assert len(kernelize([(dw, buf(2, 128 * 512))])) == 1
+
+
+def test_an_a_read_down_its_columns_is_packed_into_row_panels():
+  """dW = dy.T @ x for nanoGPT's MLP (2048 tokens, 1536 -> 384): A is dy transposed, each k a cache line 6 KiB from the
+  last, and the register tile's 8 rows one line each (59 GFLOP/s). Packed as P[i // 8, k, i % 8], the rows for one k are
+  one run (137 GFLOP/s). A short sum (k < PACK_MIN_DEPTH) pays for no copy."""
+  from uopc.opt import PACK_MIN_DEPTH, PACK_ROWS
+  for k, packed in ((2048, True), (PACK_MIN_DEPTH // 2, False)):
+    dy = buf(0, k * 1536).reshape((k, 1536)).permute((1, 0)).reshape((1536, 1, k)).expand((1536, 384, k))
+    x = buf(1, k * 384).reshape((k, 384)).permute((1, 0)).reshape((1, 384, k)).expand((1536, 384, k))
+    ks = kernelize([((dy * x).reduce(Ops.ADD, 1), buf(2, 1536 * 384))], rewrite=graph_rewrite(CPU))
+    stages = [kk for kk in ks if kk.root.shape == (1536 // PACK_ROWS, k, PACK_ROWS)]
+    assert bool(stages) is packed, [kk.root.shape for kk in ks]

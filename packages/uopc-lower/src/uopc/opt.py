@@ -308,6 +308,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
 
 PACK_STRIDE = 512          # a B operand whose rows are this many elements apart (2 KiB of f32) is packed
 PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each packed panel
+PACK_ROWS = 8              # an A read down its columns is packed into panels of this many rows (the register tile's)
+PACK_MIN_DEPTH = 256       # ...when its rows are a cache line apart or more and the GEMM sums this many products or more
 PACK_MIN_WORK = 1 << 20    # ...and enough multiply-adds to pay for a kernel of its own
 
 
@@ -351,26 +353,39 @@ def _pack(u: UOp, panel: int) -> UOp:
   and along i) whose B would be read badly is given B packed into panels of `panel` columns: B[..., k, j] is stored as
   P[..., j // panel, k, j % panel], so the kernel's vector loads of a row of a panel are contiguous and the panel it
   walks down is one contiguous block. Badly: along a column (x @ w.T, q @ k.T: B's columns are contiguous, not its
-  rows), or with rows so far apart that a panel thrashes the caches (an NN GEMM of 2048)."""
+  rows), or with rows so far apart that a panel thrashes the caches (an NN GEMM of 2048). Likewise an A read down its
+  columns, a cache line or more apart, over PACK_MIN_DEPTH products or more (a weight's gradient dy.T @ x: A is dy
+  transposed, summed over every token) is packed into panels of PACK_ROWS rows, A[..., i, k] stored as
+  P[..., i // PACK_ROWS, k, i % PACK_ROWS]: the register tile's rows for one k are then one contiguous run instead of a
+  cache line each, thousands of lines apart."""
   if u.arg != (Ops.ADD, 1) or u.dtype is not dtypes.f32 or len(u.src[0].shape) < 3: return u
   if (product := _permuted_product(u.src[0])) is None: return u
-  u = u.replace(src=(product,))
-  *batch, m, n, k = u.src[0].shape
-  operands = u.src[0].src
+  *batch, m, n, k = product.shape
+  operands = product.src
   along = lambda x, axis: x.op is Ops.EXPAND and x.src[0].shape[axis] == 1 and x.shape[axis] > 1
   if not (along(operands[0], -2) and along(operands[1], -3)) and not (along(operands[1], -2) and along(operands[0], -3)): return u
+  if m < PACK_MIN_ROWS or k < 8 or prod(product.shape) < PACK_MIN_WORK: return u
   b_at = 1 if along(operands[1], -3) else 0
-  small = operands[b_at].src[0]                            # (..., 1, n, k) before the broadcast along i
-  if m < PACK_MIN_ROWS or n % panel or n == panel or k < 8 or prod(u.src[0].shape) < PACK_MIN_WORK: return u
-  st = _strides(small.reshape(small.shape[:-3] + (n, k)).permute(tuple(range(len(small.shape) - 3)) + (len(small.shape) - 2, len(small.shape) - 3)))
-  if st is None: return u
-  along_k, along_j = st                                    # B[k, j]: rows are k, columns j
-  if along_j == 1 and abs(along_k) < PACK_STRIDE: return u
+  new = list(operands)
+  # B: (..., 1, n, k) before the broadcast along i, read as B[k, j]
+  small = operands[b_at].src[0]
   lead = small.shape[:-3]
-  panels = small.reshape(lead + (n // panel, panel, k)).permute(tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1))
-  packed = UOp(Ops.STAGE, (panels,))                       # (..., n/panel, k, panel), stored in this layout
-  unpacked = packed.permute(tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1)).reshape(small.shape).expand(operands[b_at].shape)
-  return u.replace(src=(u.src[0].replace(src=tuple(unpacked if i == b_at else x for i, x in enumerate(operands))),))
+  nl = len(lead)
+  swap = tuple(range(nl)) + (nl, nl + 2, nl + 1)
+  if n % panel == 0 and n != panel and (st := _strides(small.reshape(lead + (n, k)).permute(tuple(range(nl)) + (nl + 1, nl)))) is not None:
+    along_k, along_j = st                                  # B[k, j]: rows are k, columns j
+    if along_j != 1 or abs(along_k) >= PACK_STRIDE:
+      packed = UOp(Ops.STAGE, (small.reshape(lead + (n // panel, panel, k)).permute(swap),))   # (..., n/panel, k, panel)
+      new[b_at] = packed.permute(swap).reshape(small.shape).expand(operands[b_at].shape)
+  # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
+  small = operands[1 - b_at].src[0]
+  if m % PACK_ROWS == 0 and m != PACK_ROWS and (st := _strides(small.reshape(lead + (m, k)))) is not None:
+    along_i, along_k = st
+    if abs(along_k) >= 16 and k >= PACK_MIN_DEPTH:   # each k a cache line of its own, for many k
+      packed = UOp(Ops.STAGE, (small.reshape(lead + (m // PACK_ROWS, PACK_ROWS, k)).permute(swap),))   # (..., m/R, k, R)
+      new[1 - b_at] = packed.permute(swap).reshape(small.shape).expand(operands[1 - b_at].shape)
+  if all(a is b for a, b in zip(new, operands)): return u
+  return u.replace(src=(product.replace(src=tuple(new)),))
 
 
 def _permuted_product(x: UOp) -> UOp | None:
@@ -461,4 +476,4 @@ def _gpu_candidates(root: UOp, caps: Caps, base: Opts, add) -> None:
 
 
 __all__ = ["Caps", "Analysis", "analyze", "choose_opts", "choose_gpu_opts", "candidates", "graph_rewrite", "GemmPacking", "THREAD_MIN_WORK",
-           "PACK_STRIDE", "PACK_MIN_ROWS", "PACK_MIN_WORK"]
+           "PACK_STRIDE", "PACK_MIN_ROWS", "PACK_ROWS", "PACK_MIN_DEPTH", "PACK_MIN_WORK"]

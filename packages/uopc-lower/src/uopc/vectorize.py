@@ -34,7 +34,7 @@ memory (a thread's registers, LOCAL, stay scalar), and no bools (a byte in memor
 from __future__ import annotations
 from uopc.uop import UOp, Ops, AxisType, ALU, BINARY, users_of
 from uopc.dtype import AddrSpace, DType, dtypes
-from uopc.symbolic import simplify
+from uopc.symbolic import simplify, bounds
 from uopc.lowering import LowerError
 from uopc.linearize import range_sets
 
@@ -60,6 +60,47 @@ def _affine(index: UOp, lane: UOp) -> bool:
       if u.op is Ops.MUL and sum(depends[s] for s in u.src) == 1: continue
       return False
   return True
+
+
+def _lane_mods(index: UOp, lane: UOp) -> UOp:
+  """index with each (Y + r) % C that the lane reaches written g*((Y//g) % (C//g)) + r, which is (Y % C) + r, where r is
+  the sum of the terms that hold the lane, 0 <= r < g, and g divides both C and every term of Y (a constant, or a
+  product by one): r can't carry Y past a multiple of g, so not past one of C either. Lanes inside a head of 64
+  columns, (32*i + lane) % 64, are then 32*(i % 2) + lane: affine in the lane, one vector load instead of a gather (a
+  transformer's attention output read by its projection). (simplify keeps the modulo: (6*i + j) % 12 stays one, as an
+  index is meant to read.)"""
+  mapping: dict[UOp, UOp] = {}
+  for u in index.toposort():
+    if u.op is not Ops.FLOORMOD or u.src[1].op is not Ops.CONST or u.src[0].op is not Ops.ADD or (c := u.src[1].arg) <= 1: continue
+    terms, stack = [], [u.src[0]]
+    while stack:
+      t = stack.pop()
+      if t.op is Ops.ADD: stack.extend(t.src)
+      else: terms.append(t)
+    held = [t for t in terms if lane in t.toposort()]
+    rest = [t for t in terms if t not in held]
+    if not held or not rest: continue
+    r, y = _sum(held), _sum(rest)
+    lo, hi = bounds(r)
+    if lo < 0: continue
+    g = next((g for g in range(c, hi, -1) if c % g == 0 and all(_step(t) % g == 0 for t in rest)), None)
+    # g*((Y//g) % (C//g)): the same value as Y % C, with bounds that know it is a multiple of g (the memory-safety proof
+    # reads the vector's last lane as lane 0's bound + 15)
+    if g is not None: mapping[u] = (simplify(y // g) % (c // g)) * g + r
+  return index.substitute(mapping) if mapping else index
+
+
+def _step(t: UOp) -> int:
+  """A whole number that divides every value of the term t: a constant's value, a product's constant factor, else 1."""
+  if t.op is Ops.CONST: return t.arg
+  if t.op is Ops.MUL and (k := [s.arg for s in t.src if s.op is Ops.CONST]): return k[0]
+  return 1
+
+
+def _sum(terms: list[UOp]) -> UOp:
+  out = terms[0]
+  for t in terms[1:]: out = out + t
+  return out
 
 
 class _Lanes:
@@ -143,7 +184,7 @@ class _Lanes:
   def _contiguous(self, address: UOp, lane: UOp) -> UOp | None:
     """Lane 0's address when lane c's is lane 0's + c, else None (the proof, with uopc.symbolic: an affine function of
     the lane whose step simplifies to 1)."""
-    if not _affine(address, lane): return None
+    if not _affine(address, lane) and not _affine(address := _lane_mods(address, lane), lane): return None
     at0, at1 = (simplify(address.substitute({lane: UOp.const(c)})) for c in (0, 1))
     step = simplify(at1 - at0)
     return self._at(address, lane, 0) if step.op is Ops.CONST and step.arg == 1 else None
