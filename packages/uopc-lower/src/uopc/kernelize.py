@@ -216,10 +216,11 @@ def _staged(roots: list[UOp]) -> set[UOp]:
     if u.op in ALU: cost[u] = min(1000, ALU_COST[u.op] + sum(cost[s] for s in u.src))
     elif u.op in MOVEMENT or u.op in (Ops.STACK, Ops.INDEX): cost[u] = min(1000, sum(cost[s] for s in u.src))
     else: cost[u] = 0
-    # a pad is a STACK of a value and zeros (or a view of one); pads of values added, or a STACK of several values, join
+    # a pad is a STACK of a value and zeros (or a view of one); pads of values added join them (a concatenation, as the
+    # gradient of a split is). Not a STACK of several values: a convolution's window is one, of shifted views of one
+    # input, which its GEMM reads as it is (stored, its 9 copies cost a pass and the kernel its vectors: 6 -> 28 ms)
     padded[u] = (u.op is Ops.STACK and any(s in live for s in u.src)) or (u.op in MOVEMENT and padded[u.src[0]])
-    joins[u] = u.op in _LOCAL and ((u.op is Ops.STACK and sum(s in live for s in u.src) > 1) or any(joins[s] for s in u.src)
-                                   or (u.op is Ops.ADD and all(padded[s] for s in u.src)))
+    joins[u] = u.op in _LOCAL and (any(joins[s] for s in u.src) or (u.op is Ops.ADD and all(padded[s] for s in u.src)))
     if u.op is Ops.REDUCE:
       carried[u] = frozenset((u,))
       direct[u] = carried[u] if _sum_of_products(u) else empty

@@ -260,6 +260,11 @@ class CRenderer:
   helpers = HELPERS                 # the prelude's pieces (see used_helpers)
 
   half = "_Float16"                 # the C type of f16 values
+  # a kernel whose accumulators take chains of multiply-adds (a convolution's unrolled window: acc = fma(x8, w8, fma(x7,
+  # ...))) is compiled as if with -fwrapv: gcc then loads each shifted window vector once and reuses it, 1.4-1.9x faster
+  # than the code it makes for non-wrapping indices (a GEMM's tile, one multiply-add per accumulator and k, is the other
+  # way round: 1.6x slower with it). Nothing here relies on signed overflow either way (see may_overflow)
+  chain_pragma = '#pragma GCC optimize ("wrapv")\n'
 
   def type_name(self, d: DType) -> str:
     if d.count > 1: return _gcc(d)
@@ -317,7 +322,8 @@ class CRenderer:
     body = _Body(self, lin)
     for u in lin: body.emit(u)
     code = self.signature(program) + " {\n" + "\n".join(body.lines) + "\n}\n"
-    return self.prelude(program, code) + code
+    chains = self.chain_pragma if any(u.op is Ops.MULACC and u.src[2].op is Ops.MULACC for u in lin) else ""
+    return chains + self.prelude(program, code) + code
 
 
 def may_overflow(u: UOp) -> bool:

@@ -87,6 +87,7 @@ class CUDARenderer(CRenderer):
   buffer_qualifier = " __restrict__"
   barrier = "__syncthreads();"
   half = "half"
+  chain_pragma = ""                   # nvcc has its own code generator: the C backend's gcc pragma means nothing to it
   vector_code_for_op: dict = {}       # no arithmetic on vectors: threads are the lanes, vectors only move memory
   helpers = HELPERS
   # shared memory is one dynamic block (uopc_shared) that every shared ALLOC is a piece of, at its offset in
