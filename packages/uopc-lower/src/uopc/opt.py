@@ -309,7 +309,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
 PACK_STRIDE = 512          # a B operand whose rows are this many elements apart (2 KiB of f32) is packed
 PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each packed panel
 PACK_ROWS = 8              # an A read down its columns is packed into panels of this many rows (the register tile's)
-PACK_MIN_DEPTH = 256       # ...when its rows are a cache line apart or more and the GEMM sums this many products or more
+PACK_MIN_DEPTH = 512       # ...when its rows are a cache line apart or more and the GEMM sums this many products or more
 PACK_MIN_WORK = 1 << 20    # ...and enough multiply-adds to pay for a kernel of its own
 
 
