@@ -115,3 +115,17 @@ def test_thread_axis_is_the_outermost_loop():
   lin = linearize(lower(g, buf(1, 64), Ctx(opts=Opts(thread=1))))
   first = next(u for u in lin if u.op is Ops.RANGE)
   assert first.arg.kind is AxisType.THREAD and first.src[0].arg == 8
+
+
+def test_a_value_used_only_after_a_loop_is_computed_after_it():
+  """A mask read after a reduction (attention's causal mask around q @ k.T) doesn't depend on the reduction's loop, so
+  it could go before or after it; before, 16 mask vectors were held across a GEMM's k loop beside its 16 accumulators
+  and spilled them. What a loop needs still goes before the loop."""
+  m = buf(0, 4, dtypes.bool)
+  x = buf(1, 4 * 8).reshape((4, 8))
+  lin = linearize(lower(m.where(x.reduce(Ops.ADD, 1), float("-inf")), buf(2, 4)))
+  at = {u: i for i, u in enumerate(lin)}
+  mask = next(u for u in lin if u.op is Ops.LOAD and u.dtype is dtypes.bool)
+  end = next(u for u in lin if u.op is Ops.END and u.src[1].arg.kind.name == "REDUCE")
+  loads_in_loop = [u for u in lin if u.op is Ops.LOAD and u.dtype is dtypes.f32 and at[u] < at[end]]
+  assert at[mask] > at[end] and loads_in_loop

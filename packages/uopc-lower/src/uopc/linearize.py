@@ -15,9 +15,10 @@ output index uses).
 Order. Inside one loop body the items are nodes placed there and child loops (each a block from RANGE to END).
 A dependency between two nodes in different items of the same body orders those items; a node that reads
 what a loop computed depends on that loop's END, so a loop that feeds a sibling comes first (the max loop
-before the loop that subtracts the max). Items are emitted in dependency order; among ready items, plain
-nodes come before loops (code sorts before the loop it is invariant to, loops open as late as they can)
-and ties go to the node's position in the graph's toposort, so the same graph always gives the same order.
+before the loop that subtracts the max). Items are emitted in dependency order; among ready items, the plain nodes a
+loop of the body needs come first (code sorts before the loop it is invariant to), then loops, then the nodes no loop
+needs (a value used only after a loop is computed there, not held in registers across it), and ties go to the node's
+position in the graph's toposort, so the same graph always gives the same order.
 """
 from __future__ import annotations
 import heapq
@@ -114,8 +115,6 @@ def linearize(sink: UOp) -> list[UOp]:
       while d < len(px) and d < len(pu) and px[d] == pu[d]: d += 1
       if d < len(px) and d < len(pu): deps.setdefault(pu[d], set()).add(px[d])
 
-  def key(item: tuple) -> tuple: return (item[0] == "loop", order[item[1]])
-
   # emit: order each body's items, expanding loops in place (an explicit stack: loops can nest deeply)
   out: list[UOp] = []
   work: list = [("body", ())]
@@ -129,6 +128,14 @@ def linearize(sink: UOp) -> list[UOp]:
     for it in todo:
       for d in deps.get(it, ()):
         if d in todo: dependents.setdefault(d, []).append(it)
+    # the nodes a loop of this body needs (transitively) go before the loops; the rest wait until after them, next to
+    # their use: 16 mask vectors loaded before a GEMM's k loop and used after it spilled its accumulators (attention)
+    feeds = set()
+    stack = [it for it in todo if it[0] == "loop"]
+    while stack:
+      for d in deps.get(stack.pop(), ()):
+        if d in todo and d not in feeds: feeds.add(d); stack.append(d)
+    def key(item: tuple) -> tuple: return (0 if item[0] == "node" and item in feeds else 1 if item[0] == "loop" else 2, order[item[1]])
     heap = [(key(it), it) for it in todo if indeg[it] == 0]
     heapq.heapify(heap)
     seq = []
