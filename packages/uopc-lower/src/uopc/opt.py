@@ -367,25 +367,26 @@ def _pack(u: UOp, panel: int) -> UOp:
   if m < PACK_MIN_ROWS or k < 8 or prod(product.shape) < PACK_MIN_WORK: return u
   b_at = 1 if along(operands[1], -3) else 0
   new = list(operands)
-  # B: (..., 1, n, k) before the broadcast along i, read as B[k, j]
-  small = operands[b_at].src[0]
+  small = operands[b_at].src[0]                            # B: (..., 1, n, k) before the broadcast along i, read as B[k, j]
   lead = small.shape[:-3]
-  nl = len(lead)
-  swap = tuple(range(nl)) + (nl, nl + 2, nl + 1)
-  if n % panel == 0 and n != panel and (st := _strides(small.reshape(lead + (n, k)).permute(tuple(range(nl)) + (nl + 1, nl)))) is not None:
+  if n % panel == 0 and n != panel and (st := _strides(small.reshape(lead + (n, k)).permute(tuple(range(len(lead))) + (len(lead) + 1, len(lead))))):
     along_k, along_j = st                                  # B[k, j]: rows are k, columns j
-    if along_j != 1 or abs(along_k) >= PACK_STRIDE:
-      packed = UOp(Ops.STAGE, (small.reshape(lead + (n // panel, panel, k)).permute(swap),))   # (..., n/panel, k, panel)
-      new[b_at] = packed.permute(swap).reshape(small.shape).expand(operands[b_at].shape)
-  # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
-  small = operands[1 - b_at].src[0]
-  if m % PACK_ROWS == 0 and m != PACK_ROWS and (st := _strides(small.reshape(lead + (m, k)))) is not None:
-    along_i, along_k = st
-    if abs(along_k) >= 16 and k >= PACK_MIN_DEPTH:   # each k a cache line of its own, for many k
-      packed = UOp(Ops.STAGE, (small.reshape(lead + (m // PACK_ROWS, PACK_ROWS, k)).permute(swap),))   # (..., m/R, k, R)
-      new[1 - b_at] = packed.permute(swap).reshape(small.shape).expand(operands[1 - b_at].shape)
+    if along_j != 1 or abs(along_k) >= PACK_STRIDE: new[b_at] = _in_panels(operands[b_at], n, panel)
+  small = operands[1 - b_at].src[0]                        # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
+  if m % PACK_ROWS == 0 and m != PACK_ROWS and (st := _strides(small.reshape(small.shape[:-3] + (m, k)))):
+    if abs(st[1]) >= 16 and k >= PACK_MIN_DEPTH: new[1 - b_at] = _in_panels(operands[1 - b_at], m, PACK_ROWS)   # a line per k
   if all(a is b for a, b in zip(new, operands)): return u
   return u.replace(src=(product.replace(src=tuple(new)),))
+
+
+def _in_panels(x: UOp, count: int, rows: int) -> UOp:
+  """x, a GEMM operand broadcast from (..., count, 1, k) or (..., 1, count, k), read through a copy stored in panels of
+  `rows` of its count axis: P[..., c // rows, k, c % rows] (a STAGE, so a kernel of its own)."""
+  small = x.src[0]
+  lead = small.shape[:-3]
+  swap = tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1)
+  packed = UOp(Ops.STAGE, (small.reshape(lead + (count // rows, rows, small.shape[-1])).permute(swap),))
+  return packed.permute(swap).reshape(small.shape).expand(x.shape)
 
 
 def _permuted_product(x: UOp) -> UOp | None:

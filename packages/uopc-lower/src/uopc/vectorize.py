@@ -32,6 +32,7 @@ vector STORE of the VECTORIZE of their values, unless a value depends on one of 
 memory (a thread's registers, LOCAL, stay scalar), and no bools (a byte in memory, an int in C code).
 """
 from __future__ import annotations
+import functools, operator
 from uopc.uop import UOp, Ops, AxisType, ALU, BINARY, users_of
 from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.symbolic import simplify, bounds
@@ -97,10 +98,7 @@ def _step(t: UOp) -> int:
   return 1
 
 
-def _sum(terms: list[UOp]) -> UOp:
-  out = terms[0]
-  for t in terms[1:]: out = out + t
-  return out
+def _sum(terms: list[UOp]) -> UOp: return functools.reduce(operator.add, terms)
 
 
 class _Lanes:

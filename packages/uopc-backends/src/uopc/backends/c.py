@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable
 import numpy as np
 from uopc.uop import UOp, Ops, AxisType, ALU, users_of
-from uopc.dtype import AddrSpace, DType, dtypes, I32_MIN
+from uopc.dtype import AddrSpace, DType, dtypes, I32_MIN, I32_MAX
 from uopc.symbolic import vmin, bounds
 from uopc.evaluate import round_f32, round_f16
 from uopc.opt import Caps
@@ -332,7 +332,7 @@ def may_overflow(u: UOp) -> bool:
   if u.op not in (Ops.ADD, Ops.MUL) or u.dtype.scalar() is not dtypes.i32: return False
   (alo, ahi), (blo, bhi) = bounds(u.src[0]), bounds(u.src[1])
   lo, hi = (alo + blo, ahi + bhi) if u.op is Ops.ADD else (min(c := (alo * blo, alo * bhi, ahi * blo, ahi * bhi)), max(c))
-  return lo < I32_MIN or hi > -1 - I32_MIN
+  return lo < I32_MIN or hi > I32_MAX
 
 
 def _gcc(d: DType) -> str:
