@@ -212,6 +212,21 @@ def test_short_rows_grow_the_register_tile_along_another_axis_that_reuses_each_v
   assert o.vector == (2, 16) and dict(o.upcast) == {0: 4, 1: 4}
 
 
+def test_a_gemm_read_as_dot_products_gets_a_register_tile_and_threads_on_its_long_axis():
+  """out[i, j] = sum_k x[i, k] w[j, k] for 16 rows of x (a decode step's x @ w.T, unpacked): both operands contiguous
+  along k, so lanes of partial sums there. One accumulator per output read w once per row (61 GFLOP/s); 8 rows x 2
+  columns of accumulators reuse each loaded vector (170), and the threads split w's 1536 rows, not x's 16."""
+  from uopc.kernelize import make_kernel
+  x = buf(0, 16 * 384).reshape((16, 1, 384)).expand((16, 1536, 384))
+  w = buf(1, 1536 * 384).reshape((1, 1536, 384)).expand((16, 1536, 384))
+  k = make_kernel((x * w).reduce(Ops.ADD, 1), buf(2, 16 * 1536))
+  o = choose_opts(k, CPU)
+  assert o.reduce_vector == 16 and dict(o.upcast) == {0: 8, 1: 2} and o.thread == 1 and o.unroll == 1
+  check_opts(k.canonical_root, o)
+  narrow = Caps(threads=2, vector_width=8, fma=True)         # 16 vector registers: 8 accumulators
+  assert dict(choose_opts(k, narrow).upcast) == {0: 8}
+
+
 def test_a_reduction_contiguous_along_an_earlier_output_axis_gets_its_lanes_there():
   """An embedding's gradient, out[c, v] = sum_n (tokens[n] == v) * dx[n, c]: nothing is contiguous along v (the last
   axis) or along n, but dx is along c. Scalar, each output's 1024 compares and adds ran at 2.4 GFLOP/s (7 ms of a 35 ms
