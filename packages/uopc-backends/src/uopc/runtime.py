@@ -76,15 +76,17 @@ def debug_level() -> int:
 
 class Buffer:
   """`size` elements of `dtype` in memory owned by `backend` (its alloc's handle). Data crosses to and from NumPy only
-  through copyin and numpy()."""
-  __slots__ = ("backend", "size", "dtype", "handle", "__weakref__")
+  through copyin and numpy(). `version` counts the times the buffer was written after the first: copyin raises it, and
+  so does whoever writes a buffer again with kernels (uopc.jit's replays), so that a cache of what was computed from
+  a buffer can tell whether it still holds those values."""
+  __slots__ = ("backend", "size", "dtype", "handle", "version", "__weakref__")
 
   def __init__(self, backend: Backend, size: int, dtype: DType):
     if type(size) is not int or size < 0: raise BackendError(f"a Buffer holds a non-negative number of elements, got {size!r}")
     if not isinstance(dtype, DType): raise BackendError(f"a Buffer's dtype is a uopc DType, got {dtype!r}")
     if not callable(getattr(backend, "alloc", None)): raise BackendError(f"a Buffer lives on a backend (uopc.backends.get_backend), got {backend!r}")
     np_dtype(dtype)
-    self.backend, self.size, self.dtype = backend, size, dtype
+    self.backend, self.size, self.dtype, self.version = backend, size, dtype, 0
     try: self.handle = backend.alloc(size, dtype)
     except MemoryError: raise BackendError(f"out of memory: a {dtype.name} buffer of {size} elements ({size * dtype.itemsize / 2**30:.1f} GiB) "
                                            f"on backend {backend.name}") from None
@@ -105,6 +107,7 @@ class Buffer:
     try: flat = np.ascontiguousarray(arr.reshape(-1), dtype=np_dtype(self.dtype))
     except (ValueError, TypeError) as e: raise BackendError(f"copyin: {arr.dtype} values can't go into a {self.dtype.name} buffer ({e})") from None
     self.backend.copyin(self.handle, flat)
+    self.version += 1
     return self
 
   def numpy(self) -> np.ndarray:
