@@ -249,3 +249,66 @@ def test_a_jitted_training_step_computes_its_forward_and_backward_once():
   fast = jit(step)
   for _ in range(3): fast(x, y)
   assert len(fast._plans[0].launches) == one_schedule
+
+
+def _counting_static(plan, monkeypatch) -> list:
+  runs, graph = [], plan.static
+  class Counting:
+    launches = graph.launches
+    def __call__(self, *a):
+      runs.append(1)
+      return graph(*a)
+  monkeypatch.setattr(plan, "static", Counting())
+  return runs
+
+
+def test_launches_computed_from_unchanged_state_are_skipped_until_the_state_changes(monkeypatch):
+  """x @ w.T with w a weight: the C backend packs w into panels first, a launch that reads state alone. A replay whose w
+  is the buffer the last replay read, unwritten since, skips it (sampling's decode step repacked every weight at every
+  token); a new w (assign, load_state_dict's write), or the same buffer written again (copyin), runs it again."""
+  w = Tensor(data(0, 256, 512))
+  f = jit(lambda x: x @ w.T)
+  xs = [data(k, 16, 512) for k in range(8)]
+  for k in range(2): f(Tensor(xs[k]))
+  plan = f._plans[0]
+  assert plan.static is not None and len(plan.static.launches) < len(plan.launches)
+  runs = _counting_static(plan, monkeypatch)
+  def check(k):
+    np.testing.assert_allclose(f(Tensor(xs[k])).numpy(), xs[k] @ w.numpy().T, rtol=1e-4, atol=1e-4)
+  check(2); check(3); check(4)
+  assert len(runs) == 1                                      # the first replay packs (its temporaries are new), then not
+  w.assign(Tensor(data(1, 256, 512))).realize()
+  check(5)
+  assert len(runs) == 2
+  w._write(data(2, 256, 512))
+  check(6)
+  assert len(runs) == 3
+  from uopc.tensor.storage import buffer_of
+  buffer_of(w.uop).copyin(data(3, 256, 512))                  # written in place (uopc.onnx's initializers are)
+  check(7)
+  assert len(runs) == 4
+
+
+def test_state_another_capture_rewrites_in_place_is_read_again():
+  """A training step's replays hand its weights out in buffers of their own, written again once no tensor holds them:
+  the same Buffer can come back to a weight with new values. A capture that read it must see them (Buffer.version)."""
+  Tensor.manual_seed(0)
+  lin = nn.Linear(512, 256, bias=False)
+  opt = nn.SGD([lin.weight], lr=0.5)
+  @jit
+  def train(x):
+    opt.zero_grad()
+    loss = lin(x).square().mean()
+    loss.backward()
+    opt.step()
+    return loss
+  infer = jit(lambda x: lin(x))
+  x = Tensor(data(0, 16, 512))
+  from uopc.tensor.storage import buffer_of
+  held = []
+  for k in range(8):
+    train(x), train(x)          # two steps: the weight's buffers take turns, so it is back in the one read last time
+    held.append(buffer_of(lin.weight.uop))
+    np.testing.assert_allclose(infer(x).numpy(), data(0, 16, 512) @ lin.weight.numpy().T, rtol=1e-4, atol=1e-4)
+  assert infer._plans[0].static is not None
+  assert any(a is b for a, b in zip(held, held[1:]))         # the same Buffer, written again in between

@@ -14,7 +14,9 @@ The first call runs the function normally (it compiles its kernels). The second 
 is recorded, with its Program and its Buffers. Every later call replays the launches and nothing else: the function's
 body does not run, no graph is built, nothing is kernelized or looked up in a cache. The launches between index checks
 are a uopc.runtime.LaunchGraph each: from the third replay on, on the C backend, one native call runs them all (a C
-function calling each kernel), so a replay of a few hundred small kernels pays no Python per kernel.
+function calling each kernel), so a replay of a few hundred small kernels pays no Python per kernel. The launches that
+compute from state alone (a weight packed into panels for its GEMM) run once and are skipped while that state stays
+the very buffers they read, unwritten (Buffer.version): a decode step repacked every weight at every token.
 
 The contract: a replay computes what calling the function now would compute, or raises JitError saying why. So a replay
 binds every buffer the capture read to where that value lives *now*, and hands every result out where the function would:
@@ -176,6 +178,9 @@ class _Plan:
   pools: dict[int, list[_Held]] = field(default_factory=dict)
   memo: list = field(default_factory=list)       # per read, per place: (weakref to the uop last bound, to its Buffer)
   varying: list[int] | None = None               # the slots whose Buffer a replay may change: reads and results
+  static: LaunchGraph | None = None              # the launches computed from state and constants alone (_static_launches)
+  static_inputs: list[int] = field(default_factory=list)   # the read slots they depend on
+  static_seen: list | None = None                # per static input, (weakref to its Buffer, its version) when they last ran
 
 
 class JitFunction:
@@ -304,13 +309,18 @@ class JitFunction:
     # a check of indices the call made from host data (an ONNX Gather's constant index) passed when captured and reads
     # the same buffer every time: it is not run again (nor does it split the launches)
     checks = [(at, s, c) for at, s, c in checks if table[s] is None]
+    state = {s for s, _, places in reads if all(p[0] != "arg" for p in places)}   # not the arguments: new at every call
+    static, static_inputs = _static_launches(launches, checks, table, state, temps)
+    rest = [launch for i, launch in enumerate(launches) if i not in static]
     steps, done = [], 0
     for at, s, check in checks:   # each check where the capture made it, after the launches before it
-      steps.append((LaunchGraph(launches[done:at]), (s, check)))
+      at -= sum(i < at for i in static)   # the static launches run first (none reads what a check guards)
+      steps.append((LaunchGraph(rest[done:at]), (s, check)))
       done = at
-    steps.append((LaunchGraph(launches[done:]), None))
+    steps.append((LaunchGraph(rest[done:]), None))
     self._plans.append(_Plan([(t.shape, t.dtype) for t in tensors], others, objects, launches, steps, table, reads, temps, shown,
-                             draws, checks, publish, grad_guards, template))
+                             draws, checks, publish, grad_guards, template,
+                             static=LaunchGraph([launches[i] for i in sorted(static)]) if static else None, static_inputs=static_inputs))
     return out
 
   # ---- replay
@@ -350,6 +360,7 @@ class JitFunction:
   def _replay(self, plan: _Plan, tensors: list[Tensor], table: list):
     if plan.temps and table[next(iter(plan.temps))] is None:   # the first replay makes the plan's own temporaries
       for s, (backend, size, dtype) in plan.temps.items(): plan.table[s] = table[s] = Buffer(backend, size, dtype)
+      plan.static_seen = None
     held: dict[int, _Held] = {}
     for s, (backend, size, dtype) in plan.shown.items():       # a result goes where no live tensor or graph can see it
       pool = plan.pools.setdefault(s, [])
@@ -359,8 +370,16 @@ class JitFunction:
           break
       else: pool.append(h := _Held(Buffer(backend, size, dtype)))
       held[s], table[s] = h, h.buffer
+    for h in held.values(): h.buffer.version += 1    # written again: what was computed from it before is stale
     for s, draw, dtype in plan.draws: table[s].copyin(np.asarray(draw(generator())).astype(np_dtype(dtype)))
     if plan.varying is None: plan.varying = sorted({s for s, _, _ in plan.reads} | set(plan.shown))
+    if plan.static is not None:
+      # the launches computed from state alone run again only when that state is not the very buffers, unwritten, that
+      # the last replay computed them from (their temporaries still hold the values)
+      now = [(table[s], table[s].version) for s in plan.static_inputs]
+      if plan.static_seen is None or any(r() is not b or v != version for (r, v), (b, version) in zip(plan.static_seen, now)):
+        plan.static(table, plan.varying)
+        plan.static_seen = [(weakref.ref(b), version) for b, version in now]
     for graph, check in plan.steps:
       graph(table, plan.varying)   # the rest of the table (temporaries, constants) is the same at every replay
       if check is not None: check[1]._replace(buffer=table[check[0]]).run()   # on the buffer its slot holds now
@@ -378,6 +397,31 @@ class JitFunction:
       s, shape, device = o.value
       return _tensor(view(s, shape), device)
     return _rebuild(plan.out, output, _Out)
+
+
+def _static_launches(launches: list, checks: list, table: list, reads: set[int], temps: dict) -> tuple[set[int], list[int]]:
+  """The launches (by index) a replay may skip when its state is what the last replay read, and the slots of `reads`
+  they depend on. Each reads only `reads` (state bound from where it lives, not from the arguments: weights), the
+  capture's constants and other such launches' outputs, and writes only temporaries that no other launch writes and
+  nothing hands out. Buffers are not written after they are filled (only their `version` says otherwise), so such a
+  launch would compute the same values into the same temporaries: packing a GEMM operand's weight into panels at every
+  token of sampling was a third of a decode step. None reads indices an index check guards, so running them first
+  keeps every check before the launches it guards."""
+  writers: dict[int, int] = {}
+  for prog, ss in launches:
+    for p, s in zip(prog.params, ss):
+      if p.written: writers[s] = writers.get(s, 0) + 1
+  static, made, used = set(), set(), set()
+  checked = {s for _, s, _ in checks}
+  for i, (prog, ss) in enumerate(launches):
+    outs = [s for p, s in zip(prog.params, ss) if p.written]
+    ins = [s for p, s in zip(prog.params, ss) if not p.written]
+    if all(s in temps and writers[s] == 1 for s in outs) and \
+       all((s in reads or table[s] is not None or s in made) and s not in checked for s in ins):
+      static.add(i)
+      made.update(outs)
+      used.update(s for s in ins if s in reads)
+  return static, sorted(used)
 
 
 def _tensor(uop, device: str) -> Tensor:
