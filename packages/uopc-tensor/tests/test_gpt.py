@@ -9,6 +9,7 @@ from uopc.tensor import Tensor, TensorError
 from uopc import nn
 from uopc.gpt import (GPT, GPTConfig, AdditionTask, TextTask, generate, parameter_count, parameter_shapes, learning_rate, save, load,
                       CheckpointError, TASK_FIELDS, data_rng, training_step, TRAIN_STREAM)
+from uopc.gpt.model import recent_block
 from hostile import raises_one_line
 
 TINY = ["--width", "16", "--heads", "2", "--layers", "1", "--batch", "4"]
@@ -73,6 +74,18 @@ def test_incremental_decoding_matches_the_full_forward_pass(tied):
   x2 = x[::-1].copy()
   full2 = model(Tensor(x2)).numpy()
   for pos in range(4): np.testing.assert_allclose(model.decode(x2[:, pos], pos), full2[:, pos], rtol=1e-4, atol=1e-5)
+
+
+def test_decoding_across_the_recent_blocks_matches_the_full_forward_pass():
+  # context 12: recent blocks of 3 positions, written into the full cache at positions 3, 6 and 9; a second sequence
+  # starts over at 0 after stopping inside a block, and a third after a whole context: stale keys stay masked
+  assert recent_block(12) == 3 and recent_block(64) == 8 and recent_block(256) == 16 and recent_block(7) == 1
+  model = tiny_model(context=12)
+  rng = np.random.default_rng(2)
+  for length in (12, 5, 12, 7):
+    x = rng.integers(0, 13, (2, length)).astype(np.int32)
+    full = model(Tensor(x)).numpy()
+    for pos in range(length): np.testing.assert_allclose(model.decode(x[:, pos], pos), full[:, pos], rtol=1e-4, atol=1e-5)
 
 
 def test_greedy_generation_follows_the_argmax_of_the_full_forward_pass():
