@@ -150,10 +150,13 @@ class GPT:
       H = self.cfg.heads
       zeros = lambda n: Tensor.zeros(B, H, n, C // H).realize()
       caches = [(zeros(T), zeros(T), zeros(S), zeros(S)) for _ in self.blocks]
-      def step(tok: Tensor, pos: Tensor, at: Tensor, seen: Tensor, seen_recent: Tensor) -> Tensor:
-        x = self.wte(tok) + (pos.reshape(1, T) @ self.wpe.weight).reshape(1, 1, C)
-        for block, cache in zip(self.blocks, caches):
-          x = block.decode(x, at.reshape(1, 1, S, 1), (seen.reshape(1, 1, 1, T), seen_recent.reshape(1, 1, 1, S)), cache)
+      def step(tok: Tensor, pos: Tensor) -> Tensor:
+        """The logits after tokens `tok` (B, 1) at position `pos` (1,): the masks are made from it in the graph (a
+        tensor made from NumPy costs more per token than the kernels of a small model's step)."""
+        t, r, in_block = Tensor.arange(T), Tensor.arange(S), pos % S
+        x = self.wte(tok) + ((t == pos).float().reshape(1, T) @ self.wpe.weight).reshape(1, 1, C)
+        at, seen = (r == in_block).reshape(1, 1, S, 1), ((t < pos - in_block).reshape(1, 1, 1, T), (r <= in_block).reshape(1, 1, 1, S))
+        for block, cache in zip(self.blocks, caches): x = block.decode(x, at, seen, cache)
         return self._logits(x).reshape(B, self.cfg.vocab)
       def flush(block: Tensor) -> None:
         """Write the recent block's keys and values into the full caches at block `block` (a one-hot of T // S)."""
@@ -164,12 +167,7 @@ class GPT:
       decoders[B] = (jit(step), jit(flush))
     step, flush = decoders[B]
     if position and position % S == 0: flush(Tensor(np.arange(T // S) == position // S - 1))
-    onehot = np.zeros(T, np.float32)
-    onehot[position] = 1
-    tok = Tensor(np.asarray(tokens, np.int32).reshape(B, 1))
-    at = Tensor(np.arange(S) == position % S)
-    seen = Tensor(np.arange(T) < position - position % S)
-    logits = step(tok, Tensor(onehot), at, seen, Tensor(np.arange(S) <= position % S))
+    logits = step(Tensor(np.asarray(tokens, np.int32).reshape(B, 1)), Tensor(np.array([position], np.int32)))
     return logits.numpy()
 
   def window_logits(self, tokens: np.ndarray) -> np.ndarray:
