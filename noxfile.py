@@ -16,7 +16,7 @@ from packaging.version import Version
 try: import tomllib
 except ModuleNotFoundError: import tomli as tomllib   # python 3.10: nox itself depends on tomli there
 
-nox.options.sessions = ["ir", "lower", "backends", "tensor", "torch", "onnx", "cuda(arch='sm_90')", "sanitize", "lint"]
+nox.options.sessions = ["ir", "lower", "backends", "tensor", "torch", "onnx", "distributed", "cuda(arch='sm_90')", "sanitize", "lint"]
 nox.options.reuse_existing_virtualenvs = False
 
 PYTHON = os.environ.get("UOPC_NOX_PYTHON")   # None: the python that runs nox
@@ -98,6 +98,15 @@ def onnx(session: nox.Session) -> None:
   uopc.onnx supports (UOPC_ONNX_NODE_TESTS=one-per-op); `onnx_full` runs all of them."""
   _install_chain(session, "uopc-tensor", *TEST_TOOLS, ONNX, extras="[onnx]")
   _pytest(session, "packages/uopc-tensor/tests_onnx", f"--ignore={ONNX_MODEL_TESTS}", env={"UOPC_ONNX_NODE_TESTS": "one-per-op"})
+
+
+@nox.session(python=PYTHON)
+def distributed(session: nox.Session) -> None:
+  """uopc.distributed (uopc-tensor[dist]: mpi4py and the mpich wheel, whose mpiexec the tests run on loopback): the
+  collectives with 2 and 3 ranks against NumPy, training on 2 and 3 ranks against one process, a rank failing mid-step,
+  resuming on another number of ranks. One test at a time: each job's ranks take the cores."""
+  _install_chain(session, "uopc-tensor", *TEST_TOOLS, extras="[dist]")
+  session.run("pytest", "packages/uopc-tensor/tests_dist", "-q", "-rs", *session.posargs, env={"UOPC_CACHE_DIR": CACHE})
 
 
 @nox.session(python=PYTHON, default=False)

@@ -7,12 +7,12 @@
 schedule, evaluates as it goes and saves a checkpoint and a plot; `cmd_sample` continues a prompt from a checkpoint.
 """
 from __future__ import annotations
-import argparse, math, os, sys, time
+import argparse, math, os, signal, sys, time
 from pathlib import Path
 import numpy as np
 from uopc.tensor import Tensor, TensorError
 from uopc.jit import jit
-from uopc import nn
+from uopc import nn, distributed
 from uopc.gpt.model import GPT, GPTConfig, training_step, generate
 from uopc.gpt.tasks import AdditionTask, TextTask, data_rng, TRAIN_STREAM, VAL_STREAM
 from uopc.gpt.checkpoint import CheckpointError, save, load
@@ -47,6 +47,48 @@ def _number(name: str, low: float, inclusive: bool):
 
 
 def cmd_train(args) -> int:
+  """`uopc gpt train`. Under MPI (`mpiexec -n N`, or --nproc N, which runs mpiexec) every rank trains on its shard of
+  each batch and rank 0 alone reports and writes; an error on any rank stops them all (uopc.distributed.fail)."""
+  if args.nproc is not None and args.nproc > 1 and distributed.world_size() == 1: return _launch(args)
+  rank, world = distributed.init()
+  if world == 1: return _train(args, 0, 1)
+  # mpiexec stops the other ranks with a signal when one fails: they go quietly (the failed one said why)
+  for sig in (signal.SIGINT, signal.SIGTERM): signal.signal(sig, lambda *_: os._exit(1))
+  wrong = None
+  if args.nproc not in (None, world): wrong = f"--nproc {args.nproc}, but mpiexec started {world} processes: give one or the other"
+  elif args.batch % world:
+    wrong = f"--batch {args.batch} does not split across {world} processes: give a multiple of {world} (it is the global batch)"
+  if wrong is not None:          # every rank finds it: rank 0 says it, as a single process would
+    if rank == 0: raise TensorError(wrong)
+    return 1
+  try: return _train(args, rank, world)
+  except BaseException as e:     # every other rank waits in its next allreduce: stop them all, naming this rank
+    distributed.fail(e)
+    raise
+
+
+def _launch(args) -> int:
+  """--nproc N in a single process: run this same command under `mpiexec -n N` (each rank one thread of the
+  machine's, unless OMP_NUM_THREADS says otherwise) and return its exit status."""
+  import shutil, subprocess
+  try: import mpi4py  # noqa: F401
+  except ImportError:
+    raise TensorError(f"--nproc {args.nproc} runs mpiexec, which needs mpi4py: "
+                      "pip install 'uopc-tensor[dist]' (mpi4py and the mpich wheel)") from None
+  mpiexec = shutil.which("mpiexec", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+  if mpiexec is None: raise TensorError(f"--nproc {args.nproc}: no mpiexec on PATH or beside {sys.executable} (the mpich wheel installs one)")
+  argv = []
+  for action in _TRAIN_ACTIONS:
+    v = getattr(args, action.dest, None)
+    if action.dest == "nproc" or v is None or v == action.default: continue
+    argv += [action.option_strings[-1], str(v)]
+  env = dict(os.environ)
+  env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
+  return subprocess.run([mpiexec, "-n", str(args.nproc), sys.executable, "-m", "uopc.cli", "gpt", "train", *argv], env=env).returncode
+
+
+def _train(args, rank: int, world: int) -> int:
+  lead = rank == 0                  # rank 0 alone prints, evaluates and writes
   if args.device: os.environ["UOPC_DEVICE"] = args.device
   Tensor.manual_seed(args.seed)
   history: list = []
@@ -81,13 +123,17 @@ def cmd_train(args) -> int:
   peak = args.lr if args.lr is not None else ckpt.lr if args.resume else 3e-3
   opt = nn.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
   rng = data_rng(args.seed, TRAIN_STREAM, start)        # a resumed run draws new batches, not the first run's again
-  if args.resume and ckpt.optimizer is None:
+  if args.resume and ckpt.optimizer is None and lead:
     print(f"uopc: warning: {src} has no optimizer state: AdamW starts afresh (zero moments, bias correction from step 1)", file=sys.stderr)
   elif args.resume: nn.load_state_dict(opt, ckpt.optimizer, strict=False)
   out = Path(args.out or args.resume or "gpt-run")
-  out.mkdir(parents=True, exist_ok=True)
+  if lead: out.mkdir(parents=True, exist_ok=True)
+  # every rank starts from rank 0's weights and optimizer state (the same seed or checkpoint gives them all the same
+  # already: this makes it so whatever a rank's machine computed)
+  distributed.broadcast(model.parameters() + opt.m + opt.v)
 
   train_step = training_step(model, opt)
+  shard = args.batch // world
 
   # evaluation: the loss on a fixed held-out batch (both tasks), and for addition the exact-answer accuracy
   vx, vy = task.batch(data_rng(args.seed, VAL_STREAM), args.batch, "val")
@@ -99,7 +145,7 @@ def cmd_train(args) -> int:
   every = max(1, args.steps // 10)
   try: from tqdm import tqdm
   except ImportError: tqdm = None
-  bar = tqdm(total=args.steps, desc="uopc gpt train", unit="step", file=sys.stderr, dynamic_ncols=True) if tqdm else None
+  bar = tqdm(total=args.steps, desc="uopc gpt train", unit="step", file=sys.stderr, dynamic_ncols=True) if tqdm and lead else None
   tokens_per_step = args.batch * (task.length - 1)          # positions the model reads per step
   total = start + args.steps
   t0, loss_value, val, acc = time.perf_counter(), float("nan"), None, None
@@ -110,12 +156,16 @@ def cmd_train(args) -> int:
       if bar is not None: bar.close()
       raise TensorError(f"the training batch of step {step + 1} has no token to predict ({type(task).__name__} drew {len(y)} examples "
                         "with every target ignored): nothing to train on")
-    loss_value = float(train_step(Tensor(x), Tensor(y)).item())
+    if world == 1: loss_value = float(train_step(Tensor(x), Tensor(y)).item())
+    else:   # this rank's rows of the batch every rank drew, weighted by its share of the targets
+      mine = slice(rank * shard, (rank + 1) * shard)
+      share = (y[mine] != -100).sum() / (y != -100).sum()
+      loss_value = float(train_step(Tensor(x[mine]), Tensor(y[mine]), share).item())
     if not math.isfinite(loss_value):
       if bar is not None: bar.close()
       raise TensorError(f"the training loss became {loss_value} at step {step + 1}: the run diverged (try a smaller --lr than {peak:g})")
     entry = [step + 1, loss_value, None, None]
-    if (step + 1 - start) % every == 0 and step + 1 < total: val, acc = entry[2], entry[3] = evaluate()
+    if lead and (step + 1 - start) % every == 0 and step + 1 < total: val, acc = entry[2], entry[3] = evaluate()
     history.append(entry)
     rate = (step + 1 - start) * tokens_per_step / max(time.perf_counter() - t0, 1e-9)
     post = {"loss": f"{loss_value:.4f}"}
@@ -125,8 +175,9 @@ def cmd_train(args) -> int:
     if bar is not None:
       bar.update(1)
       bar.set_postfix(post, refresh=False)
-    elif (step + 1 - start) % every == 0: print(f"step {step + 1}: " + ", ".join(f"{k} {v}" for k, v in post.items()), file=sys.stderr)
+    elif lead and (step + 1 - start) % every == 0: print(f"step {step + 1}: " + ", ".join(f"{k} {v}" for k, v in post.items()), file=sys.stderr)
   if bar is not None: bar.close()
+  if not lead: return 0
   val, acc = evaluate(final=True)
   if history: history[-1][2:] = [val, acc]
   save(out / "model.safetensors", model, opt, task, total, history, peak)
@@ -155,6 +206,9 @@ def cmd_sample(args) -> int:
   return 0
 
 
+_TRAIN_ACTIONS: list = []
+
+
 def register(subparsers) -> None:
   """The `uopc gpt` subcommands (the uopc.commands entry point of uopc-tensor)."""
   g = subparsers.add_parser("gpt", help="train a GPT on additions or a text file, and sample from it")
@@ -173,8 +227,11 @@ def register(subparsers) -> None:
   t.add_argument("--seed", type=_whole("--seed", 0), default=0, help="seed of the data and the initial weights (default 0)")
   t.add_argument("--device", help="backend (default: $UOPC_DEVICE, or C)")
   t.add_argument("--out", metavar="DIR", help="where model.safetensors and loss.png go (default: gpt-run, or the --resume DIR)")
+  t.add_argument("--nproc", type=_whole("--nproc"),
+                 help="train on N processes with MPI (runs mpiexec; needs uopc-tensor[dist]); --batch stays the global batch")
   t.add_argument("--resume", metavar="DIR", help="continue training the checkpoint in DIR (a fresh AdamW, with a warning, if it has none)")
   t.set_defaults(func=cmd_train)
+  _TRAIN_ACTIONS[:] = [a for a in t._actions if a.option_strings and a.dest != "help"]   # what --nproc passes on to mpiexec
   s = sub.add_parser("sample", help="continue a prompt with a trained GPT")
   s.add_argument("dir", metavar="DIR", help="the directory `uopc gpt train --out` wrote")
   s.add_argument("--prompt", default="\n", help='the text to continue (for addition: "12+34=")')

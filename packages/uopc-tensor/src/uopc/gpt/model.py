@@ -183,13 +183,37 @@ class GPT:
 
 def training_step(model: GPT, opt: nn.Optimizer):
   """The training step under uopc.jit: (tokens, next tokens) -> the loss, after one step of `opt` (captured on its second
-  call, replayed after that)."""
+  call, replayed after that). Under MPI with more than one rank (uopc.distributed) the tokens are this rank's shard of
+  the batch, and the step is two jitted parts with the allreduce between them (a replay runs kernels only, it can't
+  call MPI): the forward and backward, then the mean of the loss and the gradients over the ranks, then the update,
+  the same on every rank; the step takes a third argument, the shard's share of the batch's targets, so that the
+  loss and gradients are the whole batch's (an addition's examples predict answers of different lengths)."""
+  from uopc import distributed
+  if distributed.world_size() == 1:
+    @jit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+      opt.zero_grad()
+      loss = model.loss(x, y)
+      loss.backward()
+      opt.step()
+      return loss
+    return step
+
+  world = distributed.world_size()
   @jit
-  def step(x: Tensor, y: Tensor) -> Tensor:
+  def gradients(x: Tensor, y: Tensor, weight: Tensor) -> Tensor:
     opt.zero_grad()
-    loss = model.loss(x, y)
+    loss = model.loss(x, y) * weight
     loss.backward()
-    opt.step()
+    return loss
+  @jit
+  def update() -> None: opt.step()
+  def step(x: Tensor, y: Tensor, share: float | None = None) -> Tensor:
+    """`share`: this shard's part of the batch's predicted targets (1 / world size when every shard has as many). Each
+    rank's mean loss is weighted by it, so the mean over the ranks is the whole batch's mean, and so are the gradients."""
+    loss = gradients(x, y, Tensor(np.float32(world * (1 / world if share is None else share))))
+    distributed.allreduce([loss] + [p.grad for p in opt.params if p.grad is not None])
+    update()
     return loss
   return step
 
