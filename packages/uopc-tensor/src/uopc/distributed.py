@@ -32,6 +32,7 @@ kernel; `stats()` gives the totals.
 from __future__ import annotations
 import os, sys, time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 import numpy as np
 from uopc.runtime import Buffer, debug_level, np_dtype
@@ -87,6 +88,9 @@ def init() -> tuple[int, int]:
     return 0, 1
   comm = MPI.COMM_WORLD
   _world = _World(comm if comm.Get_size() > 1 else None, comm.Get_rank(), comm.Get_size())
+  if (pids := os.environ.get("UOPC_DIST_PIDS")) and _world.size > 1:   # `uopc gpt train --nproc` names a killed rank by it
+    try: Path(pids, str(_world.rank)).write_text(str(os.getpid()))
+    except OSError: pass
   return _world.rank, _world.size
 
 

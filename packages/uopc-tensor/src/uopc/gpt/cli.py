@@ -7,7 +7,7 @@
 schedule, evaluates as it goes and saves a checkpoint and a plot; `cmd_sample` continues a prompt from a checkpoint.
 """
 from __future__ import annotations
-import argparse, math, os, signal, sys, time
+import argparse, collections, math, os, re, signal, sys, tempfile, time
 from pathlib import Path
 import numpy as np
 from uopc.tensor import Tensor, TensorError
@@ -84,7 +84,25 @@ def _launch(args) -> int:
     argv += [action.option_strings[-1], str(v)]
   env = dict(os.environ)
   env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
-  return subprocess.run([mpiexec, "-n", str(args.nproc), sys.executable, "-m", "uopc.cli", "gpt", "train", *argv], env=env).returncode
+  # a rank killed outright can't say so, and mpiexec names its pid only: each rank notes its pid (uopc.distributed.init)
+  # and mpiexec's report, which it prints on stdout, is read on the way through to name the rank
+  with tempfile.TemporaryDirectory(prefix="uopc-ranks-") as pids:
+    env["UOPC_DIST_PIDS"] = pids
+    proc = subprocess.Popen([mpiexec, "-n", str(args.nproc), sys.executable, "-m", "uopc.cli", "gpt", "train", *argv], env=env,
+                            stdout=subprocess.PIPE)
+    tail: collections.deque = collections.deque(maxlen=40)
+    for line in proc.stdout:
+      sys.stdout.buffer.write(line)
+      sys.stdout.flush()
+      tail.append(line)
+    status = proc.wait()
+    report = b"".join(tail).decode(errors="replace")
+    if status and (m := re.search(r"BAD TERMINATION.*?PID (\d+).*?EXIT CODE: (\d+)", report, re.S)):
+      ranks = {Path(pids, f).read_text().strip(): f for f in os.listdir(pids)}
+      if (rank := ranks.get(m[1])) is not None:
+        print(f"uopc: error: rank {rank} of {args.nproc} (pid {m[1]}) ended with exit code {m[2]} (killed, or crashed); "
+              "mpiexec stopped the other ranks", file=sys.stderr)
+  return status
 
 
 def _train(args, rank: int, world: int) -> int:
