@@ -36,6 +36,7 @@ def test_one_process_is_a_world_of_one_and_every_collective_keeps_the_values(no_
   (lambda: dist.allreduce([np.ones(2)]), "allreduce: item 0 is a ndarray, not a Tensor"),
   (lambda: dist.allreduce([Tensor(np.ones(2, np.float32))], bucket_bytes=0), "bucket_bytes must be an int >= 1, got 0"),
   (lambda: dist.broadcast([Tensor(np.ones(2, np.float32))], root=1), "root must be a rank in 0..0, got 1"),
+  (lambda: dist.allreduce([Tensor(np.ones(2, np.float32)), Tensor(np.ones(2, np.int32))]), "the mean of i32 tensors is not one (use op='sum')"),
 ])
 def test_bad_arguments_are_refused_naming_what_was_wrong(no_mpi, call, says):
   with pytest.raises(dist.DistributedError) as e: call()

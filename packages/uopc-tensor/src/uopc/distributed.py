@@ -180,6 +180,8 @@ def allreduce(tensors: Sequence[Tensor], op: str = "mean", bucket_bytes: int = B
   _not_captured("allreduce")
   given = list(tensors) if isinstance(tensors, (list, tuple)) else tensors
   todo = _checked(given, "allreduce")
+  if op == "mean" and (ints := [t for t in todo if not t.dtype.is_float]):   # refused before anything is reduced
+    raise DistributedError(f"allreduce: the mean of {ints[0].dtype.name} tensors is not one (use op='sum')")
   init()
   if _world.comm is None: return list(given)
   from mpi4py import MPI
@@ -187,8 +189,6 @@ def allreduce(tensors: Sequence[Tensor], op: str = "mean", bucket_bytes: int = B
   comm, start, nbytes = _world.comm, time.perf_counter(), 0
   buckets = _buckets(todo, bucket_bytes)
   for bucket in buckets:
-    if op == "mean" and not bucket[0].dtype.is_float:
-      raise DistributedError(f"allreduce: the mean of {bucket[0].dtype.name} tensors is not one (use op='sum')")
     scale = 1.0 / _world.size if op == "mean" else None
     backend = buffer_of(bucket[0].uop).backend
     hosts = [_host(t) for t in bucket]
