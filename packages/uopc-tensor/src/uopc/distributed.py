@@ -5,8 +5,9 @@
     from uopc import distributed as dist
     rank, world = dist.init()                     # (0, 1) in a single process, with or without mpi4py installed
     dist.broadcast(model.parameters())            # every rank starts from rank 0's weights
-    for x, y in batches:                          # each rank takes its shard of the same global batch
-      loss = grads(x[rank::world], y[rank::world])            # a jitted forward and backward (uopc.jit)
+    for x, y in batches:                          # every rank draws the same batch and takes its rows
+      rows = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
+      loss = grads(x[rows], y[rows])              # a jitted forward and backward (uopc.jit)
       dist.allreduce([loss] + [p.grad for p in params])       # the mean over the ranks, in few calls (buckets)
       update()                                    # a jitted optimizer step: the same update on every rank
 
@@ -164,6 +165,17 @@ def _give(t: Tensor, fill, backend) -> None:
   t.uop = name_buffer(b, t.shape, alias=False)
 
 
+def _unpack(bucket: list[Tensor], flat: np.ndarray, backend, scale: float | None = None) -> None:
+  """Give each tensor of `bucket` its part of `flat` (the bucket packed in order), times `scale` when given, in one
+  pass over the bucket."""
+  at = 0
+  for t in bucket:
+    part = flat[at:at + t.numel()]
+    _give(t, (lambda dst, part=part: np.copyto(dst, part)) if scale is None else (lambda dst, part=part: np.multiply(part, scale, out=dst)),
+          backend)
+    at += t.numel()
+
+
 def _not_captured(what: str) -> None:
   if capturing() is not None:
     raise DistributedError(f"{what} inside a function uopc.jit is capturing: a replay runs the captured kernels only and would "
@@ -202,13 +214,7 @@ def allreduce(tensors: Sequence[Tensor], op: str = "mean", bucket_bytes: int = B
     flat = np.concatenate([h if h is not None else buffer_of(t.uop).numpy()[:t.numel()] for t, h in zip(bucket, hosts)])
     comm.Allreduce(MPI.IN_PLACE, flat, op=mpi_op)
     nbytes += flat.nbytes
-    at = 0
-    for t in bucket:     # each tensor's part into its new buffer, scaled on the way (one pass over the bucket)
-      n = t.numel()
-      part = flat[at:at + n]
-      fill = (lambda dst, part=part: np.copyto(dst, part)) if scale is None else (lambda dst, part=part: np.multiply(part, scale, out=dst))
-      _give(t, fill, backend)
-      at += n
+    _unpack(bucket, flat, backend, scale)
   seconds = time.perf_counter() - start
   _world.seconds, _world.calls, _world.bytes = _world.seconds + seconds, _world.calls + len(buckets), _world.bytes + nbytes
   if debug_level():
@@ -230,12 +236,7 @@ def broadcast(tensors: Sequence[Tensor], root: int = 0, bucket_bytes: int = BUCK
     flat = np.concatenate([buffer_of(t.uop).numpy()[:t.numel()] for t in bucket]) if r == root else \
       np.empty(sum(t.numel() for t in bucket), np_dtype(bucket[0].dtype))
     comm.Bcast(flat, root=root)
-    if r == root: continue
-    at, backend = 0, buffer_of(bucket[0].uop).backend
-    for t in bucket:
-      n = t.numel()
-      _give(t, lambda dst, part=flat[at:at + n]: np.copyto(dst, part), backend)
-      at += n
+    if r != root: _unpack(bucket, flat, buffer_of(bucket[0].uop).backend)
   return list(tensors)
 
 

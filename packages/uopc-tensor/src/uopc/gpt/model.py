@@ -211,7 +211,7 @@ def training_step(model: GPT, opt: nn.Optimizer):
   def step(x: Tensor, y: Tensor, share: float | None = None) -> Tensor:
     """`share`: this shard's part of the batch's predicted targets (1 / world size when every shard has as many). Each
     rank's mean loss is weighted by it, so the mean over the ranks is the whole batch's mean, and so are the gradients."""
-    loss = gradients(x, y, Tensor(np.float32(world * (1 / world if share is None else share))))
+    loss = gradients(x, y, Tensor(np.float32(1.0 if share is None else world * share)))
     distributed.allreduce([loss] + [p.grad for p in opt.params if p.grad is not None])
     update()
     return loss
