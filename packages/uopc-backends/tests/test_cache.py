@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import uopc.backends.c as C
 import uopc.rangeify, uopc.uop
-from uopc.uop import buf
+from uopc.uop import UOp, Ops, buf
 from uopc.rangeify import lower, Ctx, Opts
 import uopc.compile_cache as compile_cache
 from uopc.backends.c import CBackend, CCompiler
@@ -128,6 +128,65 @@ def test_openmp_is_used_exactly_when_the_kernel_has_a_thread_axis(tmp_path, monk
     run_c(lower(g, buf(1, 64), Ctx(opts=opts)), {0: np.arange(64, dtype=np.float32), 1: out})
     np.testing.assert_array_equal(out, np.arange(64) * 2)
   assert len(builds) == 2 and "-fopenmp" not in builds[0] and "-fopenmp" in builds[1]
+
+
+def exp_program(scale: float):
+  """data1[i] = 2 ** (data0[i] * scale) in vectors: a kernel that needs the renderer's static helpers (the vector exp2)."""
+  return lower(UOp(Ops.EXP2, (buf(0, 64) * scale,)), buf(1, 64), Ctx(opts=Opts(upcast={0: 16})))
+
+
+def test_kernels_compiled_together_are_one_gcc_run_and_each_an_entry_a_fresh_compiler_loads(tmp_path, monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
+  builds = count_gcc_builds(monkeypatch)
+  scales = [fresh_scale() for _ in range(3)]
+  # two kernels of one name (their functions and their static helpers would collide in one file), one with OpenMP
+  items = [(render_c(scale_program(scales[0]), "k"), "k"), (render_c(scale_program(scales[1]), "k"), "k"),
+           (render_c(exp_program(scales[2]), "e"), "e"), (render_c(exp_program(scales[0]), "e2"), "e2"),
+           (render_c(lower(buf(0, 64).reshape((8, 8)) * 2.0, buf(1, 64), Ctx(opts=Opts(thread=0))), "t"), "t")]
+  items.append(items[0])                                                 # a repeat is one kernel
+  progs = CCompiler().compile_many(items)
+  assert len(builds) == 2 and sum("-fopenmp" in b for b in builds) == 1   # one run per set of flags: the batch, and OpenMP's one
+  assert progs[5] is progs[0] and len({id(p) for p in progs}) == 5
+  backend = CBackend()
+  def check_all(progs):
+    for prog, scale in zip(progs[:2], scales): check_scale(lambda arrays: backend.launch(prog, [arrays[0], arrays[1]]), scale)
+    for prog, scale in zip(progs[2:4], (scales[2], scales[0])):
+      x, out = np.linspace(-3, 3, 64, dtype=np.float32), np.zeros(64, np.float32)
+      backend.launch(prog, [x, out])
+      np.testing.assert_allclose(out, np.exp2(x * np.float32(scale)), rtol=2e-6)
+    x, out = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+    backend.launch(progs[4], [x, out])
+    np.testing.assert_array_equal(out, x * 2)
+  check_all(progs)
+  entries = sorted(tmp_path.glob("*.so"))
+  assert len(entries) == 5 and len({e.stat().st_ino for e in entries}) == 2   # the batch's four are links to one file
+  # a new process: each kernel is found under its own entry, by compile() and compile_many() alike, without gcc
+  again = CCompiler()
+  check_all([again.compile(src, name) for src, name in items[:5]])
+  check_all(CCompiler().compile_many(items[:5]))
+  assert len(builds) == 2
+
+
+def test_a_batch_in_a_cache_without_hard_links_stores_copies(tmp_path, monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
+  def no_links(*a): raise OSError(1, "Operation not permitted")
+  monkeypatch.setattr(C.os, "link", no_links)
+  scales = [fresh_scale() for _ in range(2)]
+  progs = CCompiler().compile_many([(render_c(scale_program(s), "k"), "k") for s in scales])
+  entries = list(tmp_path.glob("*.so"))
+  assert len(entries) == 2 and len({e.stat().st_ino for e in entries}) == 2
+  assert not list(tmp_path.glob(".*.tmp"))
+  for prog, scale in zip(progs, scales): check_scale(lambda arrays: CBackend().launch(prog, [arrays[0], arrays[1]]), scale)
+
+
+def test_a_batch_with_a_kernel_gcc_refuses_reports_that_kernel_and_its_source(tmp_path, monkeypatch):
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
+  good = render_c(scale_program(fresh_scale()), "good")
+  bad = "void bad(float* restrict data0) { data0[0] = undeclared_thing; }\n"
+  with pytest.raises(C.CompileError, match=r"(?s)undeclared_thing.*--- source ---.*1 \| void bad"):
+    CCompiler().compile_many([(good, "good"), (bad, "bad")])
+  [entry] = list(tmp_path.glob("*.so"))                  # the good one, built on its own after the batch failed
+  assert CCompiler().compile(good, "good").path == entry
 
 
 def test_run_c_reads_the_cache_dir_from_the_environment_at_call_time(tmp_path, monkeypatch):

@@ -34,7 +34,7 @@ and the benchmarks. What is the same for every backend lives here once, so no ba
 from __future__ import annotations
 import atexit, functools, hashlib, json, marshal, os, sys, threading, time, warnings
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -297,16 +297,37 @@ def compile_kernel(kernel: Kernel, backend: Backend, opts: Opts | None = None, n
 def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPolicy = DEFAULT_POLICY) -> list[Program]:
   """compile_kernel for each kernel (with the Opts `policy` chooses), the backend's compiles running side by side and
   beside the planning of the kernels after them: a C compile is a gcc process, which starts as soon as its kernel is
-  rendered, while Python lowers the next (a cold GPT step planned every kernel, then waited for gcc: 6.6 s)."""
+  rendered, while Python lowers the next (a cold GPT step planned every kernel, then waited for gcc: 6.6 s). A backend
+  with compile_many (the C backend) gets the kernels in batches, one compiler run each: whatever was planned while the
+  compiler was busy, and at the end what is left, split across the idle CPUs."""
   unique: dict[tuple, Program | _Pending] = {}            # a schedule repeats structures (every layer's GEMMs): plan each once
-  handles: dict[int, Any] = {}
-  with ThreadPoolExecutor(max(2, os.cpu_count() or 1)) as pool:
+  handles: dict[int, tuple[Future, int]] = {}
+  many = getattr(backend, "compile_many", None)
+  workers = max(2, os.cpu_count() or 1)
+  waiting: list[_Pending] = []
+  running: list[Future] = []
+  with ThreadPoolExecutor(workers) as pool:
+    def submit(group: list) -> None:
+      if many is None or len(group) == 1: fut, items = pool.submit(lambda p: [backend.compile(p.compilable, p.name)], group[0]), group[:1]
+      else: fut, items = pool.submit(many, [(p.compilable, p.name) for p in group]), group
+      running.append(fut)
+      handles.update((id(p), (fut, j)) for j, p in enumerate(items))
     for k in kernels:
       if (k.canonical_root, k.canonical_out) in unique: continue
       plan = unique[(k.canonical_root, k.canonical_out)] = _plan_kernel(k, backend, None, None, policy)
-      if not isinstance(plan, Program): handles[id(plan)] = pool.submit(backend.compile, plan.compilable, plan.name)
+      if isinstance(plan, Program): continue
+      waiting.append(plan)
+      running[:] = [f for f in running if not f.done()]
+      # one CPU plans (Python); the others compile what it has planned so far
+      if many is None or len(running) < workers - 1:
+        for group in ([[p] for p in waiting] if many is None else [waiting]): submit(group)
+        waiting = []
+    if waiting:
+      running[:] = [f for f in running if not f.done()]
+      parts = max(1, min(len(waiting), workers - len(running)))
+      for j in range(parts): submit(waiting[j::parts])
     # (an error planning a later kernel leaves the pool waiting for the compiles already started, then propagates)
-    done = {i: unique_plan.finish(handles[i].result()) for unique_plan in unique.values() if (i := id(unique_plan)) in handles}
+    done = {i: plan.finish(fut.result()[j]) for plan in unique.values() if (i := id(plan)) in handles for fut, j in [handles[i]]}
   return [p if isinstance(p, Program) else done[id(p)] for p in (unique[(k.canonical_root, k.canonical_out)] for k in kernels)]
 
 

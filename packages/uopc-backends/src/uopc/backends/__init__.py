@@ -19,6 +19,8 @@ A backend is an object with a name, a renderer, the capabilities uopc.opt reads,
     free(handle)                  optional: the memory of a handle nothing uses any more (its Buffer died), for the
                                   backend to reuse. What alloc hands out holds anything: every kernel writes all of
                                   its output
+    compile_many(items)           optional: compile(src, name) for each (src, name) of a list, in one go where that is
+                                  cheaper (the C backend: one gcc run); uopc.runtime.compile_kernels hands it batches
 
 Nothing else may be assumed: uopc.runtime is the only caller of these verbs, and it does everything that is the
 same for all backends (choosing Opts, lowering, linearizing, the memory-safety proof below, the program cache,
