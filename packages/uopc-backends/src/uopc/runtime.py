@@ -35,6 +35,7 @@ from __future__ import annotations
 import atexit, functools, hashlib, json, marshal, os, sys, threading, time, warnings
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -303,11 +304,14 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
   unique: dict[tuple, Program | _Pending] = {}            # a schedule repeats structures (every layer's GEMMs): plan each once
   handles: dict[int, tuple[Future, int]] = {}
   many = getattr(backend, "compile_many", None)
-  workers = max(2, os.cpu_count() or 1)
+  workers = _COMPILE_WORKERS
   waiting: list[_Pending] = []
   running: list[Future] = []
-  with ThreadPoolExecutor(workers) as pool:
+  with ExitStack() as stack:
+    pool: ThreadPoolExecutor | None = None                  # made when a kernel needs a compile: most schedules have none new
     def submit(group: list) -> None:
+      nonlocal pool
+      if pool is None: pool = stack.enter_context(ThreadPoolExecutor(workers))
       if many is None or len(group) == 1: fut, items = pool.submit(lambda p: [backend.compile(p.compilable, p.name)], group[0]), group[:1]
       else: fut, items = pool.submit(many, [(p.compilable, p.name) for p in group]), group
       running.append(fut)
@@ -329,6 +333,9 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
     # (an error planning a later kernel leaves the pool waiting for the compiles already started, then propagates)
     done = {i: plan.finish(fut.result()[j]) for plan in unique.values() if (i := id(plan)) in handles for fut, j in [handles[i]]}
   return [p if isinstance(p, Program) else done[id(p)] for p in (unique[(k.canonical_root, k.canonical_out)] for k in kernels)]
+
+
+_COMPILE_WORKERS = max(2, os.cpu_count() or 1)   # compiles at once (os.cpu_count() costs 30 us a call here: read once)
 
 
 def _plan_kernel(kernel: Kernel, backend: Backend, opts: Opts | None, name: str | None, policy: OptsPolicy) -> Program | _Pending:
