@@ -6,7 +6,6 @@ device's own architecture).
 `nox -s "cuda(arch='sm_90')"` runs it; each workload below is one row of the suite."""
 from __future__ import annotations
 import os
-import re
 import shutil
 import numpy as np
 import pytest
@@ -207,25 +206,10 @@ def test_the_gpu_lowerings_are_the_ones_this_suite_means_to_check(recorded):
 def test_every_kernel_of_the_workload_compiles_with_nvcc(workload, recorded):
   workload("PYTHON")
   assert recorded, "the workload compiled no kernel"
-  # one nvcc run for them all (a run costs about half a second before it compiles anything: the GPT step's hundred
-  # kernels one by one took 45 s): each source behind #defines that give its kernel, helpers and structs names of its own.
-  # That each source compiles alone (includes nothing another one brings) is the NVRTC test's: one program per kernel
-  renderer, parts, symbols = CUDARenderer(), [], []
-  for n, program in enumerate(recorded):
-    src = renderer.render(program)
-    names = list(dict.fromkeys(m for g in _DEFINED.findall(src) for m in g if m))
-    assert program.name in names, f"{program.name}: no kernel of that name in its source"
-    parts += [f"#define {x} {x}__{n}" for x in names] + [src] + [f"#undef {x}" for x in names]
-    symbols.append(f"{program.name}__{n}")
-  cubin = CUDACompiler._nvcc("\n".join(parts) + "\n", ARCH)
-  assert cubin[:4] == b"\x7fELF", "nvcc produced no cubin"
-  missing = [s for s in symbols if s.encode() + b"\0" not in cubin]
-  assert not missing, f"kernels missing from the cubin: {missing}"
-
-
-# what a rendered CUDA source defines at file scope: its kernel, its static helpers, its structs
-_DEFINED = re.compile(r'__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(|static inline [\w ]+?\b(\w+)\('
-                      r'|^struct (?:__align__\(\d+\) )?(\w+) \{', re.M)
+  renderer, compiler = CUDARenderer(), CUDACompiler()
+  for program in recorded:
+    cubin = compiler.compile(renderer.render(program), program.name, ARCH)
+    assert cubin[:4] == b"\x7fELF", f"{program.name}: nvcc produced no cubin"
 
 
 @pytest.mark.skipif(cuda._nvrtc() is None, reason="libnvrtc is not installed (pip install nvidia-cuda-nvrtc): the NVRTC compile checks need it")
