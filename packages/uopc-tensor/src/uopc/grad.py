@@ -114,16 +114,16 @@ def _max_share(a: UOp, b: UOp, g: UOp) -> UOp:
   return (b < a).where(g, a.eq(b).where(g * 0.5, zero))
 
 
-def gradient(root: UOp, wrt: list[UOp], seed: UOp | None = None) -> list[UOp]:
+def gradient(root: UOp, wrt: list[UOp], seed: UOp | None = None, order: list[UOp] | None = None) -> list[UOp]:
   """d root / d w for each w in wrt, as UOps of w's shape (zeros where root does not depend on w). root must be a
-  float scalar unless `seed`, the gradient of root itself, is given."""
+  float scalar unless `seed`, the gradient of root itself, is given. `order`: root.toposort(), when the caller has it."""
   if seed is None:
     if root.shape != () or not root.dtype.is_float:
       raise UOpError(f"gradient of a {root.dtype}{root.shape} value needs a seed (only a float scalar gets 1.0 by default)")
     seed = root.const_like(1.0)
   if seed.shape != root.shape or seed.dtype is not root.dtype:
     raise UOpError(f"gradient: seed {seed.dtype}{seed.shape} doesn't match the root {root.dtype}{root.shape}")
-  nodes = root.toposort()
+  nodes = root.toposort() if order is None else order
   targets = set(wrt)
   # only nodes with a path down to some w need a gradient
   needed: set[UOp] = set()

@@ -77,6 +77,7 @@ def new_shape(shape, what: str) -> tuple[int, ...]:
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   """NumPy's broadcast of the shapes (aligned on the right, size 1 stretches), or a TensorError naming them."""
+  if all(s == shapes[0] for s in shapes): return tuple(shapes[0])
   n = max(len(s) for s in shapes)
   padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
   out = []

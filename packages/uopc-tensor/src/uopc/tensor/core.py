@@ -296,6 +296,9 @@ class TensorCore:
   def _operands(self, other, reverse: bool = False) -> tuple[UOp, UOp, list[TensorCore]]:
     """Both operands as UOps of one shape and dtype: python scalars adopt this tensor's dtype, tensors promote."""
     if isinstance(other, TensorCore):
+      a, b = self.uop, other.uop
+      # the common case first (a graph's ops mostly meet operands of one shape and dtype): nothing to promote or broadcast
+      if a.shape == b.shape and a.dtype is b.dtype: return (b, a, [self, other]) if reverse else (a, b, [self, other])
       d = promote(self.dtype, other.dtype)
       shape = broadcast_shape(self.shape, other.shape)
       a, b = self.cast(d)._broadcast_to(shape).uop, other.cast(d)._broadcast_to(shape).uop
@@ -333,11 +336,11 @@ class TensorCore:
       raise TensorError("backward(): nothing in this graph requires a gradient: this tensor was computed from tensors that "
                         "don't, detached, or returned by a uopc.jit replay (which keeps no graph: call backward() inside the function)")
     leaves = [t for t in grad_leaves() if t.requires_grad]
-    root = self._seen_through(leaves)
-    nodes = set(root.toposort())
+    root, order = self._seen_through(leaves)
+    nodes = set(order)
     leaves = [t for t in leaves if t.uop in nodes]
     if not leaves: raise TensorError("backward(): nothing in this graph requires a gradient")
-    for t, gt in zip(leaves, self._gradients(root, leaves, gradient)):
+    for t, gt in zip(leaves, self._gradients(root, order, leaves, gradient)):
       t.grad = gt if t.grad is None else t.grad + gt
     if not is_realized(self.uop): _differentiated.add(self)
 
@@ -350,21 +353,23 @@ class TensorCore:
     if gradient is None and (self.numel() != 1 or not self.dtype.is_float):
       raise TensorError(f"gradient() of a {self.dtype.name}{self.shape} tensor needs a gradient (only a float scalar defaults to 1)")
     if not all(isinstance(t, TensorCore) for t in targets): raise TensorTypeError("gradient() takes the Tensors to differentiate by")
-    return self._gradients(self._seen_through(list(targets)), list(targets), gradient)
+    return self._gradients(*self._seen_through(list(targets)), list(targets), gradient)
 
-  def _seen_through(self, leaves: list[TensorCore]) -> UOp:
+  def _seen_through(self, leaves: list[TensorCore]) -> tuple[UOp, list[UOp]]:
     """self's graph with values realized earlier (loss.item() before backward, ...) replaced by the graphs they came from,
-    down to the leaves."""
+    down to the leaves, and its nodes in topological order (sorting a training step's graph costs milliseconds: its
+    users take this one)."""
     root = self.uop
     leaf_buffers = {buffer_uop(t.uop) for t in leaves}
-    while seen := {u: history[u] for u in root.toposort() if u.op is Ops.BUFFER and u in history and u not in leaf_buffers}:
+    while True:
+      order = root.toposort()
+      if not (seen := {u: history[u] for u in order if u.op is Ops.BUFFER and u in history and u not in leaf_buffers}): return root, order
       root = root.substitute(seen)
-    return root
 
-  def _gradients(self, root: UOp, leaves: list[TensorCore], gradient: TensorCore | None) -> list[TensorCore]:
+  def _gradients(self, root: UOp, order: list[UOp], leaves: list[TensorCore], gradient: TensorCore | None) -> list[TensorCore]:
     seed = gradient.cast(self.dtype).uop if gradient is not None else root.const_like(1.0)
     if seed.shape != self.shape: raise TensorError(f"backward: gradient {seed.shape} for a tensor of shape {self.shape}")
-    grads = grad_of(root, [t.uop for t in leaves], seed)
+    grads = grad_of(root, [t.uop for t in leaves], seed, order=order)
     return [type(self)(g if g.dtype is t.dtype else g.cast(t.dtype), device=self.device) for t, g in zip(leaves, grads)]
 
   def _with_gradient(self, *pairs: tuple[TensorCore, TensorCore]) -> TensorCore:
