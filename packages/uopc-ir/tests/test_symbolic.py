@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from uopc import symbolic
 from uopc.dtype import dtypes
-from uopc.uop import UOp, Ops, ParamArg, range_
+from uopc.uop import UOp, Ops, ParamArg, AxisType, range_
 from uopc.evaluate import run, to_python, EvalError
 from uopc.symbolic import simplify, bounds, vmin, vmax, I32_MIN, I32_MAX
 
@@ -493,3 +493,17 @@ def test_simplify_a_50000_node_chain_over_distinct_terms(monkeypatch):
   assert built <= 4 * 50_000 and tried <= 4 * 50_000, (built, tried)
   v = 123_456_789
   assert evaluate(s, {p: v}) == wrap(v + sum(v // (n + 2) for n in range(50_000)))
+
+
+def test_a_vector_lane_over_an_aligned_base_comes_out_of_div_and_mod():
+  """Lane l of a 16-lane vector at 16*b: the conditions of a concatenation's selects, (16*b + l + 128)//256 and
+  ((16*b + l) % 128)//32, are the same for every lane, and (16*b + l) % 32 is a base plus the lane (a vector load).
+  A plain range keeps its one % (unravel into (2, 12) above)."""
+  b, lane = range_(24, 0), range_(16, 1, AxisType.UPCAST)
+  x = b * 16 + lane
+  assert simplify((x + 128) // 256) is simplify((b + 8) // 16)
+  assert simplify((x % 128) // 32) is simplify((b % 8) // 2)
+  assert simplify((x + 128) % 256) is simplify(((b + 8) % 16) * 16 + lane)
+  assert simplify(x % 32) is simplify((b % 2) * 16 + lane)
+  for e in [(x + 128) // 256, (x + 128) % 256, (x % 128) // 32, x % 32, (x + 3) % 32]:
+    for env in points([b, lane]): assert evaluate(simplify(e), env) == evaluate(e, env)

@@ -13,7 +13,7 @@ UOPC_FUZZ_SEED=N reruns just that seed. UOPC_FUZZ_ITERS=N runs N expressions (CI
 import ast, collections, contextlib, inspect, math, os, random, struct, sys
 import pytest
 from uopc.dtype import dtypes
-from uopc.uop import UOp, Ops, ParamArg, range_
+from uopc.uop import UOp, Ops, ParamArg, AxisType, range_
 from uopc.uir import to_uir
 from uopc.rewrite import PatternMatcher, graph_rewrite
 from uopc.evaluate import run, EvalError
@@ -74,10 +74,12 @@ class Gen:
     if shape < 0.2:     # (g*A + s)//(g*m) with s a small sum near [0, g): it is A//m only while 0 <= s < g
       g, m = r.choice([2, 3, 4]), r.choice([2, 3])
       c = g * m
-      e = self.ranges[0] + r.choice([0, 1, g - 1, g])
-      for x in self.ranges[1:] + [self.ranges[0]] * (len(self.ranges) == 1):
+      # s is a range, or a vector's lane (an UPCAST range of g lanes: (g*A + lane)%(g*m) takes the lane out of the %)
+      lane = r.random() < 0.4
+      e = (range_(g, 7, AxisType.UPCAST) if lane else self.ranges[0]) + r.choice([0, 1, g - 1, g, 3 * g])
+      for x in self.ranges[1:] + [self.ranges[0]] * (len(self.ranges) == 1 or lane):
         e = e + x * UOp.const(r.choice([g, -g, 3 * g, -3 * g, g + 1]))
-      e = e // UOp.const(c)
+      e = e // UOp.const(c) if not lane or r.random() < 0.5 else e % UOp.const(c)
     elif shape < 0.35:  # coefficients one off a multiple of c: x%c may lie in one period of c as a sum of small terms
       e = UOp.const(_i32(r.choice([0, 1, c - 1, c // 2])))
       for x in self.ranges: e = e + x * UOp.const(_i32(r.choice([c - 1, -(c - 1), c + 1, -(c + 1), 2 * c - 1, 1])))

@@ -22,7 +22,7 @@ simplify is memoized globally: each node keeps its result in its own __dict__, s
 """
 from __future__ import annotations
 import math, zlib
-from uopc.uop import UOp, Ops, RangeArg, ParamArg, CallArg, UOpError, ALU
+from uopc.uop import UOp, Ops, RangeArg, ParamArg, CallArg, UOpError, ALU, AxisType
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.rewrite import UPat, PatternMatcher, graph_rewrite, _Memo
 from uopc.evaluate import exec_alu, cast_value, const_value, wrap_i32 as _wrap, EvalError
@@ -248,11 +248,18 @@ def _div(x: UOp, c: int) -> UOp | None:
     if not _bounds_of(rest_sum)[2]: return None                      # the new dividend must not wrap either (b + const%c can)
     return _build_sum(out, const // c) + (UOp(_FLOORDIV, (rest_sum, UOp.const(c))) if rest or const % c else 0)
   # (g*A + r)//(g*C) = A//C when 0 <= r < g: g divides c and the big coefficients, the rest is a small remainder
+  if (split := _split_by_factor(coeffs, const, c)) is not None: return UOp(_FLOORDIV, (split[1], UOp.const(c // split[0])))
+  return None
+
+def _split_by_factor(coeffs: dict[UOp, int], const: int, c: int) -> tuple[int, UOp, UOp] | None:
+  """(g, A, r) with the sum = g*A + r, g > 1 a divisor of c, A exact and 0 <= r < g, for the largest such g; None when
+  there is none. The constant's multiples of g go to A: a vector's lane over an aligned base, (16*i + lane + 128), is
+  16*(i + 8) + lane, and (16*i + lane + 128)//256 is (i + 8)//16, the same for every lane."""
   for g in sorted({math.gcd(c, k) for k in coeffs.values()} - {1}, reverse=True):
     big = {b: k // g for b, k in coeffs.items() if k % g == 0}
-    small = _build_sum({b: k for b, k in coeffs.items() if k % g != 0}, const)
+    small = _build_sum({b: k for b, k in coeffs.items() if k % g != 0}, const % g)
     slo, shi, _ = _bounds_of(small)
-    if big and 0 <= slo and shi < g and _bounds_of(big_sum := _build_sum(big, 0))[2]: return UOp(_FLOORDIV, (big_sum, UOp.const(c // g)))
+    if big and 0 <= slo and shi < g and _bounds_of(big_sum := _build_sum(big, const // g))[2]: return g, big_sum, small
   return None
 
 def _mod(x: UOp, c: int) -> UOp | None:
@@ -275,7 +282,15 @@ def _mod(x: UOp, c: int) -> UOp | None:
   small = _build_sum({b: (k % c) - c if 2 * (k % c) > c else k % c for b, k in coeffs.items()}, const)
   slo, shi, sexact = _bounds_of(small)
   if sexact and slo // c == shi // c: return small if slo // c == 0 else small + _wrap(-(slo // c) * c)
+  # (g*A + r)%(g*C) = (A%C)*g + r when 0 <= r < g and r holds a vector's lane (an UPCAST range): the lane comes out of
+  # the modulo, so its lanes' addresses are one base plus the lane (a vector load). Other indices keep their one %.
+  if (split := _split_by_factor(coeffs, const, c)) is not None and _has_lane(split[2]):
+    g, big_sum, r = split
+    return UOp(_FLOORMOD, (big_sum, UOp.const(c // g))) * g + r
   return None
+
+def _has_lane(u: UOp) -> bool:
+  return any(n.op is Ops.RANGE and n.arg.kind is AxisType.UPCAST for n in u.toposort())
 
 
 # ---- the rules -------------------------------------------------------------------------------------------------
