@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import uopc.backends.c as C
+import uopc.backends.ccompiler as CC
 import uopc.rangeify, uopc.uop
 from uopc.uop import UOp, Ops, buf
 from uopc.rangeify import lower, Ctx, Opts
@@ -71,7 +72,7 @@ def count_gcc_builds(monkeypatch) -> list[list[str]]:
   def spy(cmd, *a, **kw):
     if "-shared" in cmd: builds.append(cmd)
     return real_run(cmd, *a, **kw)
-  monkeypatch.setattr(C.subprocess, "run", spy)
+  monkeypatch.setattr(CC.subprocess, "run", spy)
   return builds
 
 
@@ -113,7 +114,7 @@ def test_the_compiler_flags_are_part_of_the_cache_key(tmp_path, monkeypatch):
   builds = count_gcc_builds(monkeypatch)
   src = render_c(scale_program(fresh_scale()), "scale")
   CCompiler().compile(src, "scale")
-  monkeypatch.setattr(C, "CFLAGS", C.CFLAGS + ["-fno-unroll-loops"])
+  monkeypatch.setattr(CC, "CFLAGS", CC.CFLAGS + ["-fno-unroll-loops"])
   CCompiler().compile(src, "scale")                            # the same source, other flags: a build of its own
   assert len(builds) == 2 and "-fno-unroll-loops" in builds[1] and "-fno-unroll-loops" not in builds[0]
   assert len(list(tmp_path.glob("*.so"))) == 2
@@ -170,7 +171,7 @@ def test_kernels_compiled_together_are_one_gcc_run_and_each_an_entry_a_fresh_com
 def test_a_batch_in_a_cache_without_hard_links_stores_copies(tmp_path, monkeypatch):
   monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
   def no_links(*a): raise OSError(1, "Operation not permitted")
-  monkeypatch.setattr(C.os, "link", no_links)
+  monkeypatch.setattr(CC.os, "link", no_links)
   scales = [fresh_scale() for _ in range(2)]
   progs = CCompiler().compile_many([(render_c(scale_program(s), "k"), "k") for s in scales])
   entries = list(tmp_path.glob("*.so"))
@@ -183,7 +184,7 @@ def test_a_batch_with_a_kernel_gcc_refuses_reports_that_kernel_and_its_source(tm
   monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
   good = render_c(scale_program(fresh_scale()), "good")
   bad = "void bad(float* restrict data0) { data0[0] = undeclared_thing; }\n"
-  with pytest.raises(C.CompileError, match=r"(?s)undeclared_thing.*--- source ---.*1 \| void bad"):
+  with pytest.raises(CC.CompileError, match=r"(?s)undeclared_thing.*--- source ---.*1 \| void bad"):
     CCompiler().compile_many([(good, "good"), (bad, "bad")])
   [entry] = list(tmp_path.glob("*.so"))                  # the good one, built on its own after the batch failed
   assert CCompiler().compile(good, "good").path == entry

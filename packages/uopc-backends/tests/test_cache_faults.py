@@ -6,7 +6,7 @@ import errno, os, shutil, signal, subprocess, sys, textwrap, time, warnings
 from pathlib import Path
 import numpy as np
 import pytest
-import uopc.backends.c as C
+import uopc.backends.ccompiler as CC
 import uopc.compile_cache as compile_cache
 from uopc.backends.c import CCompiler, CBackend
 from uopc.testing import render_c
@@ -151,22 +151,22 @@ def test_a_cache_dir_removed_while_running_is_made_again(tmp_path, monkeypatch):
   prog = compiler.compile(render_c(scale_program(second), "scale"), "scale")
   check_scale(lambda arrays: CBackend().launch(prog, [arrays[0], arrays[1]]), second)
   assert len(entries(cache)) == 1
-  real_run = C.subprocess.run
+  real_run = CC.subprocess.run
   def gcc_then_remove(cmd, *a, **kw):                               # during a compile: right after gcc, before the write
     r = real_run(cmd, *a, **kw)
     if "-shared" in cmd: shutil.rmtree(cache, ignore_errors=True)
     return r
-  monkeypatch.setattr(C.subprocess, "run", gcc_then_remove)
+  monkeypatch.setattr(CC.subprocess, "run", gcc_then_remove)
   third = fresh_scale()
   prog = compiler.compile(render_c(scale_program(third), "scale"), "scale")
   check_scale(lambda arrays: CBackend().launch(prog, [arrays[0], arrays[1]]), third)
   assert len(entries(cache)) == 1
-  real_mkstemp = C.tempfile.mkstemp
+  real_mkstemp = CC.tempfile.mkstemp
   removed = []
   def remove_then_mkstemp(*a, **kw):                                # the narrowest race: after mkdir, before the temporary
     if not removed: removed.append(shutil.rmtree(cache))
     return real_mkstemp(*a, **kw)
-  monkeypatch.setattr(C.tempfile, "mkstemp", remove_then_mkstemp)
+  monkeypatch.setattr(CC.tempfile, "mkstemp", remove_then_mkstemp)
   fourth = fresh_scale()
   prog = compiler.compile(render_c(scale_program(fourth), "scale"), "scale")
   check_scale(lambda arrays: CBackend().launch(prog, [arrays[0], arrays[1]]), fourth)
@@ -181,12 +181,12 @@ def test_a_run_after_a_kernel_written_only_in_part_rebuilds_it(tmp_path, monkeyp
   # neither the entry nor its temporary file
   cache = tmp_path / "cache"
   monkeypatch.setenv("UOPC_CACHE_DIR", str(cache))
-  real_replace = C.os.replace
+  real_replace = CC.os.replace
   def interrupted(src, dst): raise KeyboardInterrupt
-  monkeypatch.setattr(C.os, "replace", interrupted)
+  monkeypatch.setattr(CC.os, "replace", interrupted)
   scale = fresh_scale()
   with pytest.raises(KeyboardInterrupt): CCompiler().compile(render_c(scale_program(scale), "scale"), "scale")
   assert entries(cache) == []
-  monkeypatch.setattr(C.os, "replace", real_replace)
+  monkeypatch.setattr(CC.os, "replace", real_replace)
   prog = CCompiler().compile(render_c(scale_program(scale), "scale"), "scale")
   check_scale(lambda arrays: CBackend().launch(prog, [arrays[0], arrays[1]]), scale)

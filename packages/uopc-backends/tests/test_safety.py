@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import uopc.backends.c as C
+import uopc.backends.ccompiler as CC
 from uopc.dtype import AddrSpace, dtypes
 from uopc.uop import UOp, Ops, AxisType, ParamArg, buf, prod, range_, sink, stack
 from uopc.rangeify import Opts, lower
@@ -28,7 +29,7 @@ def cache(tmp_path, monkeypatch) -> Path:
 def no_gcc(cache, monkeypatch):
   """Fails the test if anything is compiled: gcc is never started and the compile cache stays empty."""
   def refuse(*a, **kw): raise AssertionError(f"compiled although the kernel is unsafe: {a} {kw}")
-  monkeypatch.setattr(C.subprocess, "run", refuse)
+  monkeypatch.setattr(CC.subprocess, "run", refuse)
   monkeypatch.setattr(C.compiler, "compile", refuse)
   yield
   assert not cache.exists() or not any(cache.iterdir())

@@ -320,18 +320,22 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
       if (k.canonical_root, k.canonical_out) in unique: continue
       plan = unique[(k.canonical_root, k.canonical_out)] = _plan_kernel(k, backend, None, None, policy)
       if isinstance(plan, Program): continue
+      if many is None:
+        submit([plan])
+        continue
       waiting.append(plan)
       running[:] = [f for f in running if not f.done()]
-      # one CPU plans (Python); the others compile what it has planned so far
-      if many is None or len(running) < workers - 1:
-        for group in ([[p] for p in waiting] if many is None else [waiting]): submit(group)
+      if len(running) < workers - 1:     # one CPU plans (Python); the others compile what it has planned so far
+        submit(waiting)
         waiting = []
     if waiting:
       running[:] = [f for f in running if not f.done()]
       parts = max(1, min(len(waiting), workers - len(running)))
       for j in range(parts): submit(waiting[j::parts])
     # (an error planning a later kernel leaves the pool waiting for the compiles already started, then propagates)
-    done = {i: plan.finish(fut.result()[j]) for plan in unique.values() if (i := id(plan)) in handles for fut, j in [handles[i]]}
+    done = {}
+    for plan in unique.values():
+      if (handle := handles.get(id(plan))) is not None: done[id(plan)] = plan.finish(handle[0].result()[handle[1]])
   return [p if isinstance(p, Program) else done[id(p)] for p in (unique[(k.canonical_root, k.canonical_out)] for k in kernels)]
 
 

@@ -284,13 +284,11 @@ def _mod(x: UOp, c: int) -> UOp | None:
   if sexact and slo // c == shi // c: return small if slo // c == 0 else small + _wrap(-(slo // c) * c)
   # (g*A + r)%(g*C) = (A%C)*g + r when 0 <= r < g and r holds a vector's lane (an UPCAST range): the lane comes out of
   # the modulo, so its lanes' addresses are one base plus the lane (a vector load). Other indices keep their one %.
-  if (split := _split_by_factor(coeffs, const, c)) is not None and _has_lane(split[2]):
+  lanes = [b for b in coeffs if b.op is Ops.RANGE and b.arg.kind is AxisType.UPCAST]
+  if lanes and (split := _split_by_factor(coeffs, const, c)) is not None and any(coeffs[b] % split[0] for b in lanes):
     g, big_sum, r = split
     return UOp(_FLOORMOD, (big_sum, UOp.const(c // g))) * g + r
   return None
-
-def _has_lane(u: UOp) -> bool:
-  return any(n.op is Ops.RANGE and n.arg.kind is AxisType.UPCAST for n in u.toposort())
 
 
 # ---- the rules -------------------------------------------------------------------------------------------------

@@ -256,11 +256,11 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   # the last axis is a vector axis when the loads that matter read it contiguously (stride 1) or not at all (0): the
   # output is contiguous along it anyway. A load that jumps along it would be a gather of every lane
   along_last = [analysis.out_strides[b][last] for b in deciding] if last is not None and shape[last] > 1 else []
-  contiguous_last = bool(along_last) and all(s in (0, 1) for s in along_last) and (1 in along_last or not analysis.reduce_sizes)
-  # an elementwise kernel whose loads are mostly contiguous along it, one in three or fewer a gather (a concatenation of
-  # q, k and v's gradients, k's read transposed): its vector loads and store beat a scalar loop that loads all three
-  if not contiguous_last and along_last and not analysis.reduce_sizes and along_last.count(1) >= 2 * sum(s not in (0, 1) for s in along_last):
-    contiguous_last = True
+  # An elementwise kernel may have a gather among them, one in three loads at most (a concatenation of q, k and v's
+  # gradients, k's read transposed): its vector loads and store beat a scalar loop that loads all three
+  gathers = sum(s not in (0, 1) for s in along_last)
+  contiguous_last = bool(along_last) and (1 in along_last or not analysis.reduce_sizes) and \
+    (gathers == 0 or (not analysis.reduce_sizes and along_last.count(1) >= 2 * gathers))
   along_reduce = [analysis.reduce_strides[b] for b in deciding] if analysis.reduce_sizes else []
   if vectorizable and caps.vector_width > 1 and contiguous_last and (w := _lanes(shape[last], caps.vector_width)) > 1:
     vector = (last, w)

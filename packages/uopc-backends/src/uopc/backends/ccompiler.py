@@ -1,0 +1,243 @@
+"""uopc.backends.ccompiler: C source into loaded functions, with gcc, cached in memory and on disk.
+
+    compiler.compile(src, name)        the function `name` of `src`, loaded (gcc's shared object, from the disk cache
+                                       when it is there)
+    compiler.compile_many(items)       the same for a list of (src, name), the sources not in the cache built by one gcc run
+
+Compilation keeps IEEE semantics (no -ffast-math, no contraction of a*b+c into an fma; see CFLAGS). Shared objects are
+cached on disk under $UOPC_CACHE_DIR (default ~/.cache/uopc), keyed by a hash of the source, the flags, the compiler
+version and the target CPU: entries of uopc.compile_cache, written atomically and sealed with a checksum that is checked
+before dlopen (a damaged entry is rebuilt, like one that fails to load). A cache that can't be written costs a warning,
+and the entries go to a private directory. uopc.backends.c renders the sources and runs the functions; CUDA's compiler
+borrows the environment rule (CCompiler._compiler_env).
+"""
+from __future__ import annotations
+import atexit, ctypes, hashlib, os, re, shutil, subprocess, tempfile, threading, warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+from uopc.compile_cache import cache_dir, read_entry, write_entry
+from uopc.backends import CompileError
+
+
+CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-ffp-contract=off", "-fno-math-errno"]
+# UOPC_SANITIZE=1 (nox -s sanitize): every kernel is also built with AddressSanitizer and UndefinedBehaviorSanitizer, and
+# the first report ends the process (-fno-sanitize-recover), so a test run fails on any out-of-bounds access, overflow
+# or other undefined behaviour in generated code. The ASan runtime must be preloaded into python (LD_PRELOAD), and
+# buffers are then allocated at their exact size, unpooled, so that a read one past the end hits ASan's red zone.
+# -O1 (after CFLAGS' -O3, so it wins): the level the sanitizers are made for, and a quarter less gcc time per kernel.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
+
+
+def sanitizing() -> bool:
+  """Is UOPC_SANITIZE set (read at each use, like UOPC_CACHE_DIR)?"""
+  return os.environ.get("UOPC_SANITIZE", "").strip() not in ("", "0")
+
+
+def _check_asan_preloaded() -> None:
+  """dlopen of an ASan-instrumented library into a process without the ASan runtime aborts the process: say why first."""
+  try:
+    with open("/proc/self/maps") as f: loaded = "libasan" in f.read()
+  except OSError: loaded = True   # can't tell: let the loader decide
+  if not loaded:
+    raise CompileError("UOPC_SANITIZE is set but the ASan runtime is not loaded: run python with "
+                       "LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 (as nox -s sanitize does)")
+
+
+def _symbol(key: str) -> str:
+  """What a batch's shared object calls the kernel with cache key `key` (uopc.backends.c.CCompiler.compile_many)."""
+  return f"k{key}"
+
+
+_HELPER = re.compile(r"^static inline [\w ]+?\b(\w+)\(", re.M)
+
+
+def _batch_source(members: Sequence[tuple[str, str, str]]) -> str:
+  """One translation unit of kernel sources (key, source, function name): each behind #defines that rename its function
+  to _symbol(key) and its static helpers to names of its own, #undef'd after it. The typedefs the sources repeat are
+  the same text, which C11 allows; <math.h> is included once."""
+  parts = []
+  for n, (key, src, name) in enumerate(members):
+    renames = [(name, _symbol(key))] + [(h, f"{h}__{n}") for h in dict.fromkeys(_HELPER.findall(src))]
+    parts += [f"#define {old} {new}" for old, new in renames] + [src] + [f"#undef {old}" for old, _ in renames]
+  return "\n".join(parts) + "\n"
+
+
+@dataclass
+class CProgram:
+  name: str
+  src: str
+  path: Path
+  fn: ctypes._CFuncPtr
+  lib: ctypes.CDLL
+
+
+class CCompiler:
+  """gcc into shared objects, cached in memory (per process) and on disk (across processes)."""
+  def __init__(self, cc: str = "gcc"):
+    self.cc = cc
+    self._ident: str | None = None
+    self._loaded: dict[str, CProgram] = {}
+    self._lock = threading.Lock()
+    self._private: Path | None = None        # where entries go when the cache can't take them (see _fallback_dir)
+    self._warned: set[Path] = set()
+
+  def identity(self) -> str:
+    """The compiler's version and what -march=native means on this CPU: both change the machine code."""
+    if self._ident is None:
+      if shutil.which(self.cc) is None: raise CompileError(f"{self.cc} not found: the C backend needs a C compiler on PATH")
+      env = self._compiler_env()
+      ver = subprocess.run([self.cc, "--version"], capture_output=True, text=True, env=env).stdout.splitlines()[:1]
+      native = subprocess.run([self.cc, "-march=native", "-Q", "--help=target"], capture_output=True, text=True, env=env).stdout
+      march = [l.split() for l in native.splitlines() if l.strip().startswith(("-march=", "-mtune="))]
+      self._ident = repr((ver, march))
+    return self._ident
+
+  def compile(self, src: str, name: str) -> CProgram:
+    """The loaded function `name` of C source `src` (with -fopenmp when the source has an OpenMP pragma)."""
+    flags, key = self._flags_key(src)
+    with self._lock:
+      if (p := self._loaded.get(key)) is not None: return p
+    # outside the lock: gcc runs as a process of its own, and compiles of a schedule run side by side (two threads that
+    # build one source both rename a whole file into place, so either result is the entry)
+    path = cache_dir() / f"{key}.so"
+    prog = self._load(path, name, src, key)
+    if prog is None:
+      built = self._store(self._build(src, flags), path)
+      prog = self._load(built, name, src, key)
+      if prog is None: raise CompileError(f"the shared object {built} was built but can't be loaded, or has no function {name!r}")
+    with self._lock: return self._loaded.setdefault(key, prog)
+
+  def compile_many(self, items: Sequence[tuple[str, str]]) -> list[CProgram]:
+    """compile(src, name) for each item, the sources not in the cache built by one gcc run. A gcc run costs about 45 ms
+    before it compiles anything (the driver, cc1, the assembler, the linker) and a kernel 30 more: a cold GPT step's 107
+    kernels built one per run took 8.3 s of gcc, in runs of 60 3.4 s. The run compiles one translation unit: every
+    source in turn, each behind #defines that give its function and helpers names of their own (two kernels may share a
+    name; their helpers are static and the same text), its function exported as k<key> (see _symbol). Its shared object
+    becomes every member's cache entry (hard links to one file where the cache allows, copies otherwise), so a later
+    process loads each kernel from its own entry as if it had been built alone. A run that fails is retried kernel by
+    kernel, so that the error is the failing kernel's, with its source."""
+    results: list[CProgram | None] = [None] * len(items)
+    todo: dict[str, list[tuple[int, list[str], str, str]]] = {}      # flags -> (index, flags, key, source) still to build
+    for i, (src, name) in enumerate(items):
+      flags, key = self._flags_key(src)
+      with self._lock: results[i] = self._loaded.get(key)
+      if results[i] is None and (prog := self._load(cache_dir() / f"{key}.so", name, src, key)) is not None:
+        with self._lock: results[i] = self._loaded.setdefault(key, prog)
+      if results[i] is None: todo.setdefault(" ".join(flags), []).append((i, flags, key, src))
+    for group in todo.values():
+      unique = list({key: (i, flags, key, src) for i, flags, key, src in group}.values())
+      if len(unique) > 1:
+        try: so = self._build(_batch_source([(key, src, items[i][1]) for i, _, key, src in unique]), unique[0][1])
+        except CompileError: so = None    # one of them doesn't compile: each alone says which
+        if so is not None:
+          first = self._store(so, cache_dir() / f"{unique[0][2]}.so")
+          for i, _, key, src in unique:
+            path = first if key == unique[0][2] else self._link(first, so, cache_dir() / f"{key}.so")
+            if (prog := self._load(path, items[i][1], src, key)) is not None:
+              with self._lock: self._loaded.setdefault(key, prog)
+      for i, _, key, src in group:
+        with self._lock: prog = self._loaded.get(key)
+        results[i] = prog if prog is not None else self.compile(src, items[i][1])
+    return results
+
+  def _flags_key(self, src: str) -> tuple[list[str], str]:
+    """The flags a source is built with and its cache key (the source, the flags, the compiler and the CPU)."""
+    flags = CFLAGS + (["-fopenmp"] if "#pragma omp" in src else [])
+    if sanitizing():
+      _check_asan_preloaded()
+      flags = flags + SANITIZE_FLAGS
+    return flags, hashlib.sha256("\0".join([src, " ".join(flags), self.identity()]).encode()).hexdigest()[:32]
+
+  @staticmethod
+  def _load(path: Path, name: str, src: str, key: str) -> CProgram | None:
+    # no entry, or a damaged one (removed by read_entry), or a cache directory we may not search (EACCES): _build makes it
+    if read_entry(path) is None: return None
+    try:
+      lib = ctypes.CDLL(str(path))   # the seal after the ELF data is where the dynamic loader never looks
+      # an entry a batch built exports the kernel as k<key> (its name may be another member's too); one built alone, as name
+      try: fn = getattr(lib, _symbol(key))
+      except AttributeError: fn = getattr(lib, name)
+      fn.restype = None
+      return CProgram(name, src, path, fn, lib)
+    except (OSError, AttributeError):
+      # an entry that doesn't load or lacks the symbol (a foreign file): remove it, and the caller rebuilds it
+      try: path.unlink()
+      except OSError: pass
+      return None
+
+  def _build(self, src: str, flags: list[str]) -> bytes:
+    """The shared object gcc makes of `src` with `flags`."""
+    try: build_dir = tempfile.TemporaryDirectory(prefix="uopc-build-")
+    except OSError as e: raise CompileError(f"can't make a build directory under {tempfile.gettempdir()}: {e.strerror or e}") from None
+    with build_dir as tmp:
+      c_file = Path(tmp) / "kernel.c"
+      out = Path(tmp) / "kernel.so"
+      try:
+        c_file.write_text(src)
+        proc = subprocess.run([self.cc, *flags, "-o", str(out), str(c_file), "-lm"], capture_output=True, text=True, timeout=600,
+                              env=self._compiler_env())
+        so = out.read_bytes() if proc.returncode == 0 else b""
+      except subprocess.TimeoutExpired: raise CompileError(f"{self.cc} took more than 10 minutes") from None
+      except OSError as e: raise CompileError(f"compiling in {tmp} failed: {e.strerror or e}") from None
+      if proc.returncode != 0:
+        numbered = "\n".join(f"{i:4d} | {l}" for i, l in enumerate(src.splitlines(), 1))
+        raise CompileError(f"{self.cc} failed (exit {proc.returncode}):\n{proc.stderr.strip()}\n--- source ---\n{numbered}")
+    return so
+
+  def _store(self, so: bytes, path: Path) -> Path:
+    """Store a shared object as the cache entry `path`; returns where it went. A cache that can't be written (not a
+    directory, read-only, full, removed under us) is no reason to fail: the entry goes to this compiler's private
+    temporary directory instead, with a warning naming UOPC_CACHE_DIR once (see _fallback_dir)."""
+    try:
+      write_entry(path, so)
+      return path
+    except OSError as e:
+      with self._lock: private = self._fallback_dir(path.parent, e) / path.name   # compiles run in threads
+      try: write_entry(private, so)
+      except OSError as e2:
+        raise CompileError(f"can't store a compiled kernel: the cache {path.parent} fails ({e.strerror or e}) and so does {private.parent} "
+                           f"({e2.strerror or e2})") from None
+      return private
+
+  def _link(self, entry: Path, so: bytes, path: Path) -> Path:
+    """Make `path` the same entry as `entry` (which holds `so`): a hard link put in place by a rename (so a reader sees
+    the old entry or the new one), or where the filesystem has none, a copy."""
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+      os.link(entry, tmp)
+      os.replace(tmp, path)
+      return path
+    except OSError:
+      try: tmp.unlink()
+      except OSError: pass
+      return self._store(so, entry.parent / path.name)
+
+  def _fallback_dir(self, cache: Path, why: OSError) -> Path:
+    """A temporary directory of this compiler's own, removed at exit, for the entries a broken cache can't take. The first
+    time a cache directory fails, a warning says so and names the variable that chooses it."""
+    if self._private is None:
+      try: self._private = Path(tempfile.mkdtemp(prefix="uopc-private-cache-"))
+      except OSError as e: raise CompileError(f"the compile cache {cache} can't be written ({why.strerror or why}), and no private "
+                                              f"directory can be made under {tempfile.gettempdir()} ({e.strerror or e})") from None
+      atexit.register(shutil.rmtree, self._private, True)
+    if cache not in self._warned:
+      self._warned.add(cache)
+      reason = "it is a file, not a directory" if cache.is_file() else (why.strerror or str(why))
+      where = f"UOPC_CACHE_DIR={cache}" if os.environ.get("UOPC_CACHE_DIR") else f"the compile cache {cache} (set UOPC_CACHE_DIR to move it)"
+      warnings.warn(f"uopc: {where} can't be written ({reason}); compiled kernels go to {self._private} for this process only",
+                    RuntimeWarning, stacklevel=2)
+    return self._private
+
+  @staticmethod
+  def _compiler_env() -> dict[str, str] | None:
+    """The compiler's environment: ours, less a preloaded sanitizer runtime (gcc needs none, and some programs hang under
+    it; see UOPC_SANITIZE)."""
+    if "libasan" not in os.environ.get("LD_PRELOAD", ""): return None
+    return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+
+
+compiler = CCompiler()
+
+
+__all__ = ["CCompiler", "CProgram", "compiler", "CFLAGS", "SANITIZE_FLAGS", "sanitizing"]
