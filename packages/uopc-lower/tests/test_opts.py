@@ -212,6 +212,35 @@ def test_short_rows_grow_the_register_tile_along_another_axis_that_reuses_each_v
   assert o.vector == (2, 16) and dict(o.upcast) == {0: 4, 1: 4}
 
 
+def matmul_kernel(m: int, k: int, n: int):
+  """C = A @ B for A (m, k) and B (k, n), row major, as Tensor.matmul builds it."""
+  from uopc.kernelize import make_kernel
+  a = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
+  b = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
+  return make_kernel((a * b).reduce(Ops.ADD, 1), buf(2, m * n))
+
+
+@pytest.mark.parametrize("m, k, n, upcast, thread", [
+  (1024, 128, 384, {0: 8, 1: 3}, 0),    # 24 accumulators where the columns take 3 vectors; a tall GEMM splits its rows
+  (1024, 512, 128, {0: 8, 1: 4}, 0),    # else 32
+  (1024, 1024, 1024, {0: 8, 1: 4}, 1),  # a square GEMM splits its column tiles
+  (2048, 1536, 384, {0: 8, 1: 3}, 1),   # and so does one whose B (2.4 MB) would be read from memory by every row tile
+  (1024, 128, 16, {0: 8}, 0),           # one vector of columns
+])
+def test_a_gemms_register_tile_fills_the_vector_registers_and_its_threads_split_the_operand_read_whole(m, k, n, upcast, thread):
+  """A GEMM's register tile of 8 rows x 2 vectors kept 16 of AVX-512's 32 registers busy; 8 x 3 or 8 x 4 reuse each
+  loaded vector of B for 8 FMAs and each element of A for 3 or 4 (1024^3: 195 -> 227 GFLOP/s). Its threads took
+  column tiles, so each read all of A, half of it from the other core's cache where the kernel before had written it;
+  for the GPT's activation @ weight GEMMs (1024 rows, B 64-256 KiB) rows are split instead (120-170 -> 200-240)."""
+  kern = matmul_kernel(m, k, n)
+  o = choose_opts(kern, Caps(threads=2, vector_width=16, fma=True))
+  assert dict(o.upcast) == upcast and o.vector == (1, 16) and o.thread == thread
+  check_opts(kern.canonical_root, o)
+  # 16 vector registers (AVX2): the tile stays 8 x 2, and the split is the same
+  narrow = choose_opts(kern, Caps(threads=2, vector_width=8, fma=True))
+  assert dict(narrow.upcast) == {0: 8, 1: 2} and narrow.thread == thread
+
+
 def test_a_gemm_read_as_dot_products_gets_a_register_tile_and_threads_on_its_long_axis():
   """out[i, j] = sum_k x[i, k] w[j, k] for 16 rows of x (a decode step's x @ w.T, unpacked): both operands contiguous
   along k, so lanes of partial sums there. One accumulator per output read w once per row (61 GFLOP/s); 8 rows x 2

@@ -20,11 +20,13 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
     that axis gets lanes of partial accumulators (Opts.reduce_vector), unrolled for more of them.
   * register tiles: a GEMM (a sum of products in which one operand is constant along the vector axis, the other along
     the axis before it) computes 8 rows x 2 vectors of outputs per iteration, which keeps 16 vector accumulators and
-    the FMA units busy while each loaded value is used 8 or 2 times (Opts.upcast); with 256 rows or more, they are
-    walked 64 at a time (a cache tile, Opts.tile).
+    the FMA units busy while each loaded value is used 8 or 2 times (Opts.upcast); where the machine has 32 vector
+    registers (16 f32 lanes: AVX-512), 8 rows x 3 or 4 vectors; with 256 rows or more, they are walked 64 at a time
+    (a cache tile, Opts.tile).
   * fused multiply-adds on the backend that has them (Opts.fma).
   * threads: the outermost axis with enough iterations for every thread, when the kernel does enough work to pay for
-    waking them (OMP_NUM_THREADS is the backend's business: it sets caps.threads).
+    waking them (OMP_NUM_THREADS is the backend's business: it sets caps.threads); a GEMM's column tiles, or its rows
+    when it is tall and its B fits in half an L2 (_rows_first).
 
 Every choice is checked by check_opts like any user's Opts, so the heuristics can only pick valid ones.
 
@@ -183,6 +185,17 @@ def _divisor(n: int, want: int) -> int:
   return max(d for d in range(1, max(1, min(n, want)) + 1) if n % d == 0)
 
 
+def _rows_first(analysis: Analysis, caps: Caps, last: int) -> bool:
+  """Whether a GEMM splits its rows across threads rather than its column tiles: when it has at least twice as many
+  rows as columns and B (the operand every row reads whole) fits in half an L2, each thread then reads only its half
+  of A, which the kernel before it most likely wrote on the same core, and B from its own cache (the GPT's
+  activation @ weight GEMMs of K = 128-512, 1024 rows: 120-170 -> 200-240 GFLOP/s). A deeper or wider B would be read
+  from memory once per row tile (2048 x 1536 @ 1536 x 384: 154 -> 81), and a square GEMM keeps its column split."""
+  rows, cols = prod(analysis.shape[:last]), analysis.shape[last]
+  depth = max(1, analysis.reduced, prod(analysis.reduce_sizes))
+  return 2 * cols <= rows and 4 * depth * cols <= caps.l2_bytes // 2
+
+
 def _first_valid(root: UOp, caps: Caps, choices: list[Opts]) -> Opts | None:
   """The first of `choices` that fits the kernel and the machine's blocks."""
   for o in choices:
@@ -250,7 +263,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   shape, n = analysis.shape, len(analysis.shape)
   upcast: dict[int, int] = {}
   tile: dict[int, int] = {}
-  vector, reduce_vector, unroll = None, 1, 1
+  vector, reduce_vector, unroll, row = None, 1, 1, None
   last = n - 1 if n else None
   deciding = analysis.deciding()
   # the last axis is a vector axis when the loads that matter read it contiguously (stride 1) or not at all (0): the
@@ -264,9 +277,15 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   along_reduce = [analysis.reduce_strides[b] for b in deciding] if analysis.reduce_sizes else []
   if vectorizable and caps.vector_width > 1 and contiguous_last and (w := _lanes(shape[last], caps.vector_width)) > 1:
     vector = (last, w)
-    if shape[last] % (2 * w) == 0: upcast[last] = 2
-    if (row := analysis.tile_axis(last)) is not None:
-      upcast[row] = _divisor(shape[row], 8)     # a register tile of 8 rows x 2 vectors
+    row = analysis.tile_axis(last)
+    # a GEMM's register tile is 8 rows x `vectors` vectors of accumulators: 24 (8 x 3) where the machine has 32 vector
+    # registers (AVX-512) and the columns allow, else 32 (8 x 4: gcc keeps a few on the stack, and each loaded vector
+    # of B still feeds 8 FMAs; 1024^3: 195 -> 227 GFLOP/s, the GPT's x @ W of K = 512: 157 -> 180), else 16 (8 x 2)
+    wide = row is not None and caps.vector_width >= 16
+    vectors = next((v for v in ((3, 4, 2) if wide else (2,)) if shape[last] % (v * w) == 0), 1)
+    if vectors > 1: upcast[last] = vectors
+    if row is not None:
+      upcast[row] = _divisor(shape[row], 8)
       # short rows (a convolution's 4 output rows): the tile grows along another such axis (its output channels, which
       # share each loaded input vector) to 16 accumulators; 4 alone kept each FMA chain waiting on the one before
       accumulators = upcast[row] * upcast.get(last, 1)
@@ -307,7 +326,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     step = lambda k: upcast.get(k, 1) * (vector[1] if vector is not None and vector[0] == k else 1)
     # a GEMM splits its column tiles across threads (each thread keeps its panel of B in its own cache); anything
     # else its outermost axis with an iteration for every thread
-    order = ([last] if vector is not None and upcast.get(last) and analysis.tile_axis(last) is not None else []) + list(range(n))
+    order = ([last] if vector is not None and upcast.get(last) and row is not None and not _rows_first(analysis, caps, last) else []) + list(range(n))
     # a GEMM read as dot products splits its longest axis (a decode step's w, not its 16 rows: each thread streams half
     # of w instead of all of it)
     if reduce_vector > 1 and upcast: order = sorted(range(n), key=lambda k: -(shape[k] // step(k)))
