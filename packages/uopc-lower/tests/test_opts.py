@@ -241,6 +241,22 @@ def test_a_gemms_register_tile_fills_the_vector_registers_and_its_threads_split_
   assert dict(narrow.upcast) == {0: 8, 1: 2} and narrow.thread == thread
 
 
+def test_a_batch_of_gemms_gets_no_cache_tile_and_a_gemm_batched_over_one_b_keeps_it():
+  """A cache tile's loop runs outside the threads': for a batch of GEMMs (attention's, over batch and heads) it walked a
+  block of every GEMM's rows at a time, reading each GEMM's B again for every block. Over one B (a linear layer on
+  (batch, tokens, features)) the rows of every batch are one GEMM's, and the tile stays."""
+  from uopc.kernelize import make_kernel
+  g, m, k, n = 48, 256, 256, 64
+  a = buf(0, g * m * k).reshape((g, m, 1, k)).expand((g, m, n, k))
+  b = buf(1, g * k * n).reshape((g, k, n)).permute((0, 2, 1)).reshape((g, 1, n, k)).expand((g, m, n, k))
+  caps = Caps(threads=2, vector_width=16, fma=True)
+  o = choose_opts(make_kernel((a * b).reduce(Ops.ADD, 1), buf(2, g * m * n)), caps)
+  assert o.tile == () and o.thread == 0 and dict(o.upcast) == {1: 8, 2: 4}
+  a = buf(0, 8 * m * k).reshape((8, m, 1, k)).expand((8, m, n, k))
+  b = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, 1, n, k)).expand((8, m, n, k))
+  assert choose_opts(make_kernel((a * b).reduce(Ops.ADD, 1), buf(2, 8 * m * n)), caps).tile == ((1, 64),)
+
+
 def test_a_gemm_read_as_dot_products_gets_a_register_tile_and_threads_on_its_long_axis():
   """out[i, j] = sum_k x[i, k] w[j, k] for 16 rows of x (a decode step's x @ w.T, unpacked): both operands contiguous
   along k, so lanes of partial sums there. One accumulator per output read w once per row (61 GFLOP/s); 8 rows x 2

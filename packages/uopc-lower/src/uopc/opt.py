@@ -292,8 +292,12 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       if accumulators < 16 and (more := [k for k in analysis.tile_axes(last) if k != row]):
         upcast[more[-1]] = _divisor(shape[more[-1]], 16 // accumulators)
       # a cache tile of 64 rows: each thread's column panel of B is walked by 64 rows of A at a time while both stay in
-      # its L2 (GEMM 1024: 184 -> 209 GFLOP/s; no change at 512 and below)
-      if shape[row] >= 256 and shape[row] % 64 == 0 and 64 % upcast[row] == 0: tile = {row: 64}
+      # its L2 (GEMM 1024: 184 -> 209 GFLOP/s; no change at 512 and below). Not in a batch of GEMMs (attention's, over
+      # batch and heads: both operands move along the leading axes): there each GEMM's B is its own and small, and the
+      # tile's loop, outside the threads' (a block of every GEMM's rows at a time), read all of them again for each
+      # block (nanoGPT's 48 of 256 x 256 @ 256 x 64: 171 -> 180 GFLOP/s without it)
+      batched = any(shape[k] > 1 and k not in analysis.tile_axes(last) for k in range(row))
+      if not batched and shape[row] >= 256 and shape[row] % 64 == 0 and 64 % upcast[row] == 0: tile = {row: 64}
   elif vectorizable and caps.vector_width > 1 and analysis.reduce_sizes and all(s in (0, 1) for s in along_reduce):
     w = min(_lanes(r, caps.vector_width) for r in analysis.reduce_sizes)
     if w > 1:
