@@ -277,3 +277,23 @@ def test_short_sums_integer_sums_and_maxima_keep_one_accumulator():
   for root in (buf(0, SUM_CHUNK).reduce(Ops.ADD, 1), buf(0, 3 * SUM_CHUNK, dtypes.i32).reduce(Ops.ADD, 1), buf(0, 3 * SUM_CHUNK).reduce(Ops.MAX, 1)):
     sink = lower(root, buf(1, 1, root.dtype))
     assert reduce_loops(sink) == [root.src[0].shape[0]] and sum(u.op is Ops.ALLOC for u in sink.toposort()) == 1
+
+
+RESHAPES = [((4, 6), (4, 2, 3)), ((2, 3, 4), (6, 4)), ((2, 3, 4), (2, 12)), ((1, 6, 1), (2, 3)), ((6,), (1, 2, 1, 3, 1)),
+            ((4, 6), (6, 4)), ((2, 1, 3), (3, 2)), ((8, 4, 3), (2, 4, 4, 3)), ((5,), (5,)), ((2, 6), (3, 4))]
+
+
+@pytest.mark.parametrize("old, new", RESHAPES)
+def test_a_reshape_maps_each_group_of_axes_on_its_own_and_passes_a_kept_axis_through(old, new):
+  """A RESHAPE's source index, computed per group of axes whose sizes match on both sides, is the row-major position read
+  back in the source's shape at every index; an axis both shapes keep in place (its group is itself on both sides)
+  passes its index through untouched, with no division or modulo to simplify away."""
+  from uopc.rangeify import INDEX_MAPS
+  idx = tuple(range_(s, k) for k, s in enumerate(new))
+  got = INDEX_MAPS[Ops.RESHAPE](buf(0, prod(old)).reshape(old).reshape(new), idx)
+  assert len(got) == len(old)
+  for point in np.ndindex(*new):
+    at = {r: UOp.const(int(v)) for r, v in zip(idx, point)}
+    coords = tuple(simplify(c.substitute(at)).arg if at else simplify(c).arg for c in got)
+    assert coords == np.unravel_index(np.ravel_multi_index(point, new), old), (point, coords)
+  if old[0] == new[0] > 1 and len(old) > 1 and len(new) > 1 and prod(old[1:]) == prod(new[1:]): assert got[0] is idx[0]

@@ -171,9 +171,9 @@ class _Lanes:
     if index.op is not Ops.INDEX or index.src[0].addrspace is AddrSpace.ALU or len(index.src) != 2: return None
     return self.lane_of[index.src[1]]
 
-  def _at(self, address: UOp, lane: UOp, c: int) -> UOp:
-    """Lane c's address (a new, lane-free node)."""
-    at = simplify(address.substitute({lane: UOp.const(c)}))
+  def _at(self, address: UOp, lane: UOp, c: int, at: UOp | None = None) -> UOp:
+    """Lane c's address (a new, lane-free node); `at`: that address already substituted and simplified."""
+    if at is None: at = simplify(address.substitute({lane: UOp.const(c)}))
     new = self.rewrite(at)
     if self.lane_of[at] is not None:
       raise LowerError("an address depends on a lane through an accumulator of every lane: no lane's address can be written down")
@@ -185,7 +185,7 @@ class _Lanes:
     if not _affine(address, lane) and not _affine(address := _lane_mods(address, lane), lane): return None
     at0, at1 = (simplify(address.substitute({lane: UOp.const(c)})) for c in (0, 1))
     step = simplify(at1 - at0)
-    return self._at(address, lane, 0) if step.op is Ops.CONST and step.arg == 1 else None
+    return self._at(address, lane, 0, at0) if step.op is Ops.CONST and step.arg == 1 else None
 
   def _memory_at(self, index: UOp, lane: UOp) -> tuple[UOp, UOp | None]:
     mem = index.src[0]
