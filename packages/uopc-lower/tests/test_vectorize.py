@@ -147,3 +147,18 @@ def test_lanes_inside_a_period_of_a_modulo_are_one_vector_load():
   assert {u.src[0].arg.slot for u in wide} == {0, 1} and not any(u.op is Ops.VECTORIZE and u.src[0].op is Ops.LOAD for u in program.toposort())
   x = rng.standard_normal(2 * 64 * 64).astype(np.float32)
   assert bits(run(program, [x], 64 * 128)) == bits((x.reshape(2, 64, 64).transpose(1, 0, 2).reshape(-1) * np.float32(2)).tolist())
+
+
+def test_the_lane_step_of_an_affine_address_is_its_coefficient_of_the_lane():
+  """A contiguity proof reads the lane's coefficient in the address (its derivative) instead of simplifying the address
+  at lanes 0 and 1 and their difference: the same verdict, for a constant step, a step through a product, and a step
+  that depends on another loop (never contiguous)."""
+  from uopc.vectorize import _lane_step
+  from uopc.symbolic import simplify
+  i, n, lane = range_(8, 0), range_(4, 1), range_(16, 2, AxisType.UPCAST)
+  for address, step in [(i * 16 + lane + 3, 1), ((lane + i) * 2 + 5, 2), (i * 32 + lane * 1 + lane * 0, 1), (i * 7, 0)]:
+    got = simplify(_lane_step(address, lane))
+    assert got.op is Ops.CONST and got.arg == step
+    at = lambda c: simplify(address.substitute({lane: UOp.const(c)}))
+    assert simplify(at(1) - at(0)) is got
+  assert simplify(_lane_step(i * 16 + lane * n, lane)) is n

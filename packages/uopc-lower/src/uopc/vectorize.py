@@ -63,6 +63,21 @@ def _affine(index: UOp, lane: UOp) -> bool:
   return True
 
 
+def _lane_step(index: UOp, lane: UOp) -> UOp:
+  """The coefficient of lane in an index _affine in it (its derivative: 1 for the lane, the sum over an ADD's operands,
+  the lane-free factor times the other's over a MUL): lane c's index is lane 0's plus c times this. Simplifying it
+  costs a fraction of simplifying the index at lanes 0 and 1 and their difference, which a contiguity proof did before."""
+  d: dict[UOp, UOp | None] = {}
+  for u in index.toposort():
+    if u is lane: d[u] = UOp.const(1)
+    elif not any(d[s] is not None for s in u.src): d[u] = None
+    elif u.op is Ops.ADD: d[u] = _sum([d[s] for s in u.src if d[s] is not None])
+    else:   # a MUL with one operand holding the lane (_affine made sure)
+      a, b = u.src
+      d[u] = d[a] * b if d[a] is not None else a * d[b]
+  return d[index] if d[index] is not None else UOp.const(0)
+
+
 def _lane_mods(index: UOp, lane: UOp) -> UOp:
   """index with each (Y + r) % C that the lane reaches written g*((Y//g) % (C//g)) + r, which is (Y % C) + r, where r is
   the sum of the terms that hold the lane, 0 <= r < g, and g divides both C and every term of Y (a constant, or a
@@ -171,9 +186,9 @@ class _Lanes:
     if index.op is not Ops.INDEX or index.src[0].addrspace is AddrSpace.ALU or len(index.src) != 2: return None
     return self.lane_of[index.src[1]]
 
-  def _at(self, address: UOp, lane: UOp, c: int, at: UOp | None = None) -> UOp:
-    """Lane c's address (a new, lane-free node); `at`: that address already substituted and simplified."""
-    if at is None: at = simplify(address.substitute({lane: UOp.const(c)}))
+  def _at(self, address: UOp, lane: UOp, c: int) -> UOp:
+    """Lane c's address (a new, lane-free node)."""
+    at = simplify(address.substitute({lane: UOp.const(c)}))
     new = self.rewrite(at)
     if self.lane_of[at] is not None:
       raise LowerError("an address depends on a lane through an accumulator of every lane: no lane's address can be written down")
@@ -183,9 +198,8 @@ class _Lanes:
     """Lane 0's address when lane c's is lane 0's + c, else None (the proof, with uopc.symbolic: an affine function of
     the lane whose step simplifies to 1)."""
     if not _affine(address, lane) and not _affine(address := _lane_mods(address, lane), lane): return None
-    at0, at1 = (simplify(address.substitute({lane: UOp.const(c)})) for c in (0, 1))
-    step = simplify(at1 - at0)
-    return self._at(address, lane, 0, at0) if step.op is Ops.CONST and step.arg == 1 else None
+    step = simplify(_lane_step(address, lane))
+    return self._at(address, lane, 0) if step.op is Ops.CONST and step.arg == 1 else None
 
   def _memory_at(self, index: UOp, lane: UOp) -> tuple[UOp, UOp | None]:
     mem = index.src[0]
