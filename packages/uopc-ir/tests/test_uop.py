@@ -28,6 +28,11 @@ def test_argkey_keeps_python_equal_values_apart():
   assert _argkey(1) == (int, 1) and _argkey(1.0) == (float, "1.0") and _argkey(True) == (bool, True)
   assert _argkey(-0.0) == (float, "-0.0")
   assert _argkey((1, 2.0)) == (tuple, ((int, 1), (float, "2.0")))
+  # a tuple of ints alone keys itself (a shape): still apart from the same values with a float or a bool among them
+  keys = [_argkey(a) for a in [(1, 2), (1.0, 2), (True, 2), (1, 2.0), ((1, 2),), ((1.0, 2),), ()]]
+  assert len(set(keys)) == len(keys) and _argkey((1, 2))[1] == (1, 2)
+  nodes = [UOp(Ops.SINK, (), a) for a in [(1, 2), (1.0, 2), (True, 2), ((1, 2),), ((True, 2),)]]   # held: ids stay apart
+  assert len({id(u) for u in nodes}) == 5 and [u.arg for u in nodes][1] == (1.0, 2)
   assert UOp.const(float("nan")) is UOp.const(float("nan"))
   assert UOp.const(1).dtype is dtypes.i32 and UOp.const(1.0).dtype is dtypes.f32 and UOp.const(True).dtype is dtypes.bool
 

@@ -111,11 +111,20 @@ def prod(xs) -> int: return math.prod(xs)
 
 _MAX_ARG_DEPTH = 16   # no op's arg nests tuples deeper than 2 (SHRINK); the bound keeps a hostile arg from recursing away
 
+class _Ints:
+  """The tag of a key for a tuple of ints alone (a shape, a permutation): the tuple itself is then its key."""
+
+
 def _argkey(arg, depth: int = 0):
   # 1 == 1.0 == True and 0.0 == -0.0 in python; the cache must not merge them. repr also gives every nan one key.
   t = type(arg)
   if t is float: return (float, repr(arg))
   if t is tuple:
+    # a shape or a permutation, the most common arg: no element can be confused with another type's (bools are not
+    # ints here), so the tuple keys itself (a key of a pair per element cost 2 us a RESHAPE)
+    for a in arg:
+      if type(a) is not int: break
+    else: return (_Ints, arg)
     if depth >= _MAX_ARG_DEPTH: raise UOpError(f"an arg of tuples nested more than {_MAX_ARG_DEPTH} deep")
     return (tuple, tuple(_argkey(a, depth + 1) for a in arg))
   return (t, arg)
@@ -318,6 +327,10 @@ def _rebuild(nodes: list[tuple[Ops, tuple[int, ...], Any]]) -> UOp:
 
 def _ints(xs) -> tuple[int, ...]:
   # shapes and permutations hold python ints, so that (np.int64(3),) and (3,) are one node
+  if type(xs) is tuple:   # most often one already (a tuple's loop is a fifth of building another)
+    for x in xs:
+      if type(x) is not int: break
+    else: return xs
   try: return tuple(x if type(x) is int else operator.index(x) for x in xs)
   except TypeError: raise UOpError(f"expected a tuple of integers, got {_show(xs)}") from None
 

@@ -452,6 +452,7 @@ def _structure(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp]] | N
   nodes = UOp(Ops.SINK, tuple(roots)).toposort()
   if len(nodes) > SCHEDULE_CACHE_MAX_NODES: return None
   index: dict[UOp, int] = {}
+  at = index.__getitem__
   parts: list[tuple] = []
   bufs: list[UOp] = []
   for i, u in enumerate(nodes):
@@ -459,7 +460,7 @@ def _structure(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp]] | N
     if u.op is Ops.BUFFER:
       bufs.append(u)
       parts.append((u.dtype, u.shape))
-    else: parts.append((u.op, None if u.arg is None else _argkey(u.arg), tuple(index[s] for s in u.src)))
+    else: parts.append((u.op, None if u.arg is None else _argkey(u.arg), tuple(map(at, u.src))))
   return (tuple(parts), tuple((o.dtype, o.shape) for o in outs)), bufs
 
 
