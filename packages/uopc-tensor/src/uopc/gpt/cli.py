@@ -7,7 +7,7 @@
 schedule, evaluates as it goes and saves a checkpoint and a plot; `cmd_sample` continues a prompt from a checkpoint.
 """
 from __future__ import annotations
-import argparse, collections, math, os, re, signal, sys, tempfile, time
+import argparse, collections, math, os, re, signal, sys, tempfile, threading, time
 from pathlib import Path
 import numpy as np
 from uopc.tensor import Tensor, TensorError
@@ -84,25 +84,61 @@ def _launch(args) -> int:
     argv += [action.option_strings[-1], str(v)]
   env = dict(os.environ)
   env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
-  # a rank killed outright can't say so, and mpiexec names its pid only: each rank notes its pid (uopc.distributed.init)
-  # and mpiexec's report, which it prints on stdout, is read on the way through to name the rank
+  # a rank killed outright can't say so, and mpiexec names a pid only: each rank notes its pid (uopc.distributed.init),
+  # a thread here watches which of them is gone first, and mpiexec's report (on stdout) is read on the way through
   with tempfile.TemporaryDirectory(prefix="uopc-ranks-") as pids:
     env["UOPC_DIST_PIDS"] = pids
     proc = subprocess.Popen([mpiexec, "-n", str(args.nproc), sys.executable, "-m", "uopc.cli", "gpt", "train", *argv], env=env,
                             stdout=subprocess.PIPE)
+    first_gone: list[set[str]] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_ranks, args=(pids, first_gone, stop), daemon=True)
+    watcher.start()
     tail: collections.deque = collections.deque(maxlen=40)
-    for line in proc.stdout:
-      sys.stdout.buffer.write(line)
-      sys.stdout.flush()
-      tail.append(line)
-    status = proc.wait()
+    try:
+      for line in proc.stdout:
+        sys.stdout.buffer.write(line)
+        sys.stdout.flush()
+        tail.append(line)
+      status = proc.wait()
+    finally:
+      stop.set()
+      watcher.join()
     report = b"".join(tail).decode(errors="replace")
     if status and (m := re.search(r"BAD TERMINATION.*?PID (\d+).*?EXIT CODE: (\d+)", report, re.S)):
-      ranks = {Path(pids, f).read_text().strip(): f for f in os.listdir(pids)}
-      if (rank := ranks.get(m[1])) is not None:
-        print(f"uopc: error: rank {rank} of {args.nproc} (pid {m[1]}) ended with exit code {m[2]} (killed, or crashed); "
+      ranks = _rank_pids(pids)
+      # mpiexec names the first process it finds ended, which may be one it stopped itself (SIGKILL, as the failed one)
+      # when it stopped them before reporting: the rank seen gone alone, before the others, is the one that failed
+      rank = next(iter(first_gone[0])) if first_gone and len(first_gone[0]) == 1 else {p: r for r, p in ranks.items()}.get(m[1])
+      if rank is not None:     # mpiexec's exit code is this rank's only when it reported this rank's pid
+        how = f"with exit code {m[2]}" if ranks.get(rank) == m[1] else "first"
+        print(f"uopc: error: rank {rank} of {args.nproc} (pid {ranks.get(rank)}) ended {how} (killed, or crashed); "
               "mpiexec stopped the other ranks", file=sys.stderr)
   return status
+
+
+def _rank_pids(pids: str) -> dict[str, str]:
+  """rank -> pid, as the ranks wrote them into the directory `pids` (a file being written reads as no pid yet)."""
+  out = {}
+  for f in os.listdir(pids):
+    try: pid = Path(pids, f).read_text().strip()
+    except OSError: continue
+    if pid.isdigit(): out[f] = pid
+  return out
+
+
+def _watch_ranks(pids: str, first_gone: list[set[str]], stop: threading.Event) -> None:
+  """Until `stop`: every few ms, which ranks' processes no longer exist; the first poll to find any puts them, as a set,
+  in first_gone (two found in one poll are both there: then it can't say which failed)."""
+  known: dict[str, int] = {}
+  while not first_gone and not stop.wait(0.005):
+    for rank, pid in _rank_pids(pids).items(): known.setdefault(rank, int(pid))
+    gone = set()
+    for rank, pid in known.items():
+      try: os.kill(pid, 0)
+      except ProcessLookupError: gone.add(rank)
+      except OSError: pass          # another user's process by now: alive, as far as this can tell
+    if gone: first_gone.append(gone)
 
 
 def _train(args, rank: int, world: int) -> int:
