@@ -129,7 +129,7 @@ def test_the_launcher_names_the_rank_gone_first_not_the_one_mpiexec_stopped_afte
   try:
     for r, p in procs.items(): (tmp_path / r).write_text(str(p.pid))
     gone, stop = [], threading.Event()
-    watcher = threading.Thread(target=_watch_ranks, args=(str(tmp_path), gone, stop))
+    watcher = threading.Thread(target=_watch_ranks, args=(str(tmp_path), 2, gone, stop))
     watcher.start()
     time.sleep(0.2)
     procs["1"].send_signal(signal.SIGKILL); procs["1"].wait()

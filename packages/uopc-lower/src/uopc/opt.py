@@ -280,7 +280,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     row = analysis.tile_axis(last)
     # a GEMM's register tile is 8 rows x `vectors` vectors of accumulators: 24 (8 x 3) where the machine has 32 vector
     # registers (AVX-512) and the columns allow, else 32 (8 x 4: gcc keeps a few on the stack, and each loaded vector
-    # of B still feeds 8 FMAs; 1024^3: 195 -> 227 GFLOP/s, the GPT's x @ W of K = 512: 157 -> 180), else 16 (8 x 2)
+    # of B still feeds 8 FMAs; 1024^3: 195 -> 227 GFLOP/s; with _rows_first, the GPT's x @ W of K = 512: 157 -> 284),
+    # else 16 (8 x 2)
     wide = row is not None and caps.vector_width >= 16
     vectors = next((v for v in ((3, 4, 2) if wide else (2,)) if shape[last] % (v * w) == 0), 1)
     if vectors > 1: upcast[last] = vectors

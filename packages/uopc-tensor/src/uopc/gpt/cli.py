@@ -92,7 +92,7 @@ def _launch(args) -> int:
                             stdout=subprocess.PIPE)
     first_gone: list[set[str]] = []
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch_ranks, args=(pids, first_gone, stop), daemon=True)
+    watcher = threading.Thread(target=_watch_ranks, args=(pids, args.nproc, first_gone, stop), daemon=True)
     watcher.start()
     tail: collections.deque = collections.deque(maxlen=40)
     try:
@@ -127,12 +127,14 @@ def _rank_pids(pids: str) -> dict[str, str]:
   return out
 
 
-def _watch_ranks(pids: str, first_gone: list[set[str]], stop: threading.Event) -> None:
+def _watch_ranks(pids: str, nproc: int, first_gone: list[set[str]], stop: threading.Event) -> None:
   """Until `stop`: every few ms, which ranks' processes no longer exist; the first poll to find any puts them, as a set,
-  in first_gone (two found in one poll are both there: then it can't say which failed)."""
+  in first_gone (two found in one poll are both there: then it can't say which failed). The directory is read until
+  all `nproc` ranks have written their pids; then a poll is a signal 0 to each."""
   known: dict[str, int] = {}
   while not first_gone and not stop.wait(0.005):
-    for rank, pid in _rank_pids(pids).items(): known.setdefault(rank, int(pid))
+    if len(known) < nproc:
+      for rank, pid in _rank_pids(pids).items(): known.setdefault(rank, int(pid))
     gone = set()
     for rank, pid in known.items():
       try: os.kill(pid, 0)
