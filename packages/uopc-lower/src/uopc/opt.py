@@ -277,7 +277,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   along_reduce = [analysis.reduce_strides[b] for b in deciding] if analysis.reduce_sizes else []
   if vectorizable and caps.vector_width > 1 and contiguous_last and (w := _lanes(shape[last], caps.vector_width)) > 1:
     vector = (last, w)
-    row = analysis.tile_axis(last)
+    rows = analysis.tile_axes(last)     # a GEMM's row axis is the last of them (tile_axis)
+    row = rows[-1] if rows else None
     # a GEMM's register tile is 8 rows x `vectors` vectors of accumulators: 24 (8 x 3) where the machine has 32 vector
     # registers (AVX-512) and the columns allow, else 32 (8 x 4: gcc keeps a few on the stack, and each loaded vector
     # of B still feeds 8 FMAs; 1024^3: 195 -> 227 GFLOP/s; with _rows_first, the GPT's x @ W of K = 512: 157 -> 284),
@@ -290,14 +291,14 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       # short rows (a convolution's 4 output rows): the tile grows along another such axis (its output channels, which
       # share each loaded input vector) to 16 accumulators; 4 alone kept each FMA chain waiting on the one before
       accumulators = upcast[row] * upcast.get(last, 1)
-      if accumulators < 16 and (more := [k for k in analysis.tile_axes(last) if k != row]):
+      if accumulators < 16 and (more := [k for k in rows if k != row]):
         upcast[more[-1]] = _divisor(shape[more[-1]], 16 // accumulators)
       # a cache tile of 64 rows: each thread's column panel of B is walked by 64 rows of A at a time while both stay in
       # its L2 (GEMM 1024: 184 -> 209 GFLOP/s; no change at 512 and below). Not in a batch of GEMMs (attention's, over
       # batch and heads: both operands move along the leading axes): there each GEMM's B is its own and small, and the
       # tile's loop, outside the threads' (a block of every GEMM's rows at a time), read all of them again for each
       # block (nanoGPT's 48 of 256 x 256 @ 256 x 64: 171 -> 180 GFLOP/s without it)
-      batched = any(shape[k] > 1 and k not in analysis.tile_axes(last) for k in range(row))
+      batched = any(shape[k] > 1 and k not in rows for k in range(row))
       if not batched and shape[row] >= 256 and shape[row] % 64 == 0 and 64 % upcast[row] == 0: tile = {row: 64}
   elif vectorizable and caps.vector_width > 1 and analysis.reduce_sizes and all(s in (0, 1) for s in along_reduce):
     w = min(_lanes(r, caps.vector_width) for r in analysis.reduce_sizes)

@@ -45,7 +45,7 @@ def _check_asan_preloaded() -> None:
 
 
 def _symbol(key: str) -> str:
-  """What a batch's shared object calls the kernel with cache key `key` (uopc.backends.c.CCompiler.compile_many)."""
+  """What a batch's shared object calls the kernel with cache key `key` (CCompiler.compile_many)."""
   return f"k{key}"
 
 
