@@ -199,3 +199,16 @@ def test_the_heuristics_wide_gemm_tiles_match_numpy(m, k, n, thread):
   opts = choose_opts(make_kernel(root, buf(2, m * n), canonical=False), Caps(threads=2, vector_width=16, fma=True))
   assert dict(opts.upcast).get(1) in (3, 4) and opts.thread == thread
   check("reduction", run_shaped(root, [a, b], opts=opts), (a.astype(np.float64) @ b).astype(np.float32), np.abs(a).astype(np.float64) @ np.abs(b))
+
+
+@pytest.mark.parametrize("k, n, panel", [(1024, 64, 8), (2048, 96, 32), (768, 48, 16)])
+def test_the_heuristics_transposing_copy_matches_numpy(k, n, panel):
+  """A copy into panels (P[j // panel, k, j % panel] = A[k, j]) walks blocks of rows inside each panel, the blocks split
+  across the threads (the fuzzers' sizes stop before a copy long enough for it): every element lands where NumPy's
+  transpose puts it."""
+  a = np.random.default_rng(k + n).standard_normal((k, n)).astype(np.float32)
+  root = buf(0, k * n).reshape((k, n // panel, panel)).permute((1, 0, 2))
+  opts = choose_opts(make_kernel(root, buf(1, k * n), canonical=False), Caps(threads=2, vector_width=16, fma=True))
+  from uopc.opt import THREAD_MIN_WORK
+  assert opts.tile and opts.thread == (1 if k * n >= THREAD_MIN_WORK else None)    # a small copy: one thread, the same loops
+  assert np.array_equal(run_shaped(root, [a], opts=opts), a.reshape(k, n // panel, panel).transpose(1, 0, 2))

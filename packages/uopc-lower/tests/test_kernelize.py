@@ -102,6 +102,30 @@ def test_a_costly_value_broadcast_into_a_reduction_is_computed_once():
   np.testing.assert_allclose(np.array(run_schedule(ks, {0: X, 1: G})[2]).reshape(ni, nj), ref, rtol=1e-5, atol=1e-6)
 
 
+def test_a_deep_gemm_times_a_costly_function_of_another_gemm_is_stored_first():
+  """A GELU's gradient: g = dy @ W.T times f(h), f costly (a sigmoid) and h another GEMM's output. In g's epilogue, f
+  made nanoGPT's 2048 x 384 x 1536 GEMM 1.6x slower, so g, summed over EPILOGUE_MIN_DEPTH or more, is stored and the
+  product made in a kernel of its own. A shallower g keeps f in its epilogue (cheaper there than a pass of its own), and
+  so does one times a costly function of no reduction (an optimizer's step size)."""
+  from uopc.kernelize import EPILOGUE_MIN_DEPTH
+  m, n, kh = 4, 4, 32     # h sums more than a window's 16 (two GEMMs joined, one over a window, is another rule's)
+  def mm(a, b, k): return (a.reshape((m, 1, k)).expand((m, n, k)) * b.permute((1, 0)).reshape((1, n, k)).expand((m, n, k))).reduce(Ops.ADD, 1)
+  sig = lambda v: (UOp(Ops.EXP2, (v * -1.0,)) + 1.0).recip()
+  rng = np.random.default_rng(4)
+  X, W1 = rng.standard_normal((m, kh)).astype(np.float32), rng.standard_normal((kh, n)).astype(np.float32)
+  h = mm(buf(0, m * kh).reshape((m, kh)), buf(1, kh * n).reshape((kh, n)), kh)
+  for k, stored in ((EPILOGUE_MIN_DEPTH, True), (EPILOGUE_MIN_DEPTH // 2, False)):
+    g = mm(buf(2, m * k).reshape((m, k)), buf(3, k * n).reshape((k, n)), k)
+    ks = kernelize([(g * sig(h), buf(4, m * n))])
+    assert len(ks) == (2 if stored else 1) and (ks[0].root is g) is stored
+    DY, W = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    ref = (DY @ W) / (1 + np.exp2(-(X @ W1)))
+    np.testing.assert_allclose(np.array(run_schedule(ks, {0: X, 1: W1, 2: DY, 3: W})[4]).reshape(m, n), ref, rtol=1e-4, atol=1e-5)
+  k = EPILOGUE_MIN_DEPTH
+  g = mm(buf(2, m * k).reshape((m, k)), buf(3, k * n).reshape((k, n)), k)
+  assert len(kernelize([(g * sig(buf(0, m * n).reshape((m, n))), buf(4, m * n))])) == 1
+
+
 def test_a_value_reading_many_buffers_shared_by_two_outputs_is_computed_once():
   """v = a0 + ... + a4 reads five buffers (more than MAX_SHARED_READS): stored once and read by both outputs' kernels,
   not recomputed in each (the shared-reads rule). A value that reads one buffer is recomputed (the test below)."""

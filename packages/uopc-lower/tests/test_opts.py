@@ -7,7 +7,7 @@ dropped, so a stored GPU choice came back as another kernel), and the candidates
 base's candidates came out as CPU Opts)."""
 import dataclasses, json
 import pytest
-from uopc.uop import Ops, buf
+from uopc.uop import Ops, AxisType, buf
 from uopc.dtype import dtypes
 from uopc.lowering import Opts, LowerError
 from uopc.rangeify import check_opts, gemm_pattern
@@ -86,7 +86,7 @@ def test_candidates_keep_every_field_of_their_base_that_they_dont_vary(caps):
 
 NESTED = r"""
 import sys
-from uopc.uop import Ops, buf
+from uopc.uop import Ops, AxisType, buf
 from uopc.kernelize import make_kernel
 from uopc.opt import analyze
 garbage = [object() for _ in range(int(sys.argv[1]))]       # other allocations before: other ids for every UOp
@@ -309,3 +309,37 @@ def test_an_a_read_down_its_columns_is_packed_into_row_panels():
     ks = kernelize([((dy * x).reduce(Ops.ADD, 1), buf(2, 1536 * 384))], rewrite=graph_rewrite(CPU))
     stages = [kk for kk in ks if kk.root.shape == (1536 // PACK_ROWS, k, PACK_ROWS)]
     assert bool(stages) is packed, [kk.root.shape for kk in ks]
+
+
+def test_a_transposing_copy_walks_blocks_of_rows_inside_each_column_and_its_threads_split_the_blocks():
+  """P[j // 8, k, j % 8] = A[k, j], A's rows 16 elements or more apart (a GEMM operand packed into panels): in output
+  order each step of k read a new line of A, whose other half waited for the next panel, and 2048 rows later it had left
+  the L1 (2048 x 1536 alone: 1.33 ms). Blocks of 16 rows, split across the threads, each walked panel by panel with its
+  rows innermost: every line read serves 16 rows (0.68 ms). The copy is the same, element for element."""
+  import numpy as np
+  from uopc.kernelize import make_kernel
+  from uopc.linearize import linearize
+  from uopc.interpret import run_linear
+  from uopc.rangeify import lower
+  from uopc.lowering import Ctx
+  from uopc.opt import TRANSPOSE_BLOCK
+  caps = Caps(threads=2, vector_width=16, fma=True)
+  def copy(k: int, n: int):
+    view = buf(0, k * n).reshape((k, n // 8, 8)).permute((1, 0, 2))
+    return make_kernel(view, buf(1, k * n))
+  kernel = copy(1024, 64)
+  o = choose_opts(kernel, caps)
+  assert o.thread == 1 and o.tile == ((1, TRANSPOSE_BLOCK),) and o.vector == (2, 8)
+  alone = choose_opts(kernel, Caps(threads=1, vector_width=16))     # one thread: the same loops, none of them parallel
+  assert alone.thread is None and alone.tile == o.tile
+  sink = lower(kernel.canonical_root, kernel.canonical_out, Ctx(opts=o))
+  loops = sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind is not AxisType.UPCAST), key=lambda r: r.arg)
+  blocks, panels, rows = [(r.arg.kind, r.src[0].arg) for r in loops]
+  assert blocks == (AxisType.THREAD, 1024 // TRANSPOSE_BLOCK) and panels == (AxisType.LOOP, 8) and rows == (AxisType.LOOP, TRANSPOSE_BLOCK)
+  a = np.arange(1024 * 64, dtype=np.float32)
+  out = [0.0] * a.size
+  run_linear(linearize(sink), {0: list(a), 1: out})
+  assert np.array_equal(np.array(out, np.float32), a.reshape(1024, 8, 8).transpose(1, 0, 2).ravel())
+  # rows that fit the L1 as lines (k * 64 bytes), or a contiguous read, keep the output's order
+  assert choose_opts(copy(256, 32), caps).tile == ()
+  assert choose_opts(make_kernel(buf(0, 1024 * 32).reshape((1024, 32)) * 2.0, buf(1, 1024 * 32)), caps).tile == ()

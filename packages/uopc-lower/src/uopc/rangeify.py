@@ -412,9 +412,12 @@ def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[Walk]:
     return [_gpu_axis(ctx, k, s, local.get(k, 1), up.get(k, 1)) for k, s in enumerate(shape)]
   kind = lambda k: AxisType.THREAD if k == o.thread else AxisType.LOOP
   # the loops over tiles come first (outermost), so a block of outputs reuses the same rows of each operand while they
-  # are in cache; the THREAD axis goes before everything, as the loop OpenMP splits
+  # are in cache; the THREAD axis goes before everything, as the loop OpenMP splits. When the THREAD axis is tiled, its
+  # blocks are what OpenMP splits and the loop inside a block keeps the axis's own place among the others (a transposing
+  # copy walks a block of 16 rows inside each column: every line it reads serves 16 rows before it moves on)
   blocks = {k: ctx.rng(shape[k] // t, kind(k)) for k, t in tiles.items()}
-  axes = ([o.thread] if o.thread is not None else []) + [k for k in range(len(shape)) if k != o.thread]
+  first = [o.thread] if o.thread is not None and o.thread not in tiles else []
+  axes = first + [k for k in range(len(shape)) if k not in first]
   parts: dict[int, Walk] = {}
   for k in axes:
     f, w = up.get(k, 1), (lanes if k == vaxis else 1)
