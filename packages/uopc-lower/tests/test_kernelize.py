@@ -106,7 +106,7 @@ def test_a_deep_gemm_times_a_costly_function_of_another_gemm_is_stored_first():
   """A GELU's gradient: g = dy @ W.T times f(h), f costly (a sigmoid) and h another GEMM's output. In g's epilogue, f
   made nanoGPT's 2048 x 384 x 1536 GEMM 1.6x slower, so g, summed over EPILOGUE_MIN_DEPTH or more, is stored and the
   product made in a kernel of its own. A shallower g keeps f in its epilogue (cheaper there than a pass of its own), and
-  so does one times a costly function of no reduction (an optimizer's step size)."""
+  so do one times a costly function of no reduction (an optimizer's step size) and a dot product per row."""
   from uopc.kernelize import EPILOGUE_MIN_DEPTH
   m, n, kh = 4, 4, 32     # h sums more than a window's 16 (two GEMMs joined, one over a window, is another rule's)
   def mm(a, b, k): return (a.reshape((m, 1, k)).expand((m, n, k)) * b.permute((1, 0)).reshape((1, n, k)).expand((m, n, k))).reduce(Ops.ADD, 1)
@@ -124,6 +124,9 @@ def test_a_deep_gemm_times_a_costly_function_of_another_gemm_is_stored_first():
   k = EPILOGUE_MIN_DEPTH
   g = mm(buf(2, m * k).reshape((m, k)), buf(3, k * n).reshape((k, n)), k)
   assert len(kernelize([(g * sig(buf(0, m * n).reshape((m, n))), buf(4, m * n))])) == 1
+  # a dot product per row (a layernorm's gradient: each output sums its own row, nothing broadcast) keeps its epilogue
+  rows = (buf(2, m * k).reshape((m, k)) * buf(3, m * k).reshape((m, k))).reduce(Ops.ADD, 1)
+  assert len(kernelize([(rows * sig(h.reshape((m * n,)).shrink(((0, m),))), buf(4, m))])) == 1
 
 
 def test_a_value_reading_many_buffers_shared_by_two_outputs_is_computed_once():

@@ -153,6 +153,12 @@ def _sum_of_products(r: UOp) -> bool:
   return r.arg[0] is Ops.ADD and r.arg[1] > 0 and _movement_chain(r.src[0])[-1].op is Ops.MUL
 
 
+def _gemm(r: UOp) -> bool:
+  """A sum of products whose two operands are each broadcast along an axis (a GEMM, a convolution), not a dot product
+  per row (a variance, a layernorm's gradient)."""
+  return _sum_of_products(r) and all(any(_expands(x) for x in _movement_chain(s)) for s in _movement_chain(r.src[0])[-1].src)
+
+
 def _regions(roots: list[UOp], cut: set[UOp]) -> list[set[UOp]]:
   """For each kernel root, the nodes computed inside its kernel: reachable without crossing a cut or a BUFFER."""
   out = []
@@ -250,15 +256,15 @@ def _staged(roots: list[UOp]) -> set[UOp]:
         c, d = c - rest, d - rest
       if u.op in ALU and d:
         for s in u.src:
-          # a large sum of products times a costly function of another one's full output (a GELU's gradient: the GEMM
-          # carrying the gradient to it, times the GELU's derivative at the forward GEMM's output) is stored first, and
-          # the product made in a kernel of its own: in the GEMM's epilogue it made the whole kernel 1.6x slower
-          # (nanoGPT's dy @ W.T of 2048 x 384 x 1536: 12.5 -> 20.0 ms; the GELU's gradient alone 2.6 ms). Not a function
-          # of the GEMM itself (a GELU of its output), of a reduction broadcast (a layernorm's gradient reads its
-          # variance) or of no reduction (an optimizer's step size): those stay in the epilogue
-          if not direct[s] or max(prod(r.src[0].shape[-r.arg[1]:]) for r in direct[s]) < EPILOGUE_MIN_DEPTH: continue
+          # a deep GEMM times a costly function of another GEMM's full output (a GELU's gradient: the GEMM carrying the
+          # gradient to it, times the GELU's derivative at the forward GEMM's output) is stored first, and the product
+          # made in a kernel of its own: in the GEMM's epilogue it made the whole kernel 1.6x slower (nanoGPT's dy @ W.T
+          # of 2048 x 384 x 1536: 12.5 -> 20.0 ms; the GELU's gradient alone 2.6 ms). Not a function of the GEMM itself
+          # (a GELU of its output), of a reduction broadcast or of no reduction (an optimizer's step size), nor a dot
+          # product per row (a layernorm's gradient, times its variance's rsqrt): those stay where they are
+          if not any(_gemm(r) and prod(r.src[0].shape[-r.arg[1]:]) >= EPILOGUE_MIN_DEPTH for r in direct[s]): continue
           others = [t for t in u.src if t is not s]
-          if all(carried[t] and carried[t] <= direct[t] and not carried[t] & direct[s] for t in others) and \
+          if all(carried[t] and carried[t] <= direct[t] and not carried[t] & direct[s] and all(_gemm(r) for r in carried[t]) for t in others) and \
               sum(cost[t] for t in others) >= COSTLY:
             staged |= stored([s])
             c, d = c - direct[s], d - direct[s]
