@@ -1,6 +1,6 @@
 """Every Opts choice computes the right answer: random kernels (elementwise with broadcasting, reductions over any axes,
 GEMMs of odd sizes, convolutions, movement chains) lowered with random valid Opts (vectors, register tiles, unrolling,
-partial accumulators, fused multiply-adds, threads, cache tiles) against NumPy; elementwise kernels give the same
+partial accumulators, fused multiply-adds, threads, cache tiles, a pad's loop split at its edges) against NumPy; elementwise kernels give the same
 bits with and without threads, and so do reductions (a THREAD loop splits outputs, never a sum). A sum is compared within
 a few ulps of the sum of its terms' magnitudes (its rounding error, whatever the order of the additions). The budget
 is fixed for CI; UOPC_FUZZ_ITERS=N runs longer."""
@@ -136,6 +136,7 @@ def opts_for(draw, root: UOp) -> Opts:
   """Random Opts, kept only if check_opts accepts them for this kernel (a refusal draws again, up to a few times)."""
   shape = root.shape
   inner = sorted({u.src[0].shape[-1] for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0})
+  stacked = any(u.op is Ops.STACK for u in root.toposort())
   for _ in range(6):
     kw = {}
     if shape and draw(st.booleans()):
@@ -150,6 +151,7 @@ def opts_for(draw, root: UOp) -> Opts:
       ax = draw(st.integers(0, len(shape) - 1))
       kw["tile"] = {ax: draw(st.sampled_from(divisors(shape[ax])))}
     kw["fma"] = bool(inner) and draw(st.booleans())
+    kw["split"] = stacked and draw(st.booleans())   # refused (and drawn again) for a kernel with a reduction
     try:
       o = Opts(**kw)
       check_opts(root, o)

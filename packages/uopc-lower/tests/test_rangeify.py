@@ -300,3 +300,34 @@ def test_a_reshape_maps_each_group_of_axes_on_its_own_and_passes_a_kept_axis_thr
   for point in np.ndindex(*new):
     at = {r: UOp.const(int(v)) for r, v in zip(idx, point)}
     assert tuple(simplify(c.substitute(at)).arg for c in got) == np.unravel_index(np.ravel_multi_index(point, new), old), point
+
+
+def test_split_cuts_the_last_loop_where_a_concatenation_changes_branch():
+  """Opts.split: a pad of 1 on each side of a (3, 8) array's last axis is three pieces of the last loop, one step of
+  zeros, 8 steps of x at a plain index (no div or mod: the branch and its index are simplified from the piece's bounds),
+  one step of zeros; the rows' padding stays a select per row. The values are the unsplit program's. With vector lanes
+  and copies (a 3-way concatenation of 32-element rows, 8 lanes x 2) the pieces are whole steps of the loop."""
+  x = np.arange(24, dtype=np.float32).reshape(3, 8)
+  g = pad(buf(0, 24).reshape((3, 8)), ((1, 1), (1, 1)))
+  sink = lower(g, buf(1, 50), Ctx(opts=Opts(split=True)))
+  inner = [r for r in sink.toposort() if r.op is Ops.RANGE and r.arg.idx > 0]
+  assert sorted(r.src[0].arg for r in inner) == [8]               # the middle piece loops; the edges are one step each
+  loads = [u.src[0].src[1] for u in sink.toposort() if u.op is Ops.LOAD]
+  divmods = [n for i in loads for n in i.toposort() if n.op in (Ops.FLOORDIV, Ops.FLOORMOD)]
+  assert divmods and not any(inner[0] in n.toposort() for n in divmods)     # the rows' (r0's) remain, none of the piece's
+  np.testing.assert_array_equal(run_lowered(g, [x], Opts(split=True)), np.pad(x, 1))
+  np.testing.assert_array_equal(run_lowered(g, [x], Opts(split=True)), run_lowered(g, [x]))
+  parts = [buf(k, 4 * 32).reshape((4, 32)) for k in range(3)]
+  cat = pad(parts[0], ((0, 0), (0, 64))) + pad(parts[1], ((0, 0), (32, 32))) + pad(parts[2], ((0, 0), (64, 0)))
+  xs = [np.random.default_rng(k).standard_normal((4, 32)).astype(np.float32) for k in range(3)]
+  for o in (Opts(split=True), Opts(split=True, upcast={1: 2}), Opts(split=True, thread=0, upcast={0: 2})):
+    np.testing.assert_array_equal(run_lowered(cat, xs, o), np.concatenate(xs, 1))
+
+
+@pytest.mark.parametrize("root, says", [
+  (buf(0, 12).reshape((3, 4)) * 2.0, "no concatenation"),
+  (pad(buf(0, 12).reshape((3, 4)), ((0, 0), (1, 1))).reduce(Ops.ADD, 1), "reduction keeps its loops"),
+  (pad(buf(0, 12).reshape((3, 4)), ((0, 0), (2, 2))), "threads' loop or tiled")])
+def test_check_opts_refuses_a_split_that_cant_apply(root, says):
+  opts = Opts(split=True, thread=len(root.shape) - 1) if "threads" in says else Opts(split=True)
+  with pytest.raises(LowerError, match=f"Opts.split: .*{says}"): lower(root, buf(1, max(1, prod(root.shape))), Ctx(opts=opts))

@@ -51,7 +51,8 @@ def ranges_in(*us: UOp) -> list[UOp]:
 
 class Walk(NamedTuple):
   """How one axis is walked: index = (base * factor + c) * width + lane, for each unrolled copy c < factor. `base` is a
-  RANGE, or CONST 0 when one step covers the axis; `lane` is an UPCAST RANGE of `width` (one SIMD vector) or None."""
+  RANGE, or CONST 0 when one step covers the axis (or, for a segment of a split loop, its first step plus a RANGE, or
+  that step alone); `lane` is an UPCAST RANGE of `width` (one SIMD vector) or None."""
   base: UOp
   factor: int
   lane: UOp | None = None
@@ -112,6 +113,7 @@ class Opts:
   group: int = _gpu(1, _GPU_OPTION)                         # threads of a block that share each reduction (in shared memory)
   stage: int = _gpu(0, _GPU_OPTION)                         # GEMM: depth of the operand tiles staged in shared memory (0: none)
   tc: bool = _gpu(False, _GPU_OPTION)                       # GEMM of f16 operands: tensor cores (WMMA); local = warps, upcast = tiles
+  split: bool = _cpu(False, "a GPU kernel's last axis is its threads, no loop to split")   # the last loop, where a concatenation changes branch
 
   def __post_init__(self):
     for name, check in _FIELD_CHECKS.items(): object.__setattr__(self, name, check(name, getattr(self, name)))
@@ -247,6 +249,7 @@ class Ctx:
   # a long float sum accumulates in chunks (see rangeify); uopc.opt reads a kernel's loops with it off, as the plain loops
   chunk_sums: bool = True
   gpu: GpuState = field(default_factory=GpuState)
+  selectors: list[UOp] = field(default_factory=list)     # each STACK's branch index, as rangeify met them (Opts.split)
 
   def rng(self, size: int, kind: AxisType = AxisType.LOOP) -> UOp:
     """A fresh RANGE of `size` iterations."""

@@ -58,6 +58,7 @@ def _index(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs:
 
 def _stack(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs:
   i, rest = idx[0], idx[1:]
+  ctx.selectors.append(i)
   vals = yield [(s, rest) for s in u.src]
   r = vals[-1]
   for k in range(len(u.src) - 2, -1, -1): r = (i < k + 1).where(vals[k], r)
@@ -400,10 +401,16 @@ def check_opts(root: UOp, o: Opts) -> None:
     k = o.thread
     if not 0 <= k < len(shape): refuse("thread", f"there is no axis {k}")
     if shape[k] // step(k) < 2: refuse("thread", f"axis {k} of size {shape[k]} (upcast * lanes {step(k)}) leaves no loop to split")
+  if o.split:
+    nodes = root.toposort()
+    if not any(u.op is Ops.STACK for u in nodes): refuse("split", "the kernel has no concatenation (STACK) to split its last loop at")
+    if any(u.op is Ops.REDUCE for u in nodes): refuse("split", "a kernel with a reduction keeps its loops (each piece would copy it)")
+    if o.thread == len(shape) - 1 or dict(o.tile).get(len(shape) - 1): refuse("split", "the last axis is the threads' loop or tiled")
 
 
-def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[Walk]:
-  """(base, factor) for each output axis, creating the output RANGEs in loop order."""
+def _output_parts(ctx: Ctx, shape: tuple[int, ...], skip: int | None = None) -> list[Walk]:
+  """(base, factor) for each output axis, creating the output RANGEs in loop order (none for axis `skip`: its Walk is
+  a placeholder, for a caller that walks it in pieces)."""
   o = ctx.opts
   up, tiles = dict(o.upcast), dict(o.tile)          # check_opts has made sure every entry fits the shape
   vaxis, lanes = o.vector if o.vector is not None else (None, 1)
@@ -421,6 +428,7 @@ def _output_parts(ctx: Ctx, shape: tuple[int, ...]) -> list[Walk]:
   parts: dict[int, Walk] = {}
   for k in axes:
     f, w = up.get(k, 1), (lanes if k == vaxis else 1)
+    if k == skip: parts[k] = Walk(UOp.const(0), f, None, w); continue
     if k not in tiles: parts[k] = _axis_parts(ctx, shape[k], f, kind(k), w); continue
     within = tiles[k] // (f * w)    # iterations inside one tile
     parts[k] = Walk(blocks[k] * within + ctx.rng(within) if within > 1 else blocks[k], f, ctx.rng(w, AxisType.UPCAST) if w > 1 else None, w)
@@ -492,18 +500,67 @@ def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   if prod(root.shape) == 0: return sink()                   # nothing to compute
   o = ctx.opts
   if o.gpu and (o.stage or o.tc): ctx.gpu.gemm = gemm_pattern(root)
+  start = (ctx.next_range, ctx.next_alloc)
   if o.gpu and o.tc: combos = tc_outputs(ctx, root.shape)
   else:
     parts = _output_parts(ctx, root.shape)
     combos = _combos(parts)
   ctx.gpu.outputs = combos
-  stores = []
-  for idx in combos:
-    address = ravel(idx, root.shape) if root.shape else UOp.const(0)   # outputs are contiguous, row-major
-    stores.append(out.index(address).store(rangeify(root, idx, ctx)))
-  body = stores[0] if len(stores) == 1 else UOp(Ops.SINK, tuple(stores))
+  body = _stores(root, out, combos, ctx)
+  if o.split and (cuts := _segments(root, parts, ctx)) is not None:
+    # again, with the last loop split where a concatenation changes branch: each piece reads one branch, at an index
+    # with no div or mod left in it (a convolution's padding: 0.62 ms of selects and index arithmetic per element)
+    ctx.next_range, ctx.next_alloc, ctx.memo, ctx.reduce_ranges = *start, {}, {}
+    last = len(root.shape) - 1
+    outer = _output_parts(ctx, root.shape, skip=last)
+    f, w = parts[last].factor, parts[last].width
+    pieces = []
+    for begin, end in zip(cuts, cuts[1:]):
+      r = ctx.rng(end - begin) if end - begin > 1 else None
+      lane = ctx.rng(w, AxisType.UPCAST) if w > 1 else None
+      walk = Walk(UOp.const(begin) if r is None else (r + begin if begin else r), f, lane, w)
+      piece = _stores(root, out, _combos(outer[:last] + [walk]), ctx)
+      pieces.append(piece.end(*[x for x in (r, lane) if x is not None]))
+    combos = _combos(outer[:last])
+    body = UOp(Ops.SINK, tuple(pieces))
   shared_lane = [ctx.gpu.group_lane] if ctx.gpu.group_lane is not None else []
   program = sink(body.end(*ranges_in(*(i for idx in combos for i in idx), *shared_lane)))
   return simplify(merge_ends(program))
+
+
+def _stores(root: UOp, out: UOp, combos: list[tuple[UOp, ...]], ctx: Ctx) -> UOp:
+  """The stores of root's value at each output index of combos into `out` (contiguous, row-major)."""
+  stores = []
+  for idx in combos:
+    address = ravel(idx, root.shape) if root.shape else UOp.const(0)
+    stores.append(out.index(address).store(rangeify(root, idx, ctx)))
+  return stores[0] if len(stores) == 1 else UOp(Ops.SINK, tuple(stores))
+
+
+MAX_SEGMENTS = 8        # pieces a split loop may have (each is a copy of the kernel's body)
+MAX_SPLIT_STEPS = 512   # steps of a loop whose selectors are evaluated at each step to find where to split it
+
+
+def _segments(root: UOp, parts: list[Walk], ctx: Ctx) -> list[int] | None:
+  """Opts.split: where to split the last output loop of an elementwise kernel, the steps at which some concatenation's
+  branch index (a STACK's selector that depends on that loop alone) changes, as [0, ..., steps]; None when it has no
+  such index, has more than MAX_SPLIT_STEPS steps or would give more than MAX_SEGMENTS pieces (check_opts has refused a
+  kernel with no STACK, with a reduction, or whose last loop is the threads' or tiled). Each piece then computes one
+  branch per concatenation, which simplify finds from the loop's bounds, at an index free of the div and mod that
+  picked it."""
+  r = parts[-1].base
+  if r.op is not Ops.RANGE or not 1 < (steps := r.src[0].arg) <= MAX_SPLIT_STEPS: return None
+  alone = [s for s in dict.fromkeys(ctx.selectors) if ranges_in(s) == [r]][:16]
+  if not alone: return None
+  cuts = [0]
+  prev = None
+  for step in range(steps):
+    at = {r: UOp.const(step)}
+    vals = tuple(simplify(s.substitute(at)) for s in alone)
+    if any(v.op is not Ops.CONST for v in vals): return None
+    if prev is not None and vals != prev: cuts.append(step)
+    prev = vals
+  cuts.append(steps)
+  return cuts if 2 < len(cuts) <= MAX_SEGMENTS + 1 else None
 
 
