@@ -237,3 +237,19 @@ def test_rendering_a_deep_expression_stays_linear():
   for _ in range(20000): y = y * 1.0001
   src = render_c(lower(y, buf(1, 4)), "deep")
   assert len(src) < 100 * 20000 and max(len(line) for line in src.splitlines()) < MAX_INLINE + 100
+
+
+def test_the_c_backend_reads_its_caches_from_sysfs_and_keeps_the_defaults_for_what_it_cant_read(tmp_path):
+  """Caps.l1_bytes and l2_bytes decide which GEMMs split their rows across threads (B within half an L2) and which copies
+  walk blocks of rows: they come from Linux's description of cpu0's caches (a 2 MiB L2 here, not Caps' 1 MiB default).
+  The instruction cache and the L3 are not the per-core data caches; a directory that can't be read leaves the default."""
+  from uopc.backends.c import _cache_bytes
+  for i, (level, kind, size) in enumerate([("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "2048K"),
+                                           ("3", "Unified", "300M")]):
+    d = tmp_path / f"index{i}"
+    d.mkdir()
+    for name, text in (("level", level), ("type", kind), ("size", size)): (d / name).write_text(text + "\n")
+  assert _cache_bytes(str(tmp_path)) == {"l1_bytes": 48 << 10, "l2_bytes": 2 << 20}
+  (tmp_path / "index2" / "size").write_text("lots\n")
+  assert _cache_bytes(str(tmp_path)) == {"l1_bytes": 48 << 10}
+  assert _cache_bytes(str(tmp_path / "absent")) == {}

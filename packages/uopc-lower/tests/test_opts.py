@@ -223,7 +223,8 @@ def matmul_kernel(m: int, k: int, n: int):
 @pytest.mark.parametrize("m, k, n, upcast, thread", [
   (1024, 128, 384, {0: 8, 1: 3}, 0),    # 24 accumulators where the columns take 3 vectors; a tall GEMM splits its rows
   (1024, 512, 128, {0: 8, 1: 4}, 0),    # else 32
-  (1024, 1024, 1024, {0: 8, 1: 4}, 1),  # a square GEMM splits its column tiles
+  (1024, 1024, 1024, {0: 8, 1: 4}, 1),  # a GEMM whose B (4 MiB) is over half the L2 splits its column tiles
+  (256, 256, 256, {0: 8, 1: 4}, 0),     # a square one whose B (256 KiB) fits splits its rows (167 -> 192 GFLOP/s)
   (2048, 1536, 384, {0: 8, 1: 3}, 1),   # and so does one whose B (2.4 MB) would be read from memory by every row tile
   (1024, 128, 16, {0: 8}, 0),           # one vector of columns
 ])
@@ -231,7 +232,8 @@ def test_a_gemms_register_tile_fills_the_vector_registers_and_its_threads_split_
   """A GEMM's register tile of 8 rows x 2 vectors kept 16 of AVX-512's 32 registers busy; 8 x 3 or 8 x 4 reuse each
   loaded vector of B for 8 FMAs and each element of A for 3 or 4 (1024^3: 195 -> 227 GFLOP/s). Its threads took
   column tiles, so each read all of A, half of it from the other core's cache where the kernel before had written it;
-  for the GPT's activation @ weight GEMMs (1024 rows, B 64-256 KiB) rows are split instead (120-170 -> 200-240)."""
+  where B fits in half an L2 (the GPT's activation @ weight GEMMs: 1024 rows, B 64-256 KiB) rows are split instead
+  (120-170 -> 200-240)."""
   kern = matmul_kernel(m, k, n)
   o = choose_opts(kern, Caps(threads=2, vector_width=16, fma=True))
   assert dict(o.upcast) == upcast and o.vector == (1, 16) and o.thread == thread

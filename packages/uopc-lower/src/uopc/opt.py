@@ -27,7 +27,7 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
   * a concatenation's kernel splits its last loop where the branch changes (Opts.split).
   * threads: the outermost axis with enough iterations for every thread, when the kernel does enough work to pay for
     waking them (OMP_NUM_THREADS is the backend's business: it sets caps.threads); a GEMM's column tiles, or its rows
-    when it is tall and its B fits in half an L2 (_rows_first).
+    when its B fits in half an L2 (_rows_first).
   * a copy that transposes (a GEMM operand packed into panels) walks its rows in blocks of 16 inside each column, the
     blocks split across the threads (_transposing_axis), so every line it reads serves 16 rows before leaving the L1.
 
@@ -189,14 +189,15 @@ def _divisor(n: int, want: int) -> int:
 
 
 def _rows_first(analysis: Analysis, caps: Caps, last: int) -> bool:
-  """Whether a GEMM splits its rows across threads rather than its column tiles: when it has at least twice as many
-  rows as columns and B (the operand every row reads whole) fits in half an L2, each thread then reads only its half
-  of A, which the kernel before it most likely wrote on the same core, and B from its own cache (the GPT's
-  activation @ weight GEMMs of K = 128-512, 1024 rows: 120-170 -> 200-240 GFLOP/s). A deeper or wider B would be read
-  from memory once per row tile (2048 x 1536 @ 1536 x 384: 154 -> 81), and a square GEMM keeps its column split."""
-  rows, cols = prod(analysis.shape[:last]), analysis.shape[last]
+  """Whether a GEMM splits its rows across threads rather than its column tiles: when B (the operand every row reads
+  whole) fits in half an L2, each thread then reads only its half of A, which the kernel before it most likely wrote on
+  the same core, and B from its own cache (the GPT's activation @ weight GEMMs of K = 128-512, 1024 rows: 120-170 ->
+  200-240 GFLOP/s; on a 2 MiB L2, interleaved medians: 256^3 167 -> 192, 512^3 206 -> 226, 2048 x 384 x 384 182 ->
+  221, 512 x 256 x 1024 200 -> 220, 128 x 512 x 512 the same). A deeper or wider B would be read from memory once per
+  row tile (2048 x 1536 @ 1536 x 384: 154 -> 81; 1024^3: 116 -> 92), so those keep their column split."""
+  cols = analysis.shape[last]
   depth = max(1, analysis.reduced, prod(analysis.reduce_sizes))
-  return 2 * cols <= rows and 4 * depth * cols <= caps.l2_bytes // 2
+  return 4 * depth * cols <= caps.l2_bytes // 2
 
 
 TRANSPOSE_BLOCK = 16       # rows of a transposing copy walked inside each of its columns (see _transposing_axis)

@@ -491,6 +491,21 @@ def _cpu_flags() -> set[str]:
   except (OSError, IndexError): return set()
 
 
+def _cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, int]:
+  """The per-core data caches Linux describes ({"l1_bytes": ..., "l2_bytes": ...}, Caps' fields); those it can't read
+  are left out, and Caps keeps its defaults for them."""
+  out: dict[str, int] = {}
+  for d in sorted(Path(root).glob("index*")):
+    try: level, kind, size = ((d / f).read_text().strip() for f in ("level", "type", "size"))
+    except OSError: continue
+    scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+    try: n = int(size.rstrip("KM")) * scale
+    except ValueError: continue
+    if level == "1" and kind in ("Data", "Unified"): out["l1_bytes"] = n
+    elif level == "2" and kind in ("Data", "Unified"): out["l2_bytes"] = n
+  return {k: v for k, v in out.items() if v > 0}
+
+
 def _threads() -> int:
   """The threads an OpenMP loop gets: OMP_NUM_THREADS when set, else the CPUs this process may run on."""
   try: return max(1, int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0]))
@@ -537,7 +552,7 @@ class CBackend:
     # f32 lanes of the widest vector unit; 4 (SSE, NEON) when the flags can't tell
     width = 16 if "avx512f" in flags else 8 if "avx2" in flags or "avx" in flags else 4
     # GEMM operands read badly are packed into panels of 32 columns (two 16-lane vectors, four 8-lane ones) first
-    self.caps = Caps(threads=_threads(), vector_width=width, fma="fma" in flags, gemm_panel=32)
+    self.caps = Caps(threads=_threads(), vector_width=width, fma="fma" in flags, gemm_panel=32, **_cache_bytes())
 
   def compile(self, src: str, name: str) -> CProgram: return compiler.compile(src, sanitize_name(name))   # as the signature has it
   def compile_many(self, items: Sequence[tuple[str, str]]) -> list[CProgram]:
