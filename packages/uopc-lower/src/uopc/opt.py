@@ -314,10 +314,17 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     if vectors > 1: upcast[last] = vectors
     if row is not None:
       upcast[row] = _divisor(shape[row], 8)
+      more = [k for k in rows if k != row]
+      if more and wide:
+        # a convolution (its output channels are another tile axis: the weights move along them, the input doesn't) on
+        # a machine of 32 vector registers: 4 rows x its vectors x output channels, up to 32 accumulators, so each
+        # loaded input vector feeds several channels' FMAs (batch 8, 64 -> 64 channels, 32 x 32, 3 x 3, interleaved
+        # medians: 8 rows x 2 vectors 161 GFLOP/s, x 2 channels 168, 4 rows x 2 x 4 channels 188)
+        upcast[row] = _divisor(shape[row], 4)
+        upcast[more[-1]] = _divisor(shape[more[-1]], max(1, 32 // (upcast[row] * upcast.get(last, 1))))
       # short rows (a convolution's 4 output rows): the tile grows along another such axis (its output channels, which
       # share each loaded input vector) to 16 accumulators; 4 alone kept each FMA chain waiting on the one before
-      accumulators = upcast[row] * upcast.get(last, 1)
-      if accumulators < 16 and (more := [k for k in rows if k != row]):
+      elif more and (accumulators := upcast[row] * upcast.get(last, 1)) < 16:
         upcast[more[-1]] = _divisor(shape[more[-1]], 16 // accumulators)
       # a cache tile of 64 rows: each thread's column panel of B is walked by 64 rows of A at a time while both stay in
       # its L2 (GEMM 1024: 184 -> 209 GFLOP/s; no change at 512 and below). Not in a batch of GEMMs (attention's, over
