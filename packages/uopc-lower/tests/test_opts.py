@@ -361,3 +361,7 @@ def test_a_concatenations_kernel_splits_its_last_loop_and_others_dont():
   assert choose_opts(make_kernel(padded, buf(1, 8 * 64 * 34 * 34)), caps).split
   assert not choose_opts(gemm(), caps).split
   assert not choose_opts(make_kernel(buf(0, 64 * 64).reshape((64, 64)) * 2.0, buf(1, 64 * 64)), caps).split
+  # a concatenation under a reduction can't split (check_opts refuses it): the rest of the choice stays, its lanes too
+  summed = pad(buf(0, 64 * 64).reshape((64, 64)), ((0, 0), (0, 64))).reduce(Ops.ADD, 1)
+  o = choose_opts(make_kernel(summed, buf(1, 64)), caps)
+  assert not o.split and o.reduce_vector == 16

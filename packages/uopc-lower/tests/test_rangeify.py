@@ -324,10 +324,10 @@ def test_split_cuts_the_last_loop_where_a_concatenation_changes_branch():
     np.testing.assert_array_equal(run_lowered(cat, xs, o), np.concatenate(xs, 1))
 
 
-@pytest.mark.parametrize("root, says", [
-  (buf(0, 12).reshape((3, 4)) * 2.0, "no concatenation"),
-  (pad(buf(0, 12).reshape((3, 4)), ((0, 0), (1, 1))).reduce(Ops.ADD, 1), "reduction keeps its loops"),
-  (pad(buf(0, 12).reshape((3, 4)), ((0, 0), (2, 2))), "threads' loop or tiled")])
-def test_check_opts_refuses_a_split_that_cant_apply(root, says):
-  opts = Opts(split=True, thread=len(root.shape) - 1) if "threads" in says else Opts(split=True)
+@pytest.mark.parametrize("root, opts, says", [
+  (buf(0, 12).reshape((3, 4)) * 2.0, Opts(split=True), "no concatenation"),
+  (pad(buf(0, 12).reshape((3, 4)), ((0, 0), (1, 1))).reduce(Ops.ADD, 1), Opts(split=True), "reduction keeps its loops"),
+  (pad(buf(0, 12).reshape((3, 4)), ((0, 0), (2, 2))), Opts(split=True, thread=1), "threads' loop or tiled"),
+  (pad(buf(0, 12).reshape((3, 4)), ((0, 0), (2, 2))), Opts(split=True, tile={1: 4}), "threads' loop or tiled")])
+def test_check_opts_refuses_a_split_that_cant_apply(root, opts, says):
   with pytest.raises(LowerError, match=f"Opts.split: .*{says}"): lower(root, buf(1, max(1, prod(root.shape))), Ctx(opts=opts))

@@ -92,6 +92,7 @@ class Analysis:
   dtypes: frozenset                     # every dtype a value of the kernel has
   products: bool                        # an f32 sum of products (something fma helps)
   reduced: int = 1                      # the most elements any reduction reduces into each output (all its axes)
+  stacked: bool = False                 # a STACK (a concatenation, a pad) is in it
 
   @property
   def work(self) -> int:
@@ -143,7 +144,7 @@ def analyze(kernel: Kernel) -> Analysis:
   products = any(u.arg[0] is Ops.ADD and u.dtype is dtypes.f32 and _under_movement(u.src[0]).op is Ops.MUL for u in reduces)
   reduced = max((prod(u.src[0].shape[len(u.src[0].shape) - u.arg[1]:]) for u in reduces), default=1)
   return Analysis(shape, tuple(u.src[0].shape[-1] for u in reduces), out_strides, reduce_strides, inner,
-                  frozenset(u.dtype for u in nodes), products, reduced)
+                  frozenset(u.dtype for u in nodes), products, reduced, any(u.op is Ops.STACK for u in nodes))
 
 
 def _size(r: UOp) -> int:
@@ -374,14 +375,13 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     tile = {k: TRANSPOSE_BLOCK}
     if thread is not None: thread = k
   # a concatenation's kernel (the q, k and v gradients joined, a convolution's padding) splits its last loop where the
-  # branch changes: each piece loads one branch at a plain index (a 3x3 convolution's padding: 0.91 -> 0.23 ms)
-  nodes = kernel.canonical_root.toposort()
-  split = n > 0 and thread != n - 1 and n - 1 not in tile and any(u.op is Ops.STACK for u in nodes) and \
-    not any(u.op is Ops.REDUCE for u in nodes)
+  # branch changes: each piece loads one branch at a plain index (a 3x3 convolution's padding: 0.91 -> 0.23 ms). Where
+  # it can't (a reduction, the last axis threaded or tiled), check_opts refuses it and the same choice without it is next
+  full = Opts(upcast=upcast, vector=vector, reduce_vector=reduce_vector, unroll=unroll, fma=fma, thread=thread, tile=tile)
+  choices = [dataclasses.replace(full, split=True)] * analysis.stacked + [full, Opts(upcast=upcast, vector=vector, fma=fma, thread=thread),
+                                                                         Opts(thread=thread)]
   # the heuristics never hand out invalid Opts: when the full choice doesn't fit the kernel, keep what does
-  for opts in (Opts(upcast=upcast, vector=vector, reduce_vector=reduce_vector, unroll=unroll, fma=fma, thread=thread, tile=tile,
-                    split=split),
-               Opts(upcast=upcast, vector=vector, fma=fma, thread=thread), Opts(thread=thread)):
+  for opts in choices:
     try:
       check_opts(kernel.canonical_root, opts)
       return opts

@@ -58,7 +58,7 @@ def _index(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs:
 
 def _stack(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs:
   i, rest = idx[0], idx[1:]
-  ctx.selectors.append(i)
+  if ctx.opts.split: ctx.selectors.append(i)    # where Opts.split may cut the last loop (see _segments)
   vals = yield [(s, rest) for s in u.src]
   r = vals[-1]
   for k in range(len(u.src) - 2, -1, -1): r = (i < k + 1).where(vals[k], r)
