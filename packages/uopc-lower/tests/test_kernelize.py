@@ -81,6 +81,49 @@ def test_a_reduction_shared_by_two_outputs_is_computed_once():
   assert len(ks) == 3 and sum(1 for k in ks for u in k.root.toposort() if u.op is Ops.REDUCE) == 1
 
 
+def test_a_stored_value_that_is_also_an_output_behind_its_own_layout_is_stored_there():
+  """An optimizer's step reads a parameter's gradient (a reduction over a materialized input, shared by the update and
+  the .grad output) while .grad is the same elements reshaped, or transposed twice: the reduction is stored straight
+  into the output's buffer (27 copy kernels fewer in the GPT step). A view that moves elements (one transpose) keeps
+  its copy, and both schedules compute the right numbers."""
+  x = buf(0, 12).reshape((3, 4))
+  t = UOp(Ops.STAGE, (x * 2.0,))                    # a source stored first, so the reduction is rebuilt over it
+  s = t.permute((1, 0)).reduce(Ops.ADD, 1)           # (4,): columns summed, shared by the two outputs below
+  same = s.reshape((1, 4)).reshape((2, 2)).permute((1, 0)).permute((1, 0))
+  moved = s.reshape((2, 2)).permute((1, 0))
+  data = np.arange(12, dtype=np.float32).reshape(3, 4)
+  for view, copies in ((same, 0), (moved, 1)):
+    ks = kernelize([(view, buf(1, 4)), (s * 3.0, buf(2, 4))])
+    assert len(ks) == 3 + copies
+    out = run_schedule(ks, {0: data})
+    want = (data * 2).sum(0)
+    assert out[1] == (want.reshape(2, 2).T.ravel() if copies else want).tolist() and out[2] == (want * 3).tolist()
+
+
+@pytest.mark.parametrize("shape, views, same", [
+  ((4, 6), [("reshape", (24,)), ("reshape", (2, 12))], True),
+  ((4, 6), [("permute", (1, 0))], False),
+  ((4, 6), [("permute", (1, 0)), ("permute", (1, 0))], True),
+  ((4, 1, 6), [("permute", (1, 0, 2))], True),                          # only an axis of size 1 moves
+  ((4, 6), [("reshape", (2, 2, 6)), ("permute", (1, 0, 2)), ("reshape", (4, 6))], False),
+  ((4, 6), [("reshape", (2, 2, 6)), ("permute", (0, 2, 1)), ("reshape", (2, 6, 2)), ("permute", (0, 2, 1))], True),
+  # a reshape no strides express (a transposed view merged): the elements come back in place, but a copy is kept
+  ((4, 6), [("reshape", (2, 2, 6)), ("permute", (0, 2, 1)), ("reshape", (2, 12)), ("reshape", (2, 6, 2)),
+            ("permute", (0, 2, 1))], False),
+  ((4, 6), [("permute", (1, 0)), ("reshape", (24,))], False),
+])
+def test_same_memory_follows_views_as_strides(shape, views, same):
+  """_same_memory: a chain of reshapes and permutes is seen through when element i of the view is element i of the node
+  below (NumPy's own views of an arange say when), and only then."""
+  from uopc.kernelize import _same_memory
+  base = buf(0, prod(shape)).reshape(shape) * 2.0
+  u, ref = base, np.arange(prod(shape)).reshape(shape)
+  for kind, arg in views:
+    u, ref = getattr(u, kind)(arg), (ref.reshape(arg) if kind == "reshape" else ref.transpose(arg))
+  in_place = bool((ref.ravel() == np.arange(prod(shape))).all())
+  assert (_same_memory(u) is base) == same and (in_place or not same)
+
+
 def test_cheap_shared_elementwise_values_are_recomputed():
   x = buf(0, 4)
   e = x * 2.0 + 1.0

@@ -222,9 +222,11 @@ def test_the_gpt_training_step_keeps_its_schedule():
   (ops, trans), (least_ops, least_trans) = executed(ks), least(loss, *updates)
   assert ops <= 1.1 * least_ops and trans <= 1.7 * least_trans, (ops / least_ops, trans / least_trans)
   # what opt.step() realizes: the gradients too (read after the step, they would be computed again from the weights);
-  # a parameter whose gradient its update kernel computed now stores it first: one more kernel each (29)
+  # a parameter whose gradient its update kernel computed now stores it first, straight into the buffer .grad reads
+  # (its gradient's reduction behind reshapes): the two whose gradient is computed transposed (the position table and
+  # one (65, 128) table) are one copy kernel each, the other 27 none (each was a copy before)
   with_grads = loss.schedule(*updates, *[p.grad for p in model.parameters()])
-  assert len(with_grads) == 257 and executed(with_grads)[0] <= 1.05 * ops
+  assert len(with_grads) == 230 and executed(with_grads)[0] <= 1.05 * ops
 
 
 # ---- a long chain is cut into kernels of bounded size, and still computes NumPy's numbers ---------------------------------

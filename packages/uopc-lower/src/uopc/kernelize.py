@@ -34,9 +34,11 @@ two, partial results over chunks of about 4096 elements (a kernel of its own, wh
 then their reduction. One accumulator for millions of additions is both slow (one thread) and wrong (an f32 sum
 of ones stops growing at 2**24); chunks keep every partial sum short.
 
-The rebuild is bottom-up with UOp.wrap, so a materialized node whose sources were themselves materialized is
+The rebuild is bottom-up (as UOp.wrap's), so a materialized node whose sources were themselves materialized is
 rebuilt over their buffers first (substitute would wrap the original, unrewritten node). Kernels come out in
-creation order, which is a topological order: a kernel is made only after the kernels of its sources.
+creation order, which is a topological order: a kernel is made only after the kernels of its sources. A materialized
+node that is also an output, or whose elements an output is in the same row-major order (a parameter's gradient: its
+reduction reshaped to the parameter's shape), is stored straight into the output's buffer: no copy kernel after it.
 
 Each kernel also gets a canonical form: its BUFFERs renumbered 0..n-1 in toposort order and the output last.
 Kernels with the same structure up to buffer numbering have the same canonical (hash-consed) UOps, so a
@@ -52,7 +54,7 @@ import functools
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
-from uopc.uop import UOp, Ops, ParamArg, ALU, MOVEMENT, buf, prod, users_of, _argkey
+from uopc.uop import UOp, Ops, ParamArg, ALU, MOVEMENT, buf, prod, users_of, _argkey, _rebuild_graph
 from uopc.dtype import DType
 from uopc.composite import pad
 from uopc.evaluate import identity
@@ -202,6 +204,46 @@ def _movement_chain(u: UOp) -> list[UOp]:
   chain = [u]
   while chain[-1].op in MOVEMENT: chain.append(chain[-1].src[0])
   return chain
+
+
+def _same_memory(u: UOp) -> UOp:
+  """The node under u's RESHAPEs and PERMUTEs when they only rename its row-major elements (element i of u is element i
+  of that node: reshapes, and permutations that a later one undoes or that move axes of size 1), else u itself. A
+  parameter's gradient is its GEMM's or its reduction's output behind such a chain, so the output's buffer can be the
+  one the reduction stores into. Followed as a strided view: each node's axes as (size, stride) over the base."""
+  chain = _movement_chain(u)
+  while len(chain) > 1 and chain[-2].op not in (Ops.RESHAPE, Ops.PERMUTE): chain.pop()
+  base = chain[-1]
+  if base is u: return u
+  n = prod(base.shape)
+  axes: list[tuple[int, int]] = []
+  for size in reversed(base.shape):       # row-major strides of the base
+    axes.insert(0, (size, prod(x for x, _ in axes)))
+  for v in reversed(chain[:-1]):
+    if v.op is Ops.PERMUTE: axes = [axes[i] for i in v.arg]
+    else:
+      runs = _runs(axes)
+      axes, at = [], 0
+      for size in v.shape:
+        if size == 1:
+          axes.append((1, 0))
+          continue
+        if at == len(runs) or runs[at][0] % size: return u       # splits across runs: not a view of row-major memory
+        rest = runs[at][0] // size
+        axes.append((size, runs[at][1] * rest))
+        if rest == 1: at += 1
+        else: runs[at] = (rest, runs[at][1])
+  return base if _runs(axes) in ([(n, 1)], []) and n == prod(u.shape) else u
+
+
+def _runs(axes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+  """Strided axes (size, stride) without those of size 1, adjacent ones merged where they walk memory as one."""
+  runs: list[tuple[int, int]] = []
+  for size, stride in axes:
+    if size == 1: continue
+    if runs and runs[-1][1] == stride * size: runs[-1] = (runs[-1][0] * size, stride)
+    else: runs.append((size, stride))
+  return runs
 
 
 def _staged(roots: list[UOp]) -> set[UOp]:
@@ -420,19 +462,22 @@ def kernelize(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType],
   staged = _staged(roots)
   kernels: list[Kernel] = []
   # a materialized value that is also an output is computed straight into the output's buffer (no copy kernel after)
-  into = {root: out for root, out in reversed(outputs) if out.shape[0] == max(1, prod(root.shape))}
+  # (or behind a chain of views that renames its elements in place: a gradient reshaped to its parameter's shape)
+  into = {_same_memory(root): out for root, out in reversed(outputs) if out.shape[0] == max(1, prod(root.shape))}
 
-  def materialize(u: UOp) -> UOp:
+  def materialize(old: UOp, u: UOp) -> UOp:
+    # (old: the node in the graph as given, which `into` knows; u: the same over its sources' buffers)
     if u.op is Ops.STAGE: return u.src[0]           # a STAGE's value was materialized in its stored form below it
     if prod(u.shape) == 0: return u.const_like(0)   # nothing to store: every view of it is empty too
-    out = into.pop(u, None) or new_buffer(max(1, prod(u.shape)), u.dtype)
+    out = into.pop(old, None) or new_buffer(max(1, prod(u.shape)), u.dtype)
     kernels.append(make_kernel(u, out))
     return out.reshape(u.shape) if u.shape != out.shape else out
 
   stages = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.STAGE}
-  new_roots = UOp.wrap(roots, staged | stages, materialize)
+  targets = staged | stages
+  new_roots = _rebuild_graph(list(roots), lambda old, u: materialize(old, u) if old in targets else u)
   for root, (_, out) in zip(new_roots, outputs):
-    if root is not (out.reshape(root.shape) if root.shape != out.shape else out): kernels.append(make_kernel(root, out))
+    if _same_memory(root) is not out: kernels.append(make_kernel(root, out))
   return kernels
 
 
