@@ -7,7 +7,8 @@ from uopc.dtype import dtypes, AddrSpace
 from uopc.uop import UOp, Ops, AxisType, ParamArg, buf
 from uopc.rangeify import Opts, Ctx, lower, LowerError
 from uopc.linearize import linearize
-from uopc.kernelize import kernelize, make_kernel
+from uopc.kernelize import kernelize, kernelize_cached, make_kernel, Schedule
+from uopc import runtime
 from uopc.backends import BackendError, LinearProgram, get_backend
 from uopc.backends.c import CRenderer, MAX_INLINE
 from uopc.testing import render_c
@@ -192,6 +193,78 @@ def test_run_schedule_runs_a_schedule_and_allocates_its_outputs():
 
 def test_run_schedule_names_an_input_with_no_data():
   with pytest.raises(BackendError, match=r"r_3__4: reads a buffer that holds no data \(f32\[12\]\)"): run_schedule([rowsum_kernel()], C, {})
+
+
+def staged_chain(x: UOp, steps: int) -> UOp:
+  """x * 2 + 1, `steps` times, each step a kernel of its own (a STAGE): a schedule of `steps` + 1 kernels."""
+  for _ in range(steps): x = UOp(Ops.STAGE, (x * 2.0 + 1.0,))
+  return x.reduce(Ops.ADD, 1)
+
+
+def chain_ref(data: np.ndarray, steps: int) -> np.ndarray:
+  for _ in range(steps): data = data * np.float32(2) + np.float32(1)
+  return data.sum(1)
+
+
+def planned_step(slot: int, steps: int, data: np.ndarray):
+  """One 'training step': the same structure over new BUFFERs (kernelize_cached's hit), run on fresh Buffers."""
+  slots = iter(range(slot + 10, slot + 10_000))
+  x, out = buf(slot, data.size), buf(slot + 1, data.shape[0])
+  kernels = kernelize_cached([(staged_chain(x.reshape(data.shape), steps), out)], lambda n, d: buf(next(slots), n, d))
+  bufs = {x: Buffer.from_numpy(data, C)}
+  return kernels, bufs, out
+
+
+def test_a_schedule_kernelize_cached_gives_again_runs_as_one_native_graph_with_the_right_numbers(monkeypatch):
+  """A training loop's schedule (kernelize_cached: the same Plan each step, new buffers) runs through one LaunchGraph:
+  programs looked up once, from its GRAPH_AFTER-th run one native call (PLANNED_NATIVE_MIN kernels or more), whose
+  pointers follow each step's new buffers. Every step's answer is NumPy's; a short schedule never compiles a graph."""
+  monkeypatch.setattr(runtime, "_planned", type(runtime._planned)())
+  rng = np.random.default_rng(0)
+  for steps, native in ((runtime.PLANNED_NATIVE_MIN, True), (2, False)):
+    for i in range(runtime.LaunchGraph.GRAPH_AFTER + 3):
+      data = rng.standard_normal((3, 4)).astype(np.float32)
+      kernels, bufs, out = planned_step(1000 * (i + 1), steps, data)
+      assert isinstance(kernels, Schedule) and len(kernels) == steps + 1
+      launches = run_schedule(kernels, C, bufs)
+      assert [p for p, _ in launches] == [compile_kernel(k, C) for k in kernels]
+      assert [a for _, a in launches] == [[bufs[b] for b in k.buffers] for k in kernels]
+      np.testing.assert_allclose(bufs[out].numpy(), chain_ref(data, steps), rtol=1e-5)
+    (graph, _), = [e for (plan, *_), e in runtime._planned.items() if plan is kernels.plan]
+    assert graph.calls == runtime.LaunchGraph.GRAPH_AFTER + 3 and (graph.native is not None) == native
+
+
+def test_a_planned_schedule_that_the_checks_would_refuse_takes_the_checked_road():
+  """What the plan's table checks can't pass (an input with no data, a Buffer of another dtype, one Buffer under two
+  BUFFERs a kernel writes) gets run_schedule's own errors, naming the kernel."""
+  data = np.ones((3, 4), np.float32)
+  kernels, bufs, out = planned_step(50_000, 2, data)
+  x = kernels[0].inputs[0]
+  with pytest.raises(BackendError, match=r"E_3_4: reads a buffer that holds no data \(f32\[12\]\)"): run_schedule(kernels, C, {})
+  with pytest.raises(BackendError, match=r"must be f32\[12\], got a buffer i32\[12\]"):
+    run_schedule(kernels, C, {x: Buffer.from_numpy(np.ones(12, np.int32), C)})
+  shared = Buffer.from_numpy(data, C)
+  with pytest.raises(BackendError, match="is written and also passed as another argument"):
+    run_schedule(kernels, C, {x: shared, kernels[0].out: shared})
+
+
+def test_threads_running_one_plan_at_once_each_get_their_own_answer():
+  """A native graph has one pointer table: a second thread running the same plan meanwhile takes the checked road. (The
+  kernels are long enough, 64 x 2048, that threads sharing the table would read each other's buffers.)"""
+  import threading
+  rng = np.random.default_rng(1)
+  datas = [rng.standard_normal((64, 2048)).astype(np.float32) for _ in range(8)]
+  results: dict[int, np.ndarray] = {}
+  def work(t: int) -> None:
+    for r in range(6):
+      kernels, bufs, out = planned_step(100_000 * (t + 1) + 20_000 * r, runtime.PLANNED_NATIVE_MIN, datas[t])
+      run_schedule(kernels, C, bufs)
+      results[t * 10 + r] = bufs[out].numpy()
+  threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+  for th in threads: th.start()
+  for th in threads: th.join()
+  for key, got in results.items(): np.testing.assert_allclose(got, chain_ref(datas[key // 10], runtime.PLANNED_NATIVE_MIN), rtol=1e-4)
+  assert len(results) == 48
 
 
 def test_run_lowered_copies_in_and_out_of_arrays():

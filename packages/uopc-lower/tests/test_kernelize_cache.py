@@ -75,3 +75,20 @@ def test_the_cache_is_bounded_and_malformed_outputs_still_get_kernelizes_error(m
   assert len(K._schedules) == 2 and K._schedule_nodes == 8
   with pytest.raises(K.KernelizeError, match="can't hold"): kernelize_cached([(buf(0, 8) * buf(1, 8), buf(2, 4))], counter(100))
   with pytest.raises(K.KernelizeError): kernelize_cached([buf(0, 8)], counter(100))
+
+
+def test_a_schedule_carries_one_plan_per_structure_whose_slots_index_its_table():
+  """kernelize_cached's Schedule: the same Plan object on every hit (a runtime keeps one launch graph per plan), and each
+  kernel's buffers are the table's entries at the plan's slots, on the miss and on a hit; the entries a kernel writes
+  first (outputs, temporaries) are marked, the graph's inputs are not."""
+  first = attention(buf(0, 12), buf(1, 12), buf(2, 12))
+  miss = kernelize_cached([(first, buf(3, 12))], counter(100))
+  hit = kernelize_cached([(attention(buf(10, 12), buf(11, 12), buf(12, 12)), buf(13, 12))], counter(200))
+  assert isinstance(miss, K.Schedule) and hit.plan is miss.plan and not miss.plan.aliased
+  for ks in (miss, hit):
+    assert len(ks.table) == len({b for k in ks for b in k.buffers})
+    assert all([ks.table[s] for s in slots] == list(k.buffers) for k, slots in zip(ks, ks.plan.slots))
+    inputs = {i for i, b in enumerate(ks.table) if b not in {k.out for k in ks}}
+    assert ks.plan.written_first == frozenset(range(len(ks.table))) - inputs and len(inputs) == 3
+  other = kernelize_cached([(first * 2.0, buf(3, 12))], counter(300))
+  assert other.plan is not miss.plan

@@ -3,7 +3,8 @@
     compile_kernel(kernel, backend, opts=None) -> Program    choose Opts, lower, vectorize, linearize, prove safe, render, compile
     compile_program(sink, backend, name) -> Program          the same road for a SINK that is already lowered
     program(buffers)                                         launch it on Buffers, each checked against its parameter
-    run_schedule(kernels, backend, buffers)                  a schedule's kernels in order, allocating their outputs
+    run_schedule(kernels, backend, buffers)                  a schedule's kernels in order, allocating their outputs (a
+                                                             Schedule from kernelize_cached: one launch graph per Plan)
     LaunchGraph(launches)(table)                             launches that always run together (a JIT's replay), one
                                                              native call on a backend with `graph` (the C backend)
     Buffer(backend, n, dtype)                                memory a backend owns: filled from NumPy, read by .numpy()
@@ -48,7 +49,7 @@ from uopc.lowering import Opts, Ctx, LowerError
 from uopc.rangeify import lower
 from uopc.linearize import linearize
 from uopc.vectorize import vectorize
-from uopc.kernelize import Kernel
+from uopc.kernelize import Kernel, Schedule
 from uopc.symbolic import bounds
 from uopc.opt import Caps, choose_opts
 from uopc.gpulower import WMMA_K, WMMA_M, WMMA_N, block_threads
@@ -578,6 +579,8 @@ def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMa
   if not isinstance(kernels, (list, tuple)) or not all(isinstance(k, Kernel) for k in kernels):
     raise BackendError(f"run_schedule takes a list of Kernels (uopc.kernelize), got {type(kernels).__name__}")
   if not isinstance(policy, OptsPolicy): raise BackendError(f"run_schedule: policy must be an OptsPolicy, got {type(policy).__name__}")
+  if not policy.measures and isinstance(kernels, Schedule) and (launches := _run_planned(kernels, backend, buffers, policy)) is not None:
+    return launches
   launches = []
   # every new kernel compiled up front, side by side; a policy that measures first sees each kernel's inputs
   programs = None if policy.measures else compile_kernels(kernels, backend, policy)
@@ -596,18 +599,60 @@ def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMa
   return launches
 
 
+# A schedule that kernelize_cached gave again (a training step's, each step) runs as one LaunchGraph, kept by its Plan: its
+# Programs looked up once, its launches unchecked past the checks of its table below, and from its GRAPH_AFTER-th run, when
+# it has PLANNED_NATIVE_MIN kernels or more, one native call (the default GPT's plain step: 230 launches, each checked,
+# ~5 ms of Python a step). Fewer kernels never pay for a graph's compile.
+PLANNED_GRAPHS = 64
+PLANNED_NATIVE_MIN = 8
+_planned: OrderedDict[tuple, tuple[LaunchGraph, threading.Lock]] = OrderedDict()
+_planned_lock = threading.Lock()
+
+
+def _run_planned(kernels: Schedule, backend: Backend, buffers: MutableMapping[UOp, Buffer],
+                 policy: OptsPolicy) -> list[tuple[Program, list[Buffer]]] | None:
+  """run_schedule for a Schedule through its Plan's LaunchGraph; None (nothing run) for whatever the checked road must see:
+  an input that holds no data, a Buffer that is not the BUFFER's (backend, dtype, size), one Buffer under two BUFFERs, a
+  kernel given one buffer twice, or the plan's graph running in another thread."""
+  plan, table = kernels.plan, []
+  if plan.aliased: return None
+  written_first = plan.written_first
+  for i, u in enumerate(kernels.table):
+    if (b := buffers.get(u)) is None:
+      if i not in written_first: return None
+      b = buffers[u] = Buffer(backend, u.shape[0], u.dtype)
+    elif b.backend is not backend or b.dtype is not u.dtype or b.size < u.shape[0]: return None
+    table.append(b)
+  if len({id(b) for b in table}) != len(table): return None
+  key = (plan, backend, policy)
+  with _planned_lock:
+    if (entry := _planned.get(key)) is not None: _planned.move_to_end(key)
+  if entry is None:
+    programs = compile_kernels(kernels, backend, policy)
+    graph = LaunchGraph(list(zip(programs, plan.slots)), native=len(programs) >= PLANNED_NATIVE_MIN)
+    with _planned_lock:
+      entry = _planned.setdefault(key, (graph, threading.Lock()))
+      while len(_planned) > PLANNED_GRAPHS: _planned.popitem(last=False)
+  graph, lock = entry
+  if not lock.acquire(blocking=False): return None    # (a native graph's pointer table is one per graph)
+  try: graph(table)
+  finally: lock.release()
+  return [(prog, [table[s] for s in slots]) for prog, slots in graph.launches]
+
+
 class LaunchGraph:
   """Launches that always run together, in order, on a table of Buffers: `launches` are (Program, slots), and calling
   the graph with the table (a Buffer per slot) launches every Program on the Buffers of its slots, unchecked (whoever
   made the launches checked them once: the JIT replays what run_schedule ran). From its GRAPH_AFTER-th call on, when
   every Program is on one backend that has `graph` (the C backend: one C function calling each kernel), the lot is one
-  native call, built once; until then, or without one, each launch is its own call. Under UOPC_DEBUG each launch is
-  timed on its own, as Program calls are."""
+  native call, built once (never with native=False); until then, or without one, each launch is its own call. Under
+  UOPC_DEBUG each launch is timed on its own, as Program calls are."""
   GRAPH_AFTER = 3   # a loop replays a capture many times; a test that replays it twice never pays for building a graph
 
-  def __init__(self, launches: Sequence[tuple[Program, Sequence[int]]]):
+  def __init__(self, launches: Sequence[tuple[Program, Sequence[int]]], native: bool = True):
     self.launches = [(p, list(slots)) for p, slots in launches]
     self.calls = 0
+    self.allow_native = native
     self.native: Any = None
     backends = {id(p.backend): p.backend for p, _ in self.launches}
     self.backend = next(iter(backends.values())) if len(backends) == 1 else None
@@ -621,7 +666,8 @@ class LaunchGraph:
       for prog, slots in self.launches: prog([table[s] for s in slots])
       return
     self.calls += 1
-    if self.native is None and self.calls == self.GRAPH_AFTER and self.launches and callable(getattr(self.backend, "graph", None)):
+    if self.native is None and self.calls == self.GRAPH_AFTER and self.allow_native and self.launches and \
+       callable(getattr(self.backend, "graph", None)):
       # a table slot the graph doesn't use is not passed: the graph's own slots are 0..n-1
       self.index = {s: k for k, s in enumerate(self.slots)}
       self.native = self.backend.graph([(p.handle, [self.index[s] for s in slots], p.global_size, p.local_size)

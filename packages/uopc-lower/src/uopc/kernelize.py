@@ -47,7 +47,9 @@ backend's kernel cache keyed on them compiles each structure once.
 kernelize_cached does the same one level up: a training loop builds the same graph every step over new buffers, and
 kernelizing it again costs more than running its small kernels, so the schedule is remembered by the graph's structure
 (its BUFFERs numbered in order of appearance) and a later graph of that structure gets the same kernels over its own
-buffers, with fresh temporaries.
+buffers, with fresh temporaries. Its answer is a Schedule: the kernels, and a Plan, one object per remembered structure
+that says which of the schedule's buffers each kernel takes, so that a runtime can run the schedule again as one
+launch graph (uopc.runtime.run_schedule) instead of looking at each kernel.
 """
 from __future__ import annotations
 import functools
@@ -495,7 +497,8 @@ def make_kernel(root: UOp, out: UOp, canonical: bool = True) -> Kernel:
   return Kernel(root, out, inputs, canon_root, canon_out)
 
 
-__all__ = ["kernelize", "make_kernel", "Kernel", "KernelizeError", "canonicalize", "MAX_SHARED_READS", "MAX_KERNEL_BODY", "ALU_COST"]
+__all__ = ["kernelize", "make_kernel", "Kernel", "Schedule", "Plan", "KernelizeError", "canonicalize", "MAX_SHARED_READS", "MAX_KERNEL_BODY",
+           "ALU_COST"]
 
 
 # ---- the schedule cache -------------------------------------------------------------------------------------------
@@ -512,6 +515,42 @@ class _BufferRef(NamedTuple):
   output or the new temporary at `index` (in the order _structure, the outputs and new_buffer give them)."""
   kind: str                  # "graph", "output" or "temporary"
   index: int
+
+
+class Plan:
+  """What is the same for every schedule of one structure, for a runtime that runs such schedules again (uopc.runtime's
+  run_schedule keeps a launch graph per plan): `slots`, the kernels' buffers as indices into a Schedule's `table` (each
+  kernel's inputs, then its output), and `written_first`, the indices whose first use is a kernel's output (allocated
+  when nothing holds them yet; every other entry must hold data); `aliased` when a kernel has one buffer twice (its
+  output among its inputs: a runtime must refuse it, not launch it). A key by identity: one per remembered structure."""
+  __slots__ = ("slots", "written_first", "refs", "aliased", "__weakref__")
+
+  def __init__(self, slots: tuple[tuple[int, ...], ...], written_first: frozenset[int], refs: tuple[_BufferRef, ...]):
+    self.slots, self.written_first = slots, written_first
+    self.refs = refs           # where each table entry is found in a later graph of this structure
+    self.aliased = any(len(set(row)) != len(row) for row in slots)
+
+
+class Schedule(list):
+  """kernelize_cached's kernels (a list of Kernel, in order), with `plan` (a Plan, the same object for every schedule
+  of this structure) and `table` (this schedule's distinct BUFFERs, in the order the plan's slots index)."""
+  __slots__ = ("plan", "table")
+
+  def __init__(self, kernels: list[Kernel], plan: Plan, table: list[UOp]):
+    super().__init__(kernels)
+    self.plan, self.table = plan, table
+
+
+def _plan(steps: tuple) -> Plan:
+  """The Plan of remembered steps ((canonical root, canonical out, input refs, output ref) per kernel)."""
+  index: dict[_BufferRef, int] = {}
+  slots, written = [], set()
+  for _, _, ins, out in steps:
+    row = [index.setdefault(r, len(index)) for r in ins]
+    if out not in index: written.add(len(index))
+    row.append(index.setdefault(out, len(index)))
+    slots.append(tuple(row))
+  return Plan(tuple(slots), frozenset(written), tuple(index))
 
 
 def _structure(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp]] | None:
@@ -537,7 +576,8 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
   """kernelize(outputs, new_buffer, rewrite), remembered by the structure of the graph and the rewrite (see the module
   docstring; `rewrite` is a hashable value, equal for the same rewrite: uopc.opt.graph_rewrite's). On a hit the Kernels
   are the remembered ones over this graph's BUFFERs, its outputs and new temporaries from new_buffer; their `root` is the
-  canonical root (the graph over this call's buffers is never built: past kernelize only its shape is read)."""
+  canonical root (the graph over this call's buffers is never built: past kernelize only its shape is read). The list
+  is a Schedule (with the structure's Plan) whenever the graph could be keyed."""
   if not isinstance(outputs, (list, tuple)) or not all(isinstance(o, (list, tuple)) and len(o) == 2 and isinstance(o[0], UOp)
                                                         and isinstance(o[1], UOp) for o in outputs):
     return kernelize(outputs, new_buffer, rewrite)   # which says what is wrong
@@ -549,9 +589,10 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
   if (plan := _schedules.get(key)) is not None:
     try: _schedules.move_to_end(key)
     except KeyError: pass   # evicted by another thread meanwhile: the plan in hand is still right
-    temp_sizes, steps, _ = plan
+    temp_sizes, steps, _, launch_plan = plan
     now = {"graph": bufs, "output": outs, "temporary": [new_buffer(n, d) for n, d in temp_sizes]}
-    return [Kernel(croot, now[out.kind][out.index], tuple(now[r.kind][r.index] for r in ins), croot, cout) for croot, cout, ins, out in steps]
+    return Schedule([Kernel(croot, now[out.kind][out.index], tuple(now[r.kind][r.index] for r in ins), croot, cout)
+                     for croot, cout, ins, out in steps], launch_plan, [now[r.kind][r.index] for r in launch_plan.refs])
   kernels = kernelize(outputs, new_buffer, rewrite)
   where: dict[UOp, _BufferRef] = {b: _BufferRef("graph", i) for i, b in enumerate(bufs)}
   for i, o in enumerate(outs): where.setdefault(o, _BufferRef("output", i))
@@ -563,9 +604,12 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
         temp_sizes.append((b.shape[0], b.dtype))
   global _schedule_nodes
   steps = tuple((k.canonical_root, k.canonical_out, tuple(where[b] for b in k.inputs), where[k.out]) for k in kernels)
+  launch_plan = _plan(steps)
   if key not in _schedules:
-    _schedules[key] = (tuple(temp_sizes), steps, len(structure[0]))
+    _schedules[key] = (tuple(temp_sizes), steps, len(structure[0]), launch_plan)
     _schedule_nodes += len(structure[0])
   while _schedules and (len(_schedules) > SCHEDULE_CACHE_SIZE or _schedule_nodes > SCHEDULE_CACHE_NODES):
     _schedule_nodes -= _schedules.popitem(last=False)[1][2]
-  return kernels
+  # (a graph kernelized again by a thread that lost the race to store it gets a plan of its own: a plan is a key)
+  table = [b for k in kernels for b in k.buffers]
+  return Schedule(kernels, launch_plan, list({id(b): b for b in table}.values()))

@@ -32,7 +32,7 @@ speed: a wrapping 32-bit index can't be strength-reduced.) gcc and the cache of 
 uopc.backends.ccompiler's.
 """
 from __future__ import annotations
-import ctypes, functools, math, os, re
+import ctypes, functools, math, os, re, weakref
 from pathlib import Path
 from typing import Callable, Sequence
 import numpy as np
@@ -592,8 +592,9 @@ class CGraph:
   slots `args[i]`; calling the graph with every slot's handle runs them all (or `set` the slots that changed, then
   `run`). A ctypes call costs about 3 us and its arguments 1 us a pointer: a jitted step of 300 kernels paid a
   millisecond in Python, now one call. The source says only which slot goes where (no address), so every graph of one
-  shape shares a compile-cache entry. The pointer of each slot is read again only when its handle changes (the handle
-  last seen is kept, so its memory stays where it was)."""
+  shape shares a compile-cache entry. The pointer of each slot is read again only when its handle changes: the handle
+  last seen is known by a weak reference (a plain schedule's temporaries of the last run are not kept alive by it;
+  the pool hands the same arrays to the next run, whose pointers are then not read again)."""
   def __init__(self, programs: list[CProgram], args: list[list[int]], slots: int):
     lines = []
     for i, (prog, arg) in enumerate(zip(programs, args)):
@@ -614,8 +615,8 @@ class CGraph:
 
   def set(self, i: int, handle: np.ndarray) -> None:
     """Slot i's handle for the runs from now on."""
-    if handle is not self.seen[i]:
-      self.seen[i] = handle
+    if (ref := self.seen[i]) is None or ref() is not handle:
+      self.seen[i] = weakref.ref(handle)
       self.pointers[i] = handle.ctypes.data
 
   def run(self) -> None: self.fn(self.kernels, self.pointers)
