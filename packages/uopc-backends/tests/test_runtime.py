@@ -1,6 +1,6 @@
 """uopc.runtime: Buffers, Programs whose parameters are fixed at compile time and checked at every launch,
 compile_kernel's Opts and cache, run_schedule, and the C renderer as tables a GPU renderer can subclass."""
-import re
+import re, time
 import numpy as np
 import pytest
 from uopc.dtype import dtypes, AddrSpace
@@ -265,6 +265,58 @@ def test_threads_running_one_plan_at_once_each_get_their_own_answer():
   for th in threads: th.join()
   for key, got in results.items(): np.testing.assert_allclose(got, chain_ref(datas[key // 10], runtime.PLANNED_NATIVE_MIN), rtol=1e-4)
   assert len(results) == 48
+
+
+def test_compile_kernels_batches_what_was_planned_and_splits_the_rest_evenly_across_the_cpus(monkeypatch):
+  """While Python plans, gcc gets what was planned so far, up to BATCH_SOURCE characters a run; what is left when planning
+  ends goes to every worker at once in parts of about equal source (a cold GPT step's last 80 kernels were one run, the
+  other CPU idle for seconds). Every kernel is compiled once, and runs to NumPy's answer."""
+  calls: list[list[int]] = []
+  real = C.compile_many
+  def spy(items):
+    calls.append([len(src) for src, _ in items])
+    return real(items)
+  monkeypatch.setattr(C, "compile_many", spy)
+  one = C.compile
+  def slow_one(src, name):           # a run of one kernel: the first; slow, so that the rest is planned meanwhile
+    calls.append([len(src)])
+    time.sleep(0.3)
+    return one(src, name)
+  monkeypatch.setattr(C, "compile", slow_one)
+  monkeypatch.setattr(runtime, "BATCH_SOURCE", 2_000)
+  monkeypatch.setattr(runtime, "_COMPILE_WORKERS", 2)
+  x = buf(0, 64).reshape((8, 8))
+  roots = []
+  for n in range(1, 13):                       # twelve kernels, each a chain of n steps: sources of growing length
+    y = x
+    for i in range(n): y = y * float(i + 2) + 1.0
+    roots.append(y)
+  kernels = [make_kernel(r, buf(1, 64)) for r in roots]
+  progs = runtime.compile_kernels(kernels, C)
+  sizes = [n for call in calls for n in call]
+  assert len(sizes) == 12 and sorted(sizes) == sorted(len(p.src) for p in progs)
+  during, last = calls[:-2], calls[-2:]
+  assert all(len(c) == 1 or sum(c) <= runtime.BATCH_SOURCE for c in during)
+  assert len(last) == 2 and abs(sum(last[0]) - sum(last[1])) <= max(sizes)        # the rest: one part per worker, even
+  data = np.linspace(-1, 1, 64, dtype=np.float32)
+  for n, prog in enumerate(progs, 1):
+    out = Buffer(C, 64, dtypes.f32)
+    prog([Buffer.from_numpy(data, C), out])
+    ref = data.copy()
+    for i in range(n): ref = ref * np.float32(i + 2) + np.float32(1)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("sizes, parts", [([5, 1, 1, 1, 1, 1], 2), ([3, 3, 2, 2, 2], 2), ([7], 2), (list(range(1, 20)), 3)])
+def test_balanced_parts_split_source_evenly_and_keep_order(sizes, parts):
+  class Plan:
+    def __init__(self, n): self.compilable = "x" * n
+  plans = [Plan(n) for n in sizes]
+  groups = runtime._balanced(plans, parts)
+  assert sorted(id(p) for g in groups for p in g) == sorted(map(id, plans))          # each plan once
+  assert all([plans.index(p) for p in g] == sorted(plans.index(p) for p in g) for g in groups)
+  loads = [sum(len(p.compilable) for p in g) for g in groups]
+  assert len(groups) == min(parts, len(plans)) and max(loads) - min(loads) <= max(sizes)
 
 
 def test_run_lowered_copies_in_and_out_of_arrays():

@@ -301,7 +301,7 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
   beside the planning of the kernels after them: a C compile is a gcc process, which starts as soon as its kernel is
   rendered, while Python lowers the next (a cold GPT step planned every kernel, then waited for gcc: 6.6 s). A backend
   with compile_many (the C backend) gets the kernels in batches, one compiler run each: whatever was planned while the
-  compiler was busy, and at the end what is left, split across the idle CPUs."""
+  compiler was busy (up to BATCH_SOURCE of source), and at the end what is left, in parts of equal source, one per CPU."""
   unique: dict[tuple, Program | _Pending] = {}            # a schedule repeats structures (every layer's GEMMs): plan each once
   handles: dict[int, tuple[Future, int]] = {}
   many = getattr(backend, "compile_many", None)
@@ -312,7 +312,7 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
     pool: ThreadPoolExecutor | None = None                  # made when a kernel needs a compile: most schedules have none new
     def submit(group: list) -> None:
       nonlocal pool
-      if pool is None: pool = stack.enter_context(ThreadPoolExecutor(workers))
+      if pool is None: pool = stack.enter_context(ThreadPoolExecutor(workers + 1))   # (the last parts beside one still running)
       if many is None or len(group) == 1: fut, items = pool.submit(lambda p: [backend.compile(p.compilable, p.name)], group[0]), group[:1]
       else: fut, items = pool.submit(many, [(p.compilable, p.name) for p in group]), group
       running.append(fut)
@@ -327,12 +327,18 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
       waiting.append(plan)
       running[:] = [f for f in running if not f.done()]
       if len(running) < workers - 1:     # one CPU plans (Python); the others compile what it has planned so far
-        submit(waiting)
-        waiting = []
+        # at most BATCH_SOURCE characters of source a run, so that no long run is left alone when planning ends
+        at, size = 0, 0
+        while at < len(waiting) and (at == 0 or size + _source_size(waiting[at]) <= BATCH_SOURCE):
+          size += _source_size(waiting[at])
+          at += 1
+        submit(waiting[:at])
+        waiting = waiting[at:]
     if waiting:
-      running[:] = [f for f in running if not f.done()]
-      parts = max(1, min(len(waiting), workers - len(running)))
-      for j in range(parts): submit(waiting[j::parts])
+      # what is left goes to every worker at once, in parts of about equal source (gcc's time grows with it), not only to
+      # the idle ones: a compile still running ends soon, and a part that waited for it ran alone at the end (a cold GPT
+      # step's last 80 kernels were one part, 4.3 s of gcc after planning, the other CPU idle)
+      for part in _balanced(waiting, min(len(waiting), workers)): submit(part)
     # (an error planning a later kernel leaves the pool waiting for the compiles already started, then propagates)
     done = {}
     for plan in unique.values():
@@ -341,6 +347,27 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
 
 
 _COMPILE_WORKERS = max(2, os.cpu_count() or 1)   # compiles at once (os.cpu_count() costs 30 us a call here: read once)
+
+
+# A compiler run's source while planning goes on: gcc takes about 13 ms a KB of kernel source here (a 51 KB GEMM with a
+# GELU epilogue, 0.73 s), so about 0.4 s
+BATCH_SOURCE = 32_000
+
+
+def _source_size(plan: _Pending) -> int:
+  return len(plan.compilable) if isinstance(plan.compilable, (str, bytes)) else 1
+
+
+def _balanced(plans: list[_Pending], parts: int) -> list[list[_Pending]]:
+  """`plans` in `parts` groups of about equal source length, largest first to the lightest group (each group keeps the
+  plans' order)."""
+  cost = [_source_size(p) for p in plans]
+  load, groups = [0] * parts, [[] for _ in range(parts)]
+  for i in sorted(range(len(plans)), key=lambda i: -cost[i]):
+    g = load.index(min(load))
+    load[g] += cost[i]
+    groups[g].append(i)
+  return [[plans[i] for i in sorted(g)] for g in groups if g]
 
 
 def _plan_kernel(kernel: Kernel, backend: Backend, opts: Opts | None, name: str | None, policy: OptsPolicy) -> Program | _Pending:
