@@ -111,6 +111,9 @@ def test_a_stored_value_that_is_also_an_output_behind_its_own_layout_is_stored_t
   ((4, 6), [("reshape", (2, 2, 6)), ("permute", (0, 2, 1)), ("reshape", (2, 12)), ("reshape", (2, 6, 2)),
             ("permute", (0, 2, 1))], False),
   ((4, 6), [("permute", (1, 0)), ("reshape", (24,))], False),
+  # a shrink or an expand in the chain moves or repeats elements, whatever the reshapes around it
+  ((4, 4), [("reshape", (16,)), ("shrink", ((0, 8),)), ("reshape", (2, 4))], False),
+  ((4,), [("reshape", (1, 4)), ("shrink", ((0, 1), (0, 2))), ("expand", (2, 2)), ("reshape", (4,))], False),
 ])
 def test_same_memory_follows_views_as_strides(shape, views, same):
   """_same_memory: a chain of reshapes and permutes is seen through when element i of the view is element i of the node
@@ -119,8 +122,10 @@ def test_same_memory_follows_views_as_strides(shape, views, same):
   base = buf(0, prod(shape)).reshape(shape) * 2.0
   u, ref = base, np.arange(prod(shape)).reshape(shape)
   for kind, arg in views:
-    u, ref = getattr(u, kind)(arg), (ref.reshape(arg) if kind == "reshape" else ref.transpose(arg))
-  in_place = bool((ref.ravel() == np.arange(prod(shape))).all())
+    u = getattr(u, kind)(arg)
+    ref = {"reshape": lambda: ref.reshape(arg), "permute": lambda: ref.transpose(arg),
+           "shrink": lambda: ref[tuple(slice(a, b) for a, b in arg)], "expand": lambda: np.broadcast_to(ref, arg)}[kind]()
+  in_place = ref.size == prod(shape) and bool((ref.ravel() == np.arange(prod(shape))).all())
   assert (_same_memory(u) is base) == same and (in_place or not same)
 
 

@@ -213,8 +213,8 @@ def _same_memory(u: UOp) -> UOp:
   of that node: reshapes, and permutations that a later one undoes or that move axes of size 1), else u itself. A
   parameter's gradient is its GEMM's or its reduction's output behind such a chain, so the output's buffer can be the
   one the reduction stores into. Followed as a strided view: each node's axes as (size, stride) over the base."""
-  chain = _movement_chain(u)
-  while len(chain) > 1 and chain[-2].op not in (Ops.RESHAPE, Ops.PERMUTE): chain.pop()
+  chain = [u]
+  while chain[-1].op in (Ops.RESHAPE, Ops.PERMUTE): chain.append(chain[-1].src[0])
   base = chain[-1]
   if base is u: return u
   n = prod(base.shape)
@@ -235,7 +235,7 @@ def _same_memory(u: UOp) -> UOp:
         axes.append((size, runs[at][1] * rest))
         if rest == 1: at += 1
         else: runs[at] = (rest, runs[at][1])
-  return base if _runs(axes) in ([(n, 1)], []) and n == prod(u.shape) else u
+  return base if _runs(axes) in ([(n, 1)], []) else u
 
 
 def _runs(axes: list[tuple[int, int]]) -> list[tuple[int, int]]:
