@@ -217,12 +217,12 @@ def planned_step(slot: int, steps: int, data: np.ndarray):
 
 def test_a_schedule_kernelize_cached_gives_again_runs_as_one_native_graph_with_the_right_numbers(monkeypatch):
   """A training loop's schedule (kernelize_cached: the same Plan each step, new buffers) runs through one LaunchGraph:
-  programs looked up once, from its GRAPH_AFTER-th run one native call (PLANNED_NATIVE_MIN kernels or more), whose
+  programs looked up once, from its PLANNED_NATIVE_AFTER-th run one native call (PLANNED_NATIVE_MIN kernels or more), whose
   pointers follow each step's new buffers. Every step's answer is NumPy's; a short schedule never compiles a graph."""
-  monkeypatch.setattr(runtime, "_planned", type(runtime._planned)())
+  monkeypatch.setattr(runtime, "_programs", runtime.ProgramCache(2048))
   rng = np.random.default_rng(0)
   for steps, native in ((runtime.PLANNED_NATIVE_MIN, True), (2, False)):
-    for i in range(runtime.LaunchGraph.GRAPH_AFTER + 3):
+    for i in range(runtime.PLANNED_NATIVE_AFTER + 3):
       data = rng.standard_normal((3, 4)).astype(np.float32)
       kernels, bufs, out = planned_step(1000 * (i + 1), steps, data)
       assert isinstance(kernels, Schedule) and len(kernels) == steps + 1
@@ -230,8 +230,8 @@ def test_a_schedule_kernelize_cached_gives_again_runs_as_one_native_graph_with_t
       assert [p for p, _ in launches] == [compile_kernel(k, C) for k in kernels]
       assert [a for _, a in launches] == [[bufs[b] for b in k.buffers] for k in kernels]
       np.testing.assert_allclose(bufs[out].numpy(), chain_ref(data, steps), rtol=1e-5)
-    (graph, _), = [e for (plan, *_), e in runtime._planned.items() if plan is kernels.plan]
-    assert graph.calls == runtime.LaunchGraph.GRAPH_AFTER + 3 and (graph.native is not None) == native
+    (graph, _), = [e for (plan, *_), e in runtime._programs.graphs.items() if plan is kernels.plan]
+    assert graph.calls == runtime.PLANNED_NATIVE_AFTER + 3 and (graph.native is not None) == native
 
 
 def test_a_planned_schedule_that_the_checks_would_refuse_takes_the_checked_road():

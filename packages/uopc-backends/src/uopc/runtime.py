@@ -188,11 +188,14 @@ class ProgramCache:
   """The in-process program cache: key -> Program, at most `limit` entries, the least recently used evicted first. A
   cache that never evicts grew by about 26 KB per distinct kernel (the key holds the kernel's graph), so a process that
   meets ever new shapes grew without end. An evicted Program stays valid for whoever holds it (a jit replay); asked for
-  again, it is compiled again (from the backend's disk cache: no C compiler runs). Safe to share between threads."""
+  again, it is compiled again (from the backend's disk cache: no C compiler runs). Safe to share between threads. It
+  also keeps the launch graphs run_schedule makes of planned schedules (`graphs`, see _run_planned): they hold Programs
+  too, so clear() forgets them with the rest."""
   def __init__(self, limit: int):
     self.limit = limit
     self._entries: OrderedDict[tuple, Program] = OrderedDict()
     self._lock = threading.Lock()
+    self.graphs: OrderedDict[tuple, tuple[LaunchGraph, threading.Lock]] = OrderedDict()
 
   def get(self, key: tuple, default: Program | None = None) -> Program | None:
     with self._lock:
@@ -211,7 +214,9 @@ class ProgramCache:
   def __len__(self) -> int: return len(self._entries)
 
   def clear(self) -> None:
-    with self._lock: self._entries.clear()
+    with self._lock:
+      self._entries.clear()
+      self.graphs.clear()
 
 
 # (backend, canonical kernel or lowered SINK, its parameters, Opts or the policy that chose them, name) -> Program. A kernel
@@ -626,13 +631,15 @@ def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMa
   return launches
 
 
-# A schedule that kernelize_cached gave again (a training step's, each step) runs as one LaunchGraph, kept by its Plan: its
-# Programs looked up once, its launches unchecked past the checks of its table below, and from its GRAPH_AFTER-th run, when
-# it has PLANNED_NATIVE_MIN kernels or more, one native call (the default GPT's plain step: 230 launches, each checked,
-# ~5 ms of Python a step). Fewer kernels never pay for a graph's compile.
+# A schedule that kernelize_cached gave again (a training step's, each step) runs as one LaunchGraph, kept by its Plan in
+# the program cache (_programs.graphs, the PLANNED_GRAPHS most recent): its Programs looked up once, its launches unchecked
+# past the checks of its table below, and from its PLANNED_NATIVE_AFTER-th run, when it has PLANNED_NATIVE_MIN kernels or
+# more, one native call (the default GPT's plain step: 230 launches, each checked, ~5 ms of Python a step). Fewer kernels,
+# or fewer runs (a test's few steps: at the JIT's 3rd run, the sanitizer session's tests compiled 45 s more of graphs),
+# never pay for a graph's compile.
 PLANNED_GRAPHS = 64
 PLANNED_NATIVE_MIN = 8
-_planned: OrderedDict[tuple, tuple[LaunchGraph, threading.Lock]] = OrderedDict()
+PLANNED_NATIVE_AFTER = 8
 _planned_lock = threading.Lock()
 
 
@@ -651,15 +658,16 @@ def _run_planned(kernels: Schedule, backend: Backend, buffers: MutableMapping[UO
     elif b.backend is not backend or b.dtype is not u.dtype or b.size < u.shape[0]: return None
     table.append(b)
   if len({id(b) for b in table}) != len(table): return None
-  key = (plan, backend, policy)
+  key, graphs = (plan, backend, policy), getattr(_programs, "graphs", {})    # (a plain dict put in its place keeps none)
   with _planned_lock:
-    if (entry := _planned.get(key)) is not None: _planned.move_to_end(key)
+    if (entry := graphs.get(key)) is not None: graphs.move_to_end(key)
   if entry is None:
     programs = compile_kernels(kernels, backend, policy)
     graph = LaunchGraph(list(zip(programs, plan.slots)), native=len(programs) >= PLANNED_NATIVE_MIN)
+    if graph.native_after is not None: graph.native_after = PLANNED_NATIVE_AFTER
     with _planned_lock:
-      entry = _planned.setdefault(key, (graph, threading.Lock()))
-      while len(_planned) > PLANNED_GRAPHS: _planned.popitem(last=False)
+      entry = graphs.setdefault(key, (graph, threading.Lock()))
+      while len(graphs) > PLANNED_GRAPHS: graphs.popitem(last=False)
   graph, lock = entry
   if not lock.acquire(blocking=False): return None    # (a native graph's pointer table is one per graph)
   try: graph(table)
@@ -679,7 +687,7 @@ class LaunchGraph:
   def __init__(self, launches: Sequence[tuple[Program, Sequence[int]]], native: bool = True):
     self.launches = [(p, list(slots)) for p, slots in launches]
     self.calls = 0
-    self.allow_native = native
+    self.native_after = self.GRAPH_AFTER if native else None      # the call that builds the native graph (None: none)
     self.native: Any = None
     backends = {id(p.backend): p.backend for p, _ in self.launches}
     self.backend = next(iter(backends.values())) if len(backends) == 1 else None
@@ -693,8 +701,7 @@ class LaunchGraph:
       for prog, slots in self.launches: prog([table[s] for s in slots])
       return
     self.calls += 1
-    if self.native is None and self.calls == self.GRAPH_AFTER and self.allow_native and self.launches and \
-       callable(getattr(self.backend, "graph", None)):
+    if self.native is None and self.calls == self.native_after and self.launches and callable(getattr(self.backend, "graph", None)):
       # a table slot the graph doesn't use is not passed: the graph's own slots are 0..n-1
       self.index = {s: k for k, s in enumerate(self.slots)}
       self.native = self.backend.graph([(p.handle, [self.index[s] for s in slots], p.global_size, p.local_size)
