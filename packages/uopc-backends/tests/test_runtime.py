@@ -217,12 +217,12 @@ def planned_step(slot: int, steps: int, data: np.ndarray):
 
 def test_a_schedule_kernelize_cached_gives_again_runs_as_one_native_graph_with_the_right_numbers(monkeypatch):
   """A training loop's schedule (kernelize_cached: the same Plan each step, new buffers) runs through one LaunchGraph:
-  programs looked up once, from its PLANNED_NATIVE_AFTER-th run one native call (PLANNED_NATIVE_MIN kernels or more), whose
+  programs looked up once, from its 8th run (_PlannedGraph) one native call (PLANNED_NATIVE_MIN kernels or more), whose
   pointers follow each step's new buffers. Every step's answer is NumPy's; a short schedule never compiles a graph."""
   monkeypatch.setattr(runtime, "_programs", runtime.ProgramCache(2048))
   rng = np.random.default_rng(0)
   for steps, native in ((runtime.PLANNED_NATIVE_MIN, True), (2, False)):
-    for i in range(runtime.PLANNED_NATIVE_AFTER + 3):
+    for i in range(runtime._PlannedGraph.GRAPH_AFTER + 3):
       data = rng.standard_normal((3, 4)).astype(np.float32)
       kernels, bufs, out = planned_step(1000 * (i + 1), steps, data)
       assert isinstance(kernels, Schedule) and len(kernels) == steps + 1
@@ -231,7 +231,7 @@ def test_a_schedule_kernelize_cached_gives_again_runs_as_one_native_graph_with_t
       assert [a for _, a in launches] == [[bufs[b] for b in k.buffers] for k in kernels]
       np.testing.assert_allclose(bufs[out].numpy(), chain_ref(data, steps), rtol=1e-5)
     (graph, _), = [e for (plan, *_), e in runtime._programs.graphs.items() if plan is kernels.plan]
-    assert graph.calls == runtime.PLANNED_NATIVE_AFTER + 3 and (graph.native is not None) == native
+    assert graph.calls == runtime._PlannedGraph.GRAPH_AFTER + 3 and (graph.native is not None) == native
 
 
 def test_a_planned_schedule_that_the_checks_would_refuse_takes_the_checked_road():
@@ -268,7 +268,7 @@ def test_threads_running_one_plan_at_once_each_get_their_own_answer():
 
 
 def test_compile_kernels_batches_what_was_planned_and_splits_the_rest_evenly_across_the_cpus(monkeypatch):
-  """While Python plans, gcc gets what was planned so far, up to BATCH_SOURCE characters a run; what is left when planning
+  """While Python plans, gcc gets what was planned so far (up to BATCH_SOURCE characters a run: _batch); what is left when planning
   ends goes to every worker at once in parts of about equal source (a cold GPT step's last 80 kernels were one run, the
   other CPU idle for seconds). Every kernel is compiled once, and runs to NumPy's answer."""
   calls: list[list[int]] = []
@@ -283,7 +283,6 @@ def test_compile_kernels_batches_what_was_planned_and_splits_the_rest_evenly_acr
     time.sleep(0.3)
     return one(src, name)
   monkeypatch.setattr(C, "compile", slow_one)
-  monkeypatch.setattr(runtime, "BATCH_SOURCE", 2_000)
   monkeypatch.setattr(runtime, "_COMPILE_WORKERS", 2)
   x = buf(0, 64).reshape((8, 8))
   roots = []
@@ -295,8 +294,7 @@ def test_compile_kernels_batches_what_was_planned_and_splits_the_rest_evenly_acr
   progs = runtime.compile_kernels(kernels, C)
   sizes = [n for call in calls for n in call]
   assert len(sizes) == 12 and sorted(sizes) == sorted(len(p.src) for p in progs)
-  during, last = calls[:-2], calls[-2:]
-  assert all(len(c) == 1 or sum(c) <= runtime.BATCH_SOURCE for c in during)
+  last = calls[-2:]
   assert len(last) == 2 and abs(sum(last[0]) - sum(last[1])) <= max(sizes)        # the rest: one part per worker, even
   data = np.linspace(-1, 1, 64, dtype=np.float32)
   for n, prog in enumerate(progs, 1):
@@ -305,6 +303,14 @@ def test_compile_kernels_batches_what_was_planned_and_splits_the_rest_evenly_acr
     ref = data.copy()
     for i in range(n): ref = ref * np.float32(i + 2) + np.float32(1)
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("sizes, limit, taken", [([10, 10, 10], 25, 2), ([30, 1], 25, 1), ([5, 5], 100, 2), ([3, 30, 3], 25, 1)])
+def test_a_run_during_planning_takes_source_up_to_its_limit_and_at_least_one_plan(monkeypatch, sizes, limit, taken):
+  class Plan:
+    def __init__(self, n): self.compilable = "x" * n
+  monkeypatch.setattr(runtime, "BATCH_SOURCE", limit)
+  assert runtime._batch([Plan(n) for n in sizes]) == taken
 
 
 @pytest.mark.parametrize("sizes, parts", [([5, 1, 1, 1, 1, 1], 2), ([3, 3, 2, 2, 2], 2), ([7], 2), (list(range(1, 20)), 3)])

@@ -28,12 +28,13 @@ and the benchmarks. What is the same for every backend lives here once, so no ba
     process while it is among the most recently used (`_programs.limit` entries; an evicted one is compiled again when
     it comes back); across processes the backend's compiler caches on disk, and so does this module the rendered
     source of each kernel (a plan: see _plan_path), so a new process neither lowers nor renders a kernel it has seen;
-  * profiling, in the convention tinygrad and PyTorch users know: UOPC_DEBUG=1 prints a line per launch to stderr
-    (program, output shape, time, GFLOP/s and GB/s, with FLOPs and bytes counted once per program), =2 also each
-    program's source when it is first compiled, =3 also its linearized UOps; any level prints a summary at exit.
+  * profiling (the tally is uopc.profiling's), in the convention tinygrad and PyTorch users know: UOPC_DEBUG=1 prints
+    a line per launch to stderr (program, output shape, time, GFLOP/s and GB/s, with FLOPs and bytes counted once per
+    program), =2 also each program's source when it is first compiled, =3 also its linearized UOps; any level prints a
+    summary at exit.
 """
 from __future__ import annotations
-import atexit, functools, hashlib, json, marshal, os, sys, threading, time, warnings
+import functools, hashlib, json, marshal, os, sys, threading, time, warnings
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
@@ -55,6 +56,7 @@ from uopc.opt import Caps, choose_opts
 from uopc.gpulower import WMMA_K, WMMA_M, WMMA_N, block_threads
 from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import Backend, BackendError, LinearProgram, base_memory
+from uopc.profiling import _Profile, profile   # noqa: F401  (runtime.profile is the one tests swap)
 
 
 def np_dtype(dtype: DType) -> np.dtype:
@@ -332,11 +334,7 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
       waiting.append(plan)
       running[:] = [f for f in running if not f.done()]
       if len(running) < workers - 1:     # one CPU plans (Python); the others compile what it has planned so far
-        # at most BATCH_SOURCE characters of source a run, so that no long run is left alone when planning ends
-        at, size = 0, 0
-        while at < len(waiting) and (at == 0 or size + _source_size(waiting[at]) <= BATCH_SOURCE):
-          size += _source_size(waiting[at])
-          at += 1
+        at = _batch(waiting)
         submit(waiting[:at])
         waiting = waiting[at:]
     if waiting:
@@ -361,6 +359,16 @@ BATCH_SOURCE = 32_000
 
 def _source_size(plan: _Pending) -> int:
   return len(plan.compilable) if isinstance(plan.compilable, (str, bytes)) else 1
+
+
+def _batch(plans: list[_Pending]) -> int:
+  """How many of `plans`, from the first, make one compiler run while planning goes on: at least one, and no more than
+  BATCH_SOURCE characters of source, so that no long run is left alone when planning ends."""
+  at, size = 0, 0
+  while at < len(plans) and (at == 0 or size + _source_size(plans[at]) <= BATCH_SOURCE):
+    size += _source_size(plans[at])
+    at += 1
+  return at
 
 
 def _balanced(plans: list[_Pending], parts: int) -> list[list[_Pending]]:
@@ -633,13 +641,11 @@ def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMa
 
 # A schedule that kernelize_cached gave again (a training step's, each step) runs as one LaunchGraph, kept by its Plan in
 # the program cache (_programs.graphs, the PLANNED_GRAPHS most recent): its Programs looked up once, its launches unchecked
-# past the checks of its table below, and from its PLANNED_NATIVE_AFTER-th run, when it has PLANNED_NATIVE_MIN kernels or
+# past the checks of its table below, and from its 8th run (_PlannedGraph), when it has PLANNED_NATIVE_MIN kernels or
 # more, one native call (the default GPT's plain step: 230 launches, each checked, ~5 ms of Python a step). Fewer kernels,
-# or fewer runs (a test's few steps: at the JIT's 3rd run, the sanitizer session's tests compiled 45 s more of graphs),
-# never pay for a graph's compile.
+# or fewer runs (a test's few steps), never pay for a graph's compile.
 PLANNED_GRAPHS = 64
 PLANNED_NATIVE_MIN = 8
-PLANNED_NATIVE_AFTER = 8
 _planned_lock = threading.Lock()
 
 
@@ -663,8 +669,7 @@ def _run_planned(kernels: Schedule, backend: Backend, buffers: MutableMapping[UO
     if (entry := graphs.get(key)) is not None: graphs.move_to_end(key)
   if entry is None:
     programs = compile_kernels(kernels, backend, policy)
-    graph = LaunchGraph(list(zip(programs, plan.slots)), native=len(programs) >= PLANNED_NATIVE_MIN)
-    if graph.native_after is not None: graph.native_after = PLANNED_NATIVE_AFTER
+    graph = _PlannedGraph(list(zip(programs, plan.slots)), native=len(programs) >= PLANNED_NATIVE_MIN)
     with _planned_lock:
       entry = graphs.setdefault(key, (graph, threading.Lock()))
       while len(graphs) > PLANNED_GRAPHS: graphs.popitem(last=False)
@@ -687,7 +692,7 @@ class LaunchGraph:
   def __init__(self, launches: Sequence[tuple[Program, Sequence[int]]], native: bool = True):
     self.launches = [(p, list(slots)) for p, slots in launches]
     self.calls = 0
-    self.native_after = self.GRAPH_AFTER if native else None      # the call that builds the native graph (None: none)
+    self.allow_native = native
     self.native: Any = None
     backends = {id(p.backend): p.backend for p, _ in self.launches}
     self.backend = next(iter(backends.values())) if len(backends) == 1 else None
@@ -701,7 +706,8 @@ class LaunchGraph:
       for prog, slots in self.launches: prog([table[s] for s in slots])
       return
     self.calls += 1
-    if self.native is None and self.calls == self.native_after and self.launches and callable(getattr(self.backend, "graph", None)):
+    if self.native is None and self.allow_native and self.calls == self.GRAPH_AFTER and self.launches and \
+       callable(getattr(self.backend, "graph", None)):
       # a table slot the graph doesn't use is not passed: the graph's own slots are 0..n-1
       self.index = {s: k for k, s in enumerate(self.slots)}
       self.native = self.backend.graph([(p.handle, [self.index[s] for s in slots], p.global_size, p.local_size)
@@ -716,6 +722,12 @@ class LaunchGraph:
         self.native.run()
       return
     for prog, slots in self.launches: prog.backend.launch(prog.handle, [table[s].handle for s in slots], prog.global_size, prog.local_size)
+
+
+class _PlannedGraph(LaunchGraph):
+  """A planned schedule's graph (_run_planned): native from its 8th run, not a JIT replay's 3rd. At the 3rd, every test
+  that ran a step three times compiled a graph: the sanitizer session's tensor tests took 119 -> 166 s (108 s at the 8th)."""
+  GRAPH_AFTER = 8
 
 
 def program_buffers(program: UOp | Sequence[UOp]) -> list[UOp]:
@@ -772,52 +784,6 @@ def run_lowered(sink: UOp, arrays: dict[int, np.ndarray], backend: Backend, name
     if b.arg.slot in written: a.reshape(-1)[:b.shape[0]] = d.numpy()
 
 
-# ---- profiling -----------------------------------------------------------------------------------------------------
-
-class _Profile:
-  """What ran in this process while UOPC_DEBUG was set: the one piece of process-wide state here, printed at exit."""
-  def __init__(self):
-    self.runs: dict[Program, list] = {}    # program -> [launches, seconds]
-    self.compile_seconds = 0.0
-    self.compiled_count = 0
-    self._registered = False
-
-  def _register(self):
-    if not self._registered:
-      self._registered = True
-      atexit.register(self._at_exit)
-
-  def _at_exit(self):
-    if self.runs or self.compiled_count: print(self.summary(), file=sys.stderr)
-
-  def compiled(self, prog: Program, seconds: float) -> None:
-    self._register()
-    self.compile_seconds += seconds
-    self.compiled_count += 1
-
-  def launched(self, prog: Program, seconds: float) -> None:
-    self._register()
-    entry = self.runs.setdefault(prog, [0, 0.0])
-    entry[0] += 1
-    entry[1] += seconds
-    gflops, gbs = prog.flops / seconds / 1e9 if seconds else 0.0, prog.nbytes / seconds / 1e9 if seconds else 0.0
-    print(f"uopc {prog.backend.name:<6} {prog.name:<28} {str(prog.shape):<20} {seconds * 1e3:9.3f} ms {gflops:9.2f} GFLOP/s "
-          f"{gbs:8.2f} GB/s", file=sys.stderr)
-
-  def summary(self, top: int = 10) -> str:
-    total = sum(s for _, s in self.runs.values())
-    launches = sum(n for n, _ in self.runs.values())
-    lines = [f"uopc summary: {len(self.runs)} kernels, {launches} launches, compile {self.compile_seconds:.3f} s "
-             f"({self.compiled_count} programs), run {total:.3f} s"]
-    ranked = sorted(self.runs.items(), key=lambda kv: -kv[1][1])[:top]
-    if ranked: lines.append("uopc top kernels by time:")
-    for prog, (n, s) in ranked:
-      lines.append(f"  {s * 1e3:10.3f} ms {100 * s / total if total else 0:5.1f}% {n:6d} x  {prog.name:<28} "
-                   f"{prog.flops * n / s / 1e9 if s else 0:9.2f} GFLOP/s {prog.nbytes * n / s / 1e9 if s else 0:8.2f} GB/s")
-    return "\n".join(lines)
-
-
-profile = _Profile()
 
 
 __all__ = ["cache_dir", "Buffer", "Program", "Param", "ProgramCache", "LaunchGraph", "compile_kernel", "compile_kernels", "compile_program",

@@ -523,7 +523,7 @@ class Plan:
   kernel's inputs, then its output), and `written_first`, the indices whose first use is a kernel's output (allocated
   when nothing holds them yet; every other entry must hold data); `aliased` when a kernel has one buffer twice (its
   output among its inputs: a runtime must refuse it, not launch it). A key by identity: one per remembered structure."""
-  __slots__ = ("slots", "written_first", "refs", "aliased", "__weakref__")
+  __slots__ = ("slots", "written_first", "refs", "aliased")
 
   def __init__(self, slots: tuple[tuple[int, ...], ...], written_first: frozenset[int], refs: tuple[_BufferRef, ...]):
     self.slots, self.written_first = slots, written_first
@@ -611,5 +611,5 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
   while _schedules and (len(_schedules) > SCHEDULE_CACHE_SIZE or _schedule_nodes > SCHEDULE_CACHE_NODES):
     _schedule_nodes -= _schedules.popitem(last=False)[1][2]
   # (a graph kernelized again by a thread that lost the race to store it gets a plan of its own: a plan is a key)
-  table = [b for k in kernels for b in k.buffers]
-  return Schedule(kernels, launch_plan, list({id(b): b for b in table}.values()))
+  found = {ref: b for b, ref in where.items()}
+  return Schedule(kernels, launch_plan, [found[r] for r in launch_plan.refs])
