@@ -89,9 +89,14 @@ def schedule(ts: list[Tensor]) -> list[Kernel]: return ts[0].schedule(*ts[1:])
 # accumulated Adam step is 5, recomputing both moments in the parameter's kernel). The GELU MLP went from 8 to 9 when a
 # shared value costing more than MAX_SHARED_COST (GELU's derivative, read by three gradients) came to be stored, and the
 # loss's sum came to read its product stored (a sum of products under another reduction) rather than recompute it.
-KERNELS = {"gelu_mlp": 9, "attention": 5, "layernorm": 3, "softmax": 3, "adam_step": 8, "adam_accumulated": 6, "matmul_bias_relu": 1}
-OPS_FACTOR = 1.3     # executed float ops over the least (today at most 1.28, the Adam step: the parameter's kernel
-#                      recomputes both moments, which read two buffers each, rather than loading them)
+# The Adam steps went from 8 and 6 to 10 and 8 when the step size lr / (1 - b1**t) and 1 / sqrt(1 - b2**t) came to be
+# computed once a step (two scalar kernels, read by every parameter's kernels) rather than per element, as torch's.
+KERNELS = {"gelu_mlp": 9, "attention": 5, "layernorm": 3, "softmax": 3, "adam_step": 10, "adam_accumulated": 8, "matmul_bias_relu": 1}
+OPS_FACTOR = 1.3     # executed float ops over the least (today at most 1.13, the softmax)
+# the Adam steps: the parameter's kernel recomputes both moments (7 ops an element), which read two buffers each, rather
+# than loading them. The same 3,584 ops over the least as when the factor was 1.28, but the least is smaller since the
+# bias corrections are scalars computed once (the executed ops fell too: 12,160 -> 11,101 for adam_step)
+ADAM_OPS_FACTOR = 1.55
 TRANS_FACTOR = 2.0   # executed transcendentals over the least (today 2.0 for the GELU MLP: the backward kernel evaluates
 #                      the forward's tanh again rather than reading it, which costs a load per element either way)
 
@@ -113,7 +118,8 @@ def test_kernel_count_is_pinned(name):
 def test_work_stays_within_a_small_factor_of_the_least(name):
   ts = PROGRAMS[name]()
   (ops, trans), (least_ops, least_trans) = executed(schedule(ts)), least(*ts)
-  assert ops <= OPS_FACTOR * least_ops, f"{name}: {ops} float ops executed, {ops / least_ops:.2f}x the least ({least_ops})"
+  factor = ADAM_OPS_FACTOR if name.startswith("adam") else OPS_FACTOR
+  assert ops <= factor * least_ops, f"{name}: {ops} float ops executed, {ops / least_ops:.2f}x the least ({least_ops})"
   assert trans <= TRANS_FACTOR * least_trans, f"{name}: {trans} transcendentals, the least is {least_trans}"
 
 
@@ -215,18 +221,20 @@ def test_the_gpt_training_step_keeps_its_schedule():
   loss.backward()
   updates = opt.update()
   ks = loss.schedule(*updates)
-  assert len(ks) == 228     # 14 of them pack GEMM operands into panels (weight gradients' A and B, q @ k.T)
+  assert len(ks) == 230     # 14 of them pack GEMM operands into panels (weight gradients' A and B, q @ k.T)
   assert max(sum(1 for u in k.root.toposort() if u.op in ALU or u.op is Ops.REDUCE) for k in ks) <= MAX_KERNEL_BODY // 10
   # the gradient of the attention's qkv projection is three padded gradients summed, which the two GEMMs reading it
-  # evaluated again for every product (1.62x the least ALU ops): stored first, 1.04x. Transcendentals stay at 1.62x
+  # evaluated again for every product (1.62x the least ALU ops): stored first, 1.04x. Transcendentals are at 1.80x
+  # (7.30M executed): 1.62x until AdamW's bias corrections became scalars computed once a step, which took 0.43M off
+  # the least (the graph's) and nothing off the kernels' count (which had computed them once already)
   (ops, trans), (least_ops, least_trans) = executed(ks), least(loss, *updates)
-  assert ops <= 1.1 * least_ops and trans <= 1.7 * least_trans, (ops / least_ops, trans / least_trans)
+  assert ops <= 1.1 * least_ops and trans <= 1.85 * least_trans, (ops / least_ops, trans / least_trans)
   # what opt.step() realizes: the gradients too (read after the step, they would be computed again from the weights);
   # a parameter whose gradient its update kernel computed now stores it first, straight into the buffer .grad reads
   # (its gradient's reduction behind reshapes): the two whose gradient is computed transposed (the position table and
   # one (65, 128) table) are one copy kernel each, the other 27 none (each was a copy before)
   with_grads = loss.schedule(*updates, *[p.grad for p in model.parameters()])
-  assert len(with_grads) == 230 and executed(with_grads)[0] <= 1.05 * ops
+  assert len(with_grads) == 232 and executed(with_grads)[0] <= 1.05 * ops
 
 
 # ---- a long chain is cut into kernels of bounded size, and still computes NumPy's numbers ---------------------------------

@@ -94,8 +94,10 @@ class SGD(Optimizer):
 
 class Adam(Optimizer):
   """Adam (weight_decay adds weight_decay * p to the gradient, as torch's Adam); AdamW decays the weights directly.
-  The bias corrections 1/(1 - b**t) come from state kept as 1 - b**t, updated as s*b + (1 - b): no cancellation in
-  1 - 0.999**t for small t, as computing b**t in f32 would give."""
+  The bias corrections come from state kept as 1 - b**t, updated as s*b + (1 - b): no cancellation in 1 - 0.999**t for
+  small t, as computing b**t in f32 would give. As torch's, a step is p -= (lr / (1 - b1**t)) * m / (sqrt(v) /
+  sqrt(1 - b2**t) + eps), with the step size, 1 / sqrt(1 - b2**t) and the decay computed once a step and broadcast
+  once a shape: a GPT has 29 parameters of 9 shapes, and the step's graph is built in Python every plain step."""
   decoupled = False
 
   def __init__(self, params: list[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
@@ -107,21 +109,41 @@ class Adam(Optimizer):
     self.t = 0
     self.m, self.v = self._zeros(), self._zeros()
     self._s1, self._s2 = self._scalar(0.0), self._scalar(0.0)       # 1 - b1**t and 1 - b2**t
+    self._constants: dict[tuple, tuple[Tensor, ...]] = {}            # (shape, device) -> b1, 1 - b1, b2, 1 - b2, eps
+    self._per_step: dict[tuple, tuple[Tensor, ...]] = {}             # (shape, device) -> this step's scalars, broadcast
 
   def _step_state(self) -> list[Tensor]:
     self.t += 1
-    self._s1.assign(self._s1 * self.b1 + (1 - self.b1))
-    self._s2.assign(self._s2 * self.b2 + (1 - self.b2))
-    return [self._s1, self._s2]
+    s1 = self._s1.assign(self._s1 * self.b1 + (1 - self.b1))
+    s2 = self._s2.assign(self._s2 * self.b2 + (1 - self.b2))
+    decay = 1 - self._lr * self.weight_decay if self.decoupled and self.weight_decay else None
+    self._scalars = (-self._lr / s1, s2.sqrt().recip(), decay)
+    self._per_step = {}
+    return [s1, s2]
+
+  def update(self) -> list[Tensor]:
+    try: return super().update()
+    finally: self._per_step, self._scalars = {}, ()   # this step's graphs are not kept past it
+
+  def _shaped(self, p: Tensor) -> tuple[Tensor, ...]:
+    """This step's scalars and the constants, each broadcast to p's shape (once a shape: a hit costs a dict probe, and
+    the ops between tensors of one shape and dtype take the shortest road)."""
+    key = (p.shape, p.device)
+    if (per := self._per_step.get(key)) is None:
+      if (const := self._constants.get(key)) is None:
+        const = self._constants[key] = tuple(Tensor.full(p.shape, v, device=p.device)
+                                             for v in (self.b1, 1 - self.b1, self.b2, 1 - self.b2, self.eps))
+      per = self._per_step[key] = const + tuple(s._broadcast_to(p.shape) if s is not None else None for s in self._scalars)
+    return per
 
   def _update(self, i, p, g):
+    b1, c1, b2, c2, eps, step, rc2, decay = self._shaped(p)
     w = p._stop_gradient()
-    if self.weight_decay and not self.decoupled: g = g + self.weight_decay * w
-    if self.weight_decay and self.decoupled: w = w * (1 - self._lr * self.weight_decay)
-    m = self.m[i].assign(self.m[i] * self.b1 + g * (1 - self.b1))
-    v = self.v[i].assign(self.v[i] * self.b2 + g * g * (1 - self.b2))
-    mhat, vhat = m / self._s1, v / self._s2
-    return w - self._lr * mhat / (vhat.sqrt() + self.eps), [m, v]
+    if self.weight_decay and not self.decoupled: g = g + w * self.weight_decay
+    if decay is not None: w = w * decay
+    m = self.m[i].assign(self.m[i] * b1 + g * c1)
+    v = self.v[i].assign(self.v[i] * b2 + g * g * c2)
+    return w + step * m / (v.sqrt() * rc2 + eps), [m, v]
 
 
 class AdamW(Adam):
