@@ -307,11 +307,12 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     rows = analysis.tile_axes(last)     # a GEMM's row axis is the last of them (tile_axis)
     row = rows[-1] if rows else None
     # a GEMM's register tile is 8 rows x `vectors` vectors of accumulators: 24 (8 x 3) where the machine has 32 vector
-    # registers (AVX-512) and the columns allow, else 32 (8 x 4: gcc keeps a few on the stack, and each loaded vector
-    # of B still feeds 8 FMAs; 1024^3: 195 -> 227 GFLOP/s; with _rows_first, the GPT's x @ W of K = 512: 157 -> 284),
-    # else 16 (8 x 2)
+    # registers (AVX-512) and the columns allow, else 16 (8 x 2). Not 32 (8 x 4): with its 4 vectors of B and the
+    # broadcast of A that is 37 registers, and gcc kept 5 accumulators on the stack, a load and a store each per step
+    # (on an Intel AVX-512 machine, the same loops alone: 8 x 4 at 1024^3 251 GFLOP/s against 286 for 8 x 2 and
+    # 341 for 8 x 3 at 1536^3; benchmarks/cpu.py's GEMM 1024 8.6-8.8 -> 7.6-7.7 ms, 2048 68-70 -> 61.5-62)
     wide = row is not None and caps.vector_width >= 16
-    vectors = next((v for v in ((3, 4, 2) if wide else (2,)) if shape[last] % (v * w) == 0), 1)
+    vectors = next((v for v in ((3, 2) if wide else (2,)) if shape[last] % (v * w) == 0), 1)
     if vectors > 1: upcast[last] = vectors
     if row is not None:
       upcast[row] = _divisor(shape[row], 8)
