@@ -128,7 +128,7 @@ def gradient(root: UOp, wrt: list[UOp], seed: UOp | None = None, order: list[UOp
   # only nodes with a path down to some w need a gradient
   needed: set[UOp] = set()
   for u in nodes:
-    if u in targets or any(s in needed for s in u.src): needed.add(u)
+    if u in targets or not needed.isdisjoint(u.src): needed.add(u)
   grads: dict[UOp, UOp] = {root: seed}
   for u in reversed(nodes):
     g = grads.get(u)
