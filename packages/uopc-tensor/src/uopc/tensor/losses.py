@@ -108,8 +108,8 @@ class LossMixin:
       loss = -(logp * p * (weight.reshape(wshape) if weight is not None else 1)).sum(cdim)
       return loss._apply_reduction(reduction, "cross_entropy")
     target = self._class_targets(target, "cross_entropy", ignore_index)
+    if not label_smoothing: return logp._nll(target, weight, ignore_index, reduction)   # (built once: half of a step's loss graph)
     nll = logp._nll(target, weight, ignore_index, "none")
-    if not label_smoothing: return nll if reduction == "none" else logp._nll(target, weight, ignore_index, reduction)
     keep = target.ne(ignore_index).float()
     smooth = -(logp * (weight.reshape(wshape) if weight is not None else 1)).sum(cdim) * keep
     loss = (1 - label_smoothing) * nll + (label_smoothing / C) * smooth
