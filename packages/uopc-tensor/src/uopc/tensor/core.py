@@ -318,7 +318,7 @@ class TensorCore:
   def _broadcast_to(self, shape: tuple[int, ...]) -> TensorCore:
     if self.shape == shape: return self
     if len(shape) < self.ndim: raise TensorError(f"can't broadcast {self.shape} to {shape}")
-    t = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if self.ndim < len(shape) else self
+    t = self._new(self.uop.reshape((1,) * (len(shape) - self.ndim) + self.shape)) if self.ndim < len(shape) else self
     for a, b in zip(t.shape, shape):
       if a != b and a != 1: raise TensorError(f"can't broadcast {self.shape} to {shape}")
     return t if t.shape == shape else t._new(t.uop.expand(shape))

@@ -25,6 +25,9 @@ class MovementMixin:
   def reshape(self, *shape) -> TensorCore:
     """The same elements in a new shape; one -1 takes what is left, and None keeps that axis's size (tinygrad's)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    # the common case first (every internal reshape, most of a user's): python ints, none -1 or None, the same size
+    if all(type(s) is int and s >= 0 for s in shape) and prod(shape) == self.numel():
+      return self if shape == self.shape else self._new(self.uop.reshape(shape))
     shape = shape_arg(tuple(self.shape[k] if s is None and k < self.ndim else s for k, s in enumerate(shape)))
     if shape.count(-1) > 1: raise TensorError(f"reshape: only one -1, got {shape}")
     if -1 in shape:
