@@ -195,28 +195,28 @@ def test_the_heuristics_wide_gemm_tiles_match_numpy(m, k, n, vectors, thread):
   """The register tiles of 8 rows x 3 or 2 vectors and the split of a GEMM's rows across threads where its B fits in half
   an L2 (its columns' otherwise: 1024 x 192 of B is 768 KiB, over half of Caps' default 1 MiB; the fuzzers' sizes stop at
   64 columns, before either), against NumPy."""
-  rng = np.random.default_rng(m + k + n)
-  a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
-  A = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
-  B = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
-  root = (A * B).reduce(Ops.ADD, 1)
-  opts = choose_opts(make_kernel(root, buf(2, m * n), canonical=False), Caps(threads=2, vector_width=16, fma=True))
+  opts = _heuristic_gemm_matches_numpy(m, k, n)
   assert dict(opts.upcast).get(1) == vectors and opts.thread == thread
-  check("reduction", run_shaped(root, [a, b], opts=opts), (a.astype(np.float64) @ b).astype(np.float32), np.abs(a).astype(np.float64) @ np.abs(b))
 
 
 @pytest.mark.parametrize("m, k, n", [(256, 256, 10), (40, 33, 7), (16, 64, 34)])
 def test_the_heuristics_tile_of_a_scalar_reduction_matches_numpy(m, k, n):
   """A GEMM too narrow for vectors (W read down its few columns) gets a tile of its columns, a chain of multiply-adds
   each: against NumPy."""
+  opts = _heuristic_gemm_matches_numpy(m, k, n)
+  assert opts.vector is None and dict(opts.upcast).get(1, 1) > 1
+
+
+def _heuristic_gemm_matches_numpy(m: int, k: int, n: int) -> Opts:
+  """A (m, k) @ (k, n) GEMM run with the Opts the heuristics choose on an AVX-512 machine, checked against NumPy; the Opts."""
   rng = np.random.default_rng(m + k + n)
   a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
   A = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
   B = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
   root = (A * B).reduce(Ops.ADD, 1)
   opts = choose_opts(make_kernel(root, buf(2, m * n), canonical=False), Caps(threads=2, vector_width=16, fma=True))
-  assert opts.vector is None and dict(opts.upcast).get(1, 1) > 1
   check("reduction", run_shaped(root, [a, b], opts=opts), (a.astype(np.float64) @ b).astype(np.float32), np.abs(a).astype(np.float64) @ np.abs(b))
+  return opts
 
 
 @pytest.mark.parametrize("k, n, panel", [(1024, 64, 8), (2048, 96, 32), (768, 48, 16)])
