@@ -252,13 +252,14 @@ def test_a_gemms_register_tile_fills_the_vector_registers_and_its_threads_split_
 def test_a_scalar_reduction_runs_a_chain_of_multiply_adds_per_column_of_its_tile(n, tile):
   """x @ W with W a few columns wide (an MLP's logits: 10) has no vector axis: W is read down its columns and the
   columns don't fill a vector. Each output then summed in one chain of dependent multiply-adds (256 x 10 from K = 256:
-  0.28 ms); a tile of up to 16 columns runs that many chains on one load of x (0.045 ms). A short reduction (unrolled
-  whole) keeps no tile; 8 or 16 lanes alike."""
+  0.28 ms); a tile of up to 16 columns runs that many chains on one load of x (0.045 ms). A reduction of 16 or fewer
+  (unrolled whole: its copies are side by side already) and a prime number of columns keep no tile; 8 or 16 lanes alike."""
   for width in (16, 8):
     o = choose_opts(matmul_kernel(256, 256, n), Caps(threads=2, vector_width=width, fma=True))
     assert o.vector is None and dict(o.upcast) == {1: tile} and o.thread == 0
     check_opts(matmul_kernel(256, 256, n).canonical_root, o)
-  assert dict(choose_opts(matmul_kernel(64, 8, 10), Caps(threads=2, vector_width=16, fma=True)).upcast) == {}
+  for m, k, n in ((64, 8, 10), (64, 16, 10), (256, 256, 17)):
+    assert dict(choose_opts(matmul_kernel(m, k, n), Caps(threads=2, vector_width=16, fma=True)).upcast) == {}
 
 
 def test_a_batch_of_gemms_gets_no_cache_tile_and_a_gemm_batched_over_one_b_keeps_it():

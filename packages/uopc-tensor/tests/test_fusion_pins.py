@@ -93,9 +93,10 @@ def schedule(ts: list[Tensor]) -> list[Kernel]: return ts[0].schedule(*ts[1:])
 # computed once a step (two scalar kernels, read by every parameter's kernels) rather than per element, as torch's.
 KERNELS = {"gelu_mlp": 9, "attention": 5, "layernorm": 3, "softmax": 3, "adam_step": 10, "adam_accumulated": 8, "matmul_bias_relu": 1}
 OPS_FACTOR = 1.3     # executed float ops over the least (today at most 1.13, the softmax)
-# the Adam steps: the parameter's kernel recomputes both moments (7 ops an element), which read two buffers each, rather
-# than loading them. The same 3,584 ops over the least as when the factor was 1.28, but the least is smaller since the
-# bias corrections are scalars computed once (the executed ops fell too: 12,160 -> 11,101 for adam_step)
+# the Adam steps (today 1.50 and 1.35): the parameter's kernel recomputes both moments (7 ops an element), which read two
+# buffers each, rather than loading them, and the least counts each once. It was 1.28 (adam_step: 12,160 executed, 9,508
+# least) until the bias corrections became scalars computed once a step: 11,101 executed, 7,401 least. The kernels do
+# less, the least fell more (its per-element divisions by 1 - b**t went), so the same recomputation is a larger share
 ADAM_OPS_FACTOR = 1.55
 TRANS_FACTOR = 2.0   # executed transcendentals over the least (today 2.0 for the GELU MLP: the backward kernel evaluates
 #                      the forward's tanh again rather than reading it, which costs a load per element either way)

@@ -784,8 +784,6 @@ def run_lowered(sink: UOp, arrays: dict[int, np.ndarray], backend: Backend, name
     if b.arg.slot in written: a.reshape(-1)[:b.shape[0]] = d.numpy()
 
 
-
-
 __all__ = ["cache_dir", "Buffer", "Program", "Param", "ProgramCache", "LaunchGraph", "compile_kernel", "compile_kernels", "compile_program",
            "run_schedule",
            "run_lowered", "np_dtype", "OptsPolicy", "DEFAULT_POLICY", "backend_caps", "stored_opts", "stored_opts_path", "store_opts",

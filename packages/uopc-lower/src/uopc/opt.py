@@ -184,7 +184,7 @@ def _lanes(n: int, width: int) -> int:
   return w if w >= 4 else 1
 
 
-SCALAR_TILE_MIN_DEPTH = 16   # a scalar reduction this deep gets a tile of its last output axis
+UNROLL_WHOLE = 16   # a reduction's innermost axis this short is unrolled whole (no loop); a longer one left scalar gets a tile
 
 
 def _divisor(n: int, want: int) -> int:
@@ -362,15 +362,17 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   # a reduction left scalar (its operands read across the reduced axis: an MLP's logits, x @ W2 with W2 10 columns wide)
   # sums each output in one chain of dependent multiply-adds, one FMA latency a step; a tile of the last output axis
   # runs up to 16 chains side by side on one load of the operand that doesn't move along it (the logits, 256 x 10
-  # from K = 256: 0.28 -> 0.03 ms). Each output still sums in order
+  # from K = 256: 0.28 -> 0.045 ms). Each output still sums in order. Not where the reduction is unrolled whole (below):
+  # its copies are chains side by side already, and a tile would multiply the straight-line code
   reduce_sizes = analysis.reduce_sizes
-  if vector is None and reduce_vector == 1 and not upcast and last is not None and shape[last] > 1 and reduce_sizes and \
-     min(reduce_sizes) >= SCALAR_TILE_MIN_DEPTH and any(analysis.out_strides[b][last] == 0 for b in deciding):
-    upcast[last] = _divisor(shape[last], 16)
+  if vector is None and reduce_vector == 1 and not upcast and last is not None and reduce_sizes and min(reduce_sizes) > UNROLL_WHOLE \
+     and (chains := _divisor(shape[last], 16)) > 1 and any(analysis.out_strides[b][last] == 0 for b in deciding):
+    upcast[last] = chains
   # a short innermost reduced axis (a convolution's window positions) is unrolled whole: no loop, and the STACK that
   # picks a window becomes a constant choice in each copy. A reduction over nothing (an empty matmul fused into a sum)
   # has no loop to unroll: 0 < short
-  if reduce_vector == 1 and reduce_sizes and 0 < (short := reduce_sizes[0]) <= 16 and all(r % short == 0 for r in reduce_sizes): unroll = short
+  if reduce_vector == 1 and reduce_sizes and 0 < (short := reduce_sizes[0]) <= UNROLL_WHOLE and all(r % short == 0 for r in reduce_sizes):
+    unroll = short
   fma = caps.fma and analysis.products
   thread = None
   if caps.threads > 1 and analysis.work >= THREAD_MIN_WORK:

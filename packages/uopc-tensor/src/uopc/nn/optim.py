@@ -110,7 +110,9 @@ class Adam(Optimizer):
     self.m, self.v = self._zeros(), self._zeros()
     self._s1, self._s2 = self._scalar(0.0), self._scalar(0.0)       # 1 - b1**t and 1 - b2**t
     self._constants: dict[tuple, tuple[Tensor, ...]] = {}            # (shape, device) -> b1, 1 - b1, b2, 1 - b2, eps
-    self._per_step: dict[tuple, tuple[Tensor, ...]] = {}             # (shape, device) -> this step's scalars, broadcast
+    # during update() only: the step size, 1 / sqrt(1 - b2**t) and the decay, and (shape, device) -> all of them broadcast
+    self._scalars: tuple = ()
+    self._per_step: dict[tuple, tuple[Tensor, ...]] = {}
 
   def _step_state(self) -> list[Tensor]:
     self.t += 1
@@ -118,7 +120,6 @@ class Adam(Optimizer):
     s2 = self._s2.assign(self._s2 * self.b2 + (1 - self.b2))
     decay = 1 - self._lr * self.weight_decay if self.decoupled and self.weight_decay else None
     self._scalars = (-self._lr / s1, s2.sqrt().recip(), decay)
-    self._per_step = {}
     return [s1, s2]
 
   def update(self) -> list[Tensor]:
