@@ -507,3 +507,15 @@ def test_a_vector_lane_over_an_aligned_base_comes_out_of_div_and_mod():
   assert simplify(x % 32) is simplify((b % 2) * 16 + lane)
   for e in [(x + 128) // 256, (x + 128) % 256, (x % 128) // 32, x % 32, (x + 3) % 32]:
     for env in points([b, lane]): assert evaluate(simplify(e), env) == evaluate(e, env)
+
+
+def test_a_product_by_a_constant_is_one_term_of_div_and_mod():
+  """(i*2) % 2 is 0 and (i*4)//2 is i*2, as for a sum of such terms: the address of a lane's pair of outputs (2*t) is
+  proven even, so the pair is stored as one 8-byte vector. Where the product may wrap, nothing changes."""
+  i = range_(32, 0)
+  assert simplify((i * 2) % 2) is UOp.const(0) and simplify((i * 4) // 2) is simplify(i * 2)
+  assert simplify((i * 6) % 4).op is Ops.FLOORMOD                     # 6 is no multiple of 4: the % stays
+  big = UOp(Ops.PARAM, (), ParamArg(0, dtypes.i32, ()))
+  assert simplify((big * 2) % 2).op is Ops.FLOORMOD                   # any i32: big * 2 can wrap
+  for e in [(i * 2) % 2, (i * 4) // 2, (i * 6) % 4, (i * 6) // 4, (i * -4) // 2]:
+    for env in points([i]): assert evaluate(simplify(e), env) == evaluate(e, env)

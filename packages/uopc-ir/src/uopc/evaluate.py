@@ -282,7 +282,8 @@ _evaluate = PatternMatcher([
   (UPat(MOVEMENT - {Ops.EXPAND}, name="u"), _fold_movement),
   (UPat(Ops.REDUCE, name="u"), _fold_reduce),
   (UPat(Ops.GEP, name="u"), lambda u, ctx: literal([_values(u.src[0], ctx)[u.arg]], (), u.dtype)),
-  (UPat({Ops.PARAM, Ops.BUFFER, Ops.ALLOC, Ops.LOAD, Ops.STORE, Ops.AFTER, Ops.SINK, Ops.RANGE, Ops.END, Ops.BARRIER, Ops.WMMA},
+  (UPat({Ops.PARAM, Ops.BUFFER, Ops.ALLOC, Ops.LOAD, Ops.STORE, Ops.AFTER, Ops.SINK, Ops.RANGE, Ops.END, Ops.BARRIER, Ops.WMMA,
+        Ops.ASYNC_COPY, Ops.ASYNC_COMMIT, Ops.ASYNC_WAIT, Ops.LDMATRIX},
         name="u"), _refuse),
 ])
 

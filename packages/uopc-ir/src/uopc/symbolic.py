@@ -238,7 +238,8 @@ def _div(x: UOp, c: int) -> UOp | None:
   if lo // c == hi // c: return UOp.const(lo // c)           # x//c is one value over x's whole range
   if x.op is _FLOORDIV and x.src[1].op is _CONST and x.src[1].arg > 0 and x.src[1].arg * c <= I32_MAX:
     return UOp(_FLOORDIV, (x.src[0], UOp.const(x.src[1].arg * c)))   # (y//a)//c = y//(a*c)
-  if x.op is not _ADD or not exact or (col := _collect(x)) is None: return None
+  # a sum, or one term (a product by a constant: (x*4)//2 is x*2)
+  if x.op is not _ADD and not (x.op is _MUL and x.src[1].op is _CONST) or not exact or (col := _collect(x)) is None: return None
   coeffs, const = col
   # (a*c + b)//c = a + b//c: move the terms whose coefficient c divides (and c's multiples of the constant) out
   out = {b: k // c for b, k in coeffs.items() if k % c == 0}
@@ -270,7 +271,7 @@ def _mod(x: UOp, c: int) -> UOp | None:
   if lo // c == hi // c: return x if lo // c == 0 else x + _wrap(-(lo // c) * c)
   if x.op is _FLOORMOD and x.src[1].op is _CONST and x.src[1].arg > 0 and x.src[1].arg % c == 0:
     return UOp(_FLOORMOD, (x.src[0], UOp.const(c)))         # (y%(k*c))%c = y%c
-  if x.op is not _ADD or not exact or (col := _collect(x)) is None: return None
+  if x.op is not _ADD and not (x.op is _MUL and x.src[1].op is _CONST) or not exact or (col := _collect(x)) is None: return None
   coeffs, const = col
   # (a*c + b)%c = b%c: drop the terms that are multiples of c, and the constant's multiples of c
   keep = {b: k for b, k in coeffs.items() if k % c != 0}

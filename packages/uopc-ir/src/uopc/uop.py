@@ -59,6 +59,16 @@ class Ops(Enum):
   BARRIER = auto()    # (*deps): __syncthreads()
   WMMA = auto()       # (a, b, c): a warp's tensor-core multiply-add D = A @ B + C (m16n8k16), each operand a STACK of
                       # the lane's fragment; lowered from GEMMs with Opts(tc=True) (uopc.gpulower)
+  # asynchronous copies into shared memory and matrix loads from it (sm_80 and later; uopc.gpulower's pipelined GEMM)
+  ASYNC_COPY = auto() # (dst, src, valid): dst (a vector INDEX of SHARED memory) <- src (one of GLOBAL memory, as wide), in the
+                      # background (cp.async); zeros where valid is False, and src is then not read. Visible to the
+                      # thread once an ASYNC_WAIT has waited for the group of copies it belongs to
+  ASYNC_COMMIT = auto()   # (*deps): closes the thread's group of the ASYNC_COPYs it issued since the last one
+  ASYNC_WAIT = auto() # (*deps) arg: n. waits until at most n of the thread's committed groups are still in flight
+  LDMATRIX = auto()   # (row,) arg: (matrices, trans). A warp's 8x8 f16 matrices from SHARED memory: lane l gives, as
+                      # `row` (a vector INDEX of 8 halves), the address of row l % 8 of matrix l // 8; lane l gets of
+                      # each matrix m the elements (l // 4, 2 * (l % 4) + e), e = 0, 1 (of its transpose with trans):
+                      # 2 * matrices halves, matrix by matrix
   # ---- vectors (made by uopc.vectorize, the last lowering pass; an ALU op on vectors works lane by lane) -------------
   VECTORIZE = auto()  # (*scalars): the vector of their values, lane k = src[k]; dtype src dtype.vec(len(src))
   GEP = auto()        # (vector,) arg: lane. That lane's scalar value
@@ -642,6 +652,33 @@ def _infer_stage(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
   return src[0].dtype, src[0].shape, _A
 
+def _async_index(what: str, x, space, lanes: int = 0) -> None:
+  if x.op is not Ops.INDEX or x.arg is None or x.addrspace is not space or (lanes and x.dtype.count != lanes):
+    raise UOpError(f"{what} is a vector INDEX of {space.name} memory{f' of {lanes} lanes' if lanes else ''}, got "
+                   f"{x.op.name} ({x.addrspace.name} {x.dtype.name})")
+
+def _infer_async_copy(op, src, arg):
+  if len(src) != 3: _nsrc(op, src, 3)
+  dst, source, valid = src
+  _async_index("ASYNC_COPY's destination", dst, AddrSpace.SHARED)
+  _async_index("ASYNC_COPY's source", source, AddrSpace.GLOBAL)
+  if dst.dtype is not source.dtype: raise UOpError(f"ASYNC_COPY of {source.dtype.name} into {dst.dtype.name}")
+  if dst.dtype.itemsize != 16: raise UOpError(f"ASYNC_COPY moves 16 bytes, got a {dst.dtype.name}")
+  if valid.dtype is not _bool or valid.shape != (): raise UOpError(f"ASYNC_COPY's valid is a bool scalar, got {valid.dtype.name}")
+  return _void, (), _A
+
+def _infer_async_wait(op, src, arg):
+  if type(arg) is not int or arg < 0: raise UOpError(f"ASYNC_WAIT's arg is the groups left in flight, an int >= 0, got {_show(arg)}")
+  return _void, (), _A
+
+def _infer_ldmatrix(op, src, arg):
+  if len(src) != 1: _nsrc(op, src, 1)
+  if not (type(arg) is tuple and len(arg) == 2 and arg[0] in (1, 2, 4) and type(arg[0]) is int and type(arg[1]) is bool):
+    raise UOpError(f"LDMATRIX's arg is (matrices: 1, 2 or 4, trans: bool), got {_show(arg)}")
+  _async_index("LDMATRIX's row", src[0], AddrSpace.SHARED, 8)
+  if src[0].dtype.scalar() is not dtypes.f16: raise UOpError(f"LDMATRIX loads f16 matrices, got {src[0].dtype.name}")
+  return dtypes.f16, (2 * arg[0],), _A
+
 def _infer_wmma(op, src, arg):
   if len(src) < 3: raise UOpError("WMMA takes (a, b, c)")
   return src[2].dtype, src[2].shape, _A
@@ -653,7 +690,8 @@ _RULES: dict[Ops, Callable] = {
   Ops.LOAD: _infer_load, Ops.STORE: _infer_store, Ops.AFTER: _infer_after, Ops.SINK: _infer_void, Ops.BARRIER: _infer_void,
   Ops.END: _infer_end, Ops.RANGE: _infer_range, Ops.RESHAPE: _infer_reshape, Ops.EXPAND: _infer_expand,
   Ops.PERMUTE: _infer_permute, Ops.SHRINK: _infer_shrink, Ops.REDUCE: _infer_reduce, Ops.STAGE: _infer_stage,
-  Ops.WMMA: _infer_wmma, Ops.VECTORIZE: _infer_vectorize, Ops.GEP: _infer_gep,
+  Ops.WMMA: _infer_wmma, Ops.ASYNC_COPY: _infer_async_copy, Ops.ASYNC_COMMIT: _infer_void, Ops.ASYNC_WAIT: _infer_async_wait,
+  Ops.LDMATRIX: _infer_ldmatrix, Ops.VECTORIZE: _infer_vectorize, Ops.GEP: _infer_gep,
 }
 
 
