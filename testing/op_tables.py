@@ -13,8 +13,10 @@ SHAPED = ALU | MOVEMENT | {Ops.CONST, Ops.BUFFER, Ops.STACK, Ops.INDEX, Ops.REDU
 # what a linearized program holds: no shapes left, memory and loops instead, and vectors (what renderers and interpreters read)
 # (by name: uopc-ir before 0.3 has no vectors, and `nox -s compat` runs uopc-tensor's tests, which import this, on it)
 VECTOR_OPS = {Ops.__members__[name] for name in ("VECTORIZE", "GEP") if name in Ops.__members__}
+# a GPU's asynchronous copies and matrix loads (uopc-ir 0.3.3 and later: by name too)
+ASYNC_OPS = {Ops.__members__[name] for name in ("ASYNC_COPY", "ASYNC_COMMIT", "ASYNC_WAIT", "LDMATRIX") if name in Ops.__members__}
 LINEAR = ALU | {Ops.CONST, Ops.BUFFER, Ops.ALLOC, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.AFTER, Ops.SINK, Ops.RANGE, Ops.END, Ops.BARRIER,
-                Ops.STACK, Ops.WMMA} | VECTOR_OPS
+                Ops.STACK, Ops.WMMA} | VECTOR_OPS | ASYNC_OPS
 # what only the evaluator meets: a function's parameters and its calls (inlined before anything else looks)
 CALLS = {Ops.PARAM, Ops.CALL}
 

@@ -14,7 +14,10 @@ elements, reductions included, as a loop of its own. Three Opts change how a red
              indices, so a fused producer (a bias, a ReLU) is computed once per element, by the thread that stages it.
   tc=True    a GEMM of f16 operands summed in f32 runs on tensor cores: each warp computes 16x8 tiles of the output with
              WMMA (mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32), local = warps per block and upcast = tiles per
-             warp on the i and j axes, 32 LOCAL lanes per warp last (the fastest-moving thread index).
+             warp on the i and j axes, 32 LOCAL lanes per warp last (the fastest-moving thread index). Each lane loads
+             its fragments straight from global memory.
+  tc, stage=S  the same warps and tiles, their operands through shared memory: a pipeline of S stages of cp.async
+             copies, an XOR-swizzled layout, fragments read with ldmatrix (pipelined_tc_gemm, below).
 
 Each is a rule rangeify calls (its _reduce, and lower for the tensor cores' output indices) over the state of
 uopc.lowering's Ctx: the GpuAxis of every output axis and, for stage and tc, the Gemm that rangeify.gemm_pattern found
@@ -25,7 +28,7 @@ the CUDA renderer's text (its register packings and mma.sync operands) is run an
 themselves (packages/uopc-backends/tests/test_cuda_mma_text.py).
 """
 from __future__ import annotations
-from typing import Callable, NoReturn
+from typing import Callable, NamedTuple, NoReturn
 from uopc.uop import UOp, Ops, AxisType, prod
 from uopc.dtype import AddrSpace, dtypes
 from uopc.symbolic import simplify
@@ -160,8 +163,10 @@ def tc_outputs(ctx: Ctx, shape: tuple[int, ...]) -> list[tuple[UOp, ...]]:
 
 def tc_gemm(u: UOp, idx: tuple[UOp, ...], ctx: Ctx):
   """The generator body of a GEMM on tensor cores: per step of 16 along k, each lane loads its fragments of x (8 f16)
-  and y (4 f16) for every tile of its warp, and each tile's accumulator goes through one WMMA."""
+  and y (4 f16) for every tile of its warp, and each tile's accumulator goes through one WMMA. With Opts.stage, the
+  operands come through shared memory instead (pipelined_tc_gemm)."""
   if (done := ctx.gpu.gemm_results.get(idx)) is not None: return done
+  if ctx.opts.stage: return (yield from pipelined_tc_gemm(idx, ctx))
   g, tile = ctx.gpu.gemm, ctx.gpu.tc
   oi, oj, wm, wn, lane, FM, FN = tile.row, tile.col, tile.warp_i, tile.warp_j, tile.lane, tile.tiles_i, tile.tiles_j
   kt = ctx.rng(g.k // WMMA_K, AxisType.REDUCE)
@@ -197,6 +202,159 @@ def tc_gemm(u: UOp, idx: tuple[UOp, ...], ctx: Ctx):
   return ctx.gpu.gemm_results[idx]
 
 
+# ---- the pipelined tensor-core GEMM (tc=True, stage=S) -----------------------------------------------------------------
+# The block's operand tiles of TK (32) along k pass through shared memory in a ring of S stages: 16-byte cp.async copies
+# (ASYNC_COPY) fill stage t % S with k-tile t while the warps compute on an earlier one. Before the loop the copies of
+# tiles 0 .. S-2 are issued, a group (ASYNC_COMMIT) each. Step t of the loop waits until at most S-2 groups are in flight
+# (tile t has landed: ASYNC_WAIT), one BARRIER (every thread's copies of tile t are visible, and every warp is done with
+# tile t-1, whose stage the next copies overwrite), issues tile t+S-1 into stage (t+S-1) % S, commits it, and multiplies
+# tile t: per step of 16 along k, each warp's fragments are read with ldmatrix.x4 (LDMATRIX: an A fragment of 16x16 per
+# instruction, the B fragments of two 16x8 tiles per instruction), then one WMMA per 16x8 tile, each step's WMMA adding
+# to the last one's result. Every fragment of the tile depends only on the barrier, not on an earlier WMMA, so the next
+# step's fragments load while this step's products run (registers double-buffered: the SASS has LDSM among the HMMAs).
+#
+# Each operand is copied along the axis its memory is contiguous on (rangeify.copy_along_k: k for x[i, k] row-major, the
+# output axis for a transposed one), so a tile is rows of 16-byte chunks: rows of the output axis and 32 halves (4
+# chunks) along k, or rows of k and the block's extent along the output axis. The chunk c of row r sits at chunk
+# swizzle(r, c) of its row (an XOR swizzle): with 4 chunks a row (64 bytes: two rows cover the 32 banks), c ^ ((r >> 1)
+# & 3), else c ^ (r & 7), so that the 8 rows one ldmatrix phase reads, and the 8 chunks one quarter-warp copies, fall
+# in 8 different 16-byte bank groups (the PYTHON backend counts the conflicts). A chunk past the end of k is zeros
+# (ASYNC_COPY's valid), so k needs to be a multiple of 8 only; a tile past the last is copied as zeros too (the loop's
+# last S-1 steps issue nothing useful). The epilogue (what kernelize fused after the sum) runs on the accumulators in
+# registers; each lane's neighbouring pairs of outputs are stored together (uopc.vectorize: float2, or half2 for f16).
+TK = 32
+
+
+class _Operand(NamedTuple):
+  """One operand of a pipelined GEMM as its copies and fragment loads see it."""
+  expr: UOp                   # its f16 value (Gemm.x16 or y16)
+  axis: int                   # the output axis it moves along (Gemm.i or j)
+  origin: UOp                 # the block's first index on that axis
+  extent: int                 # the block's extent on it
+  inner_k: bool               # a tile row is 32 of k (its memory is contiguous on k), else the block's extent on `axis`
+  mem: UOp                    # the shared ALLOC of its S stages
+  row_len: int                # halves a tile row
+
+  @property
+  def chunks(self) -> int: return self.row_len // 8       # 16-byte chunks a row
+
+
+def xor(x: UOp, y: UOp, bits: int) -> UOp:
+  """x ^ y for non-negative x and y < 2**bits, with the IR's integer ops (it has no bitwise ones): x's bits above `bits`
+  as they are, each bit below set where x's and y's differ. A swizzle is computed once per thread, outside the k loop."""
+  out = x // (1 << bits) * (1 << bits)
+  for b in range(bits): out = out + (x // (1 << b) % 2).ne(y // (1 << b) % 2).cast(dtypes.i32) * (1 << b)
+  return out
+
+
+def swizzle(row: UOp, chunk: UOp, chunks: int) -> UOp:
+  """The chunk of its row where chunk `chunk` of tile row `row` is kept (see above): chunk ^ ((row >> 1) & 3) for rows of
+  4 chunks, chunk ^ (row & 7) for rows of 8 or more."""
+  return xor(chunk, row // 2 % 4, 2) if chunks == 4 else xor(chunk, row % 8, 3)
+
+
+def _min(x: UOp, c: int) -> UOp: return -UOp(Ops.MAX, (-x, UOp.const(-c)))
+
+
+def pipelined_tc_gemm(idx: tuple[UOp, ...], ctx: Ctx):
+  """tc_gemm's body with the operands staged in shared memory by cp.async, read with ldmatrix (see above)."""
+  g, tile, o = ctx.gpu.gemm, ctx.gpu.tc, ctx.opts
+  S, K = o.stage, g.k
+  oi, oj, wm, wn, lane, FM, FN = tile.row, tile.col, tile.warp_i, tile.warp_j, tile.lane, tile.tiles_i, tile.tiles_j
+  local = dict(o.local)
+  WM, WN = local.get(g.i, 1), local.get(g.j, 1)
+  T = WM * WN * 32
+  tid = (wm * WN + wn) * 32 + lane       # the thread's number in its block (the LOCAL ranges' digits)
+  kt = ctx.rng(-(-K // TK), AxisType.REDUCE)
+  ops = []
+  for expr, axis, origin, extent, along_k in ((g.x16, g.i, oi, WM * FM * WMMA_M, g.x_along_k), (g.y16, g.j, oj, WN * FN * WMMA_N, g.y_along_k)):
+    ops.append(_Operand(expr, axis, origin, extent, along_k, ctx.alloc(dtypes.f16, S * extent * TK, AddrSpace.SHARED), TK if along_k else extent))
+
+  def at(op: _Operand, a_val: UOp, k_val: UOp) -> tuple[UOp, ...]:
+    out = list(idx)
+    out[g.j if op.axis == g.i else g.i] = oj if op.axis == g.i else oi   # the other output axis: the operand doesn't move on it
+    out[op.axis] = a_val
+    return tuple(out) + (k_val,)
+
+  def chunk_needs(t: UOp, want: list) -> list:
+    """The operand values at the first element of each 16-byte chunk this thread copies of k-tile t (the rest of a chunk
+    are its neighbours in memory: rangeify.copy_along_k proved it), and (operand, tile, row, chunk, valid) into `want`."""
+    needs = []
+    for op in ops:
+      for m in range(op.extent * TK // 8 // T):
+        q = tid + m * T
+        row, c = q // op.chunks, q % op.chunks
+        a_off, k_off = (row, c * 8) if op.inner_k else (c * 8, row)
+        k = t * TK + k_off
+        # past the end of k the copy is zeros and reads nothing; its address stays inside the operand anyway
+        k_src = _min(k, K - 8) if op.inner_k else _min(k, K - 1)
+        needs.append((op.expr, at(op, simplify(op.origin + a_off), simplify(k_src))))
+        want.append((op, t, row, c, k < K))
+    return needs
+
+  prologue: list[list] = [[] for _ in range(S - 1)]
+  needs = [n for s in range(S - 1) for n in chunk_needs(UOp.const(s), prologue[s])]
+  ahead: list = []
+  needs += chunk_needs(kt + (S - 1), ahead)
+  values = yield needs
+
+  def copies(want: list, vals: list, after: UOp | None) -> list[UOp]:
+    out = []
+    for (op, t, row, c, valid), v in zip(want, vals):
+      dst = op.mem.after(after) if after is not None else op.mem
+      at_ = simplify((t % S) * op.extent * TK + row * op.row_len + swizzle(row, c, op.chunks) * 8)
+      out.append(UOp(Ops.ASYNC_COPY, (UOp(Ops.INDEX, (dst, at_), dtypes.f16.vec(8)),
+                                      UOp(Ops.INDEX, v.src[0].src, dtypes.f16.vec(8)), simplify(valid))))
+    return out
+
+  n = len(ahead)
+  commit = None
+  for s in range(S - 1):   # each tile's copies after the commit of the one before: a group holds one tile
+    commit = UOp(Ops.ASYNC_COMMIT, tuple(copies(prologue[s], values[s * n:(s + 1) * n], commit)))
+  landed = UOp(Ops.ASYNC_WAIT, (commit, kt), S - 2)
+  ready = UOp(Ops.BARRIER, (landed,))
+  issued = UOp(Ops.ASYNC_COMMIT, tuple(copies(ahead, values[(S - 1) * n:], ready)))
+
+  def ldmatrix(w: int, a0: UOp, k0: int, n: int) -> UOp:
+    """LDMATRIX of n 8x8 matrices of operand w from the current stage: matrix m covers output-axis rows a0 + 8 * ah .. + 7
+    and k k0 + 8 * kh .. + 7, with m = ah + 2 * kh for x (an A fragment's order) and m = kh + 2 * ah for y (two B
+    fragments, one after the other); lane l gives row l % 8 of matrix (l // 8) % n. The copy's row is the output axis
+    (along k) or k: the matrix is read as it is kept, or transposed (trans), so the lane gets what WMMA takes."""
+    op = ops[w]
+    m, r = (lane // 8) % n, lane % 8
+    ah, kh = (m % 2, m // 2) if w == 0 else (m // 2, m % 2)
+    if op.inner_k: row, c = a0 + ah * 8 + r, kh + k0 // 8
+    else: row, c = kh * 8 + k0 + r, (a0 + ah * 8) // 8
+    at_ = simplify((kt % S) * op.extent * TK + row * op.row_len + swizzle(row, c, op.chunks) * 8)
+    # after the next tile's copies are issued: they run while the warps multiply this one
+    return UOp(Ops.LDMATRIX, (UOp(Ops.INDEX, (op.mem.after(ready, issued), at_), dtypes.f16.vec(8)),), (n, not op.inner_k))
+
+  outer = ranges_in(*idx)
+  accs, sums = {}, {}
+  for fm in range(FM):
+    for fn in range(FN):
+      here = ctx.alloc(dtypes.f32, 4).after(*outer)
+      inside = here.after(*[here.index(e).store(UOp.const(0.0)) for e in range(4)], kt)
+      accs[(fm, fn)] = (here, inside)
+      sums[(fm, fn)] = UOp(Ops.STACK, tuple(inside.index(e).load() for e in range(4)))
+  for k0 in range(0, TK, WMMA_K):
+    a = [ldmatrix(0, (wm * FM + fm) * WMMA_M, k0, 4) for fm in range(FM)]
+    b = []
+    for fn in range(0, FN - 1, 2):
+      ld = ldmatrix(1, (wn * FN + fn) * WMMA_N, k0, 4)
+      b += [UOp(Ops.STACK, tuple(ld.index(e) for e in range(4))), UOp(Ops.STACK, tuple(ld.index(e) for e in range(4, 8)))]
+    if FN % 2: b.append(ldmatrix(1, (wn * FN + FN - 1) * WMMA_N, k0, 2))
+    for fm in range(FM):
+      for fn in range(FN):
+        d = UOp(Ops.WMMA, (a[fm], b[fn], sums[(fm, fn)]))
+        sums[(fm, fn)] = UOp(Ops.STACK, tuple(d.index(e) for e in range(4)))
+  updates = [accs[t][1].index(e).store(sums[t].src[e]) for t in accs for e in range(4)]
+  # the last groups (tiles past the end, all zeros) are waited for too: no copy is in flight when the kernel moves on
+  done = UOp(Ops.ASYNC_WAIT, (UOp(Ops.SINK, tuple(updates) + (issued,)).end(kt),), 0)
+  for c_idx, (fm, fn, e) in ctx.gpu.tc_fragments.items(): ctx.gpu.gemm_results[c_idx] = accs[(fm, fn)][0].after(done).index(e).load()
+  return ctx.gpu.gemm_results[idx]
+
+
 def check_gpu_opts(root: UOp, o: Opts, refuse: Callable[[str, str], NoReturn], g: Gemm | None) -> None:
   """rangeify.check_opts for Opts(gpu=True): `refuse(field, why)` raises. `g` is the kernel's GEMM (rangeify.gemm_pattern)
   when the Opts stage it or put it on tensor cores, else None."""
@@ -212,7 +370,6 @@ def check_gpu_opts(root: UOp, o: Opts, refuse: Callable[[str, str], NoReturn], g
     if o.unroll != 1 or o.stage or o.tc: refuse("group", "takes no unroll, stage or tc")
   if o.stage or o.tc:
     name = "stage" if o.stage else "tc"
-    if o.stage and o.tc: refuse("stage", "a GEMM is staged in shared memory (stage) or runs on tensor cores (tc), not both")
     if g is None: refuse(name, "the kernel is not a GEMM (one f32 sum over its last axis of a product whose operands move along "
                                "different output axes, under elementwise ops only)")
     if extra := sorted((set(up) | set(local)) - {g.i, g.j}):
@@ -222,7 +379,8 @@ def check_gpu_opts(root: UOp, o: Opts, refuse: Callable[[str, str], NoReturn], g
     if o.tc:
       if not g.f16: refuse("tc", "tensor cores take f16 operands (a sum in f32 of products of f16 values cast to f32)")
       ti, tj = ti * WMMA_M, tj * WMMA_N
-      if g.k % WMMA_K: refuse("tc", f"the reduced axis of size {g.k} is not a multiple of {WMMA_K}")
+      if o.stage: _check_pipeline(o, g, local, up, ti, tj, refuse)
+      elif g.k % WMMA_K: refuse("tc", f"the reduced axis of size {g.k} is not a multiple of {WMMA_K}")
     else:
       threads = local.get(g.i, 1) * local.get(g.j, 1)
       if g.k % o.stage: refuse("stage", f"{o.stage} does not divide the reduced axis of size {g.k}")
@@ -233,6 +391,20 @@ def check_gpu_opts(root: UOp, o: Opts, refuse: Callable[[str, str], NoReturn], g
     return
   for k, n in o.local:
     if shape[k] % (n * up.get(k, 1)): refuse("local", f"axis {k} of size {shape[k]} is not divisible by local {n} * upcast {up.get(k, 1)}")
+
+
+def _check_pipeline(o: Opts, g: Gemm, local: dict, up: dict, ti: int, tj: int, refuse: Callable[[str, str], NoReturn]) -> None:
+  """check_gpu_opts for a pipelined tensor-core GEMM (tc=True, stage=S): a block tile of ti x tj outputs."""
+  if o.stage < 2: refuse("stage", f"a pipeline of shared-memory stages has 2 or more, got {o.stage}")
+  threads = local.get(g.i, 1) * local.get(g.j, 1) * 32
+  for name, along, extent in (("x", g.x_along_k, ti), ("y", g.y_along_k, tj)):
+    if along is None:
+      refuse("stage", f"operand {name} of the GEMM is not read straight from memory in aligned runs of 8 halves (along k or along "
+                      "its output axis), which 16-byte cp.async copies need: use tc without stage")
+    if (extent * TK // 8) % threads:
+      refuse("stage", f"the {threads} threads of a block can't copy {name}'s tile of {extent}x{TK} in equal shares of 16 bytes")
+    if not along and extent != 32 and extent % 64:
+      refuse("stage", f"operand {name} is copied along its output axis: the block's extent on it ({extent}) must be 32 or a multiple of 64")
 
 
 def block_threads(o: Opts) -> int:

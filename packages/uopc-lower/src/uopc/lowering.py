@@ -189,6 +189,10 @@ class Gemm:
   k: int                      # the reduced size
   x16: UOp | None = None
   y16: UOp | None = None
+  # how 16-byte copies read x16 and y16 (rangeify.copy_along_k): along k (True), along their output axis (False), or
+  # not at all (None: a pipelined tensor-core GEMM, Opts(tc=True, stage=S), needs both)
+  x_along_k: bool | None = None
+  y_along_k: bool | None = None
 
   @property
   def f16(self) -> bool: return self.x16 is not None

@@ -241,6 +241,10 @@ def _first_valid(root: UOp, caps: Caps, choices: list[Opts]) -> Opts | None:
 # i, warps on j, 16x8 tiles per warp on i, on j); staged GEMMs as (threads on i, on j, outputs per thread on i, on j, the
 # tiles' depth); threads sharing a reduction
 TC_TILES = ((2, 2, 2, 4), (2, 2, 1, 2), (1, 1, 2, 2), (1, 1, 1, 1))
+# pipelined tensor-core GEMMs (uopc.gpulower: operands through shared memory by cp.async, ldmatrix) as (warps on i, on j,
+# tiles per warp on i, on j, stages): a 128x128 block of 8 warps of 32x64 first, then 4 warps of 64x64, 128x256 of 8
+# warps of 64x64, and smaller blocks for the sizes those don't divide
+PIPELINED_TC = ((4, 2, 2, 8, 3), (2, 2, 4, 8, 3), (2, 4, 4, 8, 3), (2, 2, 2, 4, 3), (1, 1, 2, 4, 2))
 STAGED_TILES = ((16, 16, 4, 4, 16), (16, 16, 2, 2, 16), (8, 8, 2, 2, 8), (8, 8, 1, 1, 8), (4, 4, 1, 1, 4))
 GROUPS = (256, 128, 64, 32, 16)
 
@@ -248,8 +252,10 @@ GROUPS = (256, 128, 64, 32, 16)
 def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
   """Opts for a GPU (see uopc.gpulower for what each shape of kernel becomes):
 
-  * a GEMM of f16 operands on a GPU with tensor cores: WMMA, 2x2 warps per block, each with 2x4 tiles of 16x8 (a 64x64
-    output tile per block), smaller when the sizes don't divide;
+  * a GEMM of f16 operands on a GPU with tensor cores: WMMA, its operands through shared memory in a pipeline of 3 stages
+    of cp.async copies read with ldmatrix, 4x2 warps per block each with 2x8 tiles of 16x8 (a 128x128 output tile per
+    block), smaller blocks when the sizes don't divide (PIPELINED_TC); where the operands are no plain reads of memory
+    (a fused producer), fragments straight from memory, 2x2 warps of 2x4 tiles (TC_TILES);
   * another GEMM: 16x16 threads per block, each with a 4x4 register tile, operand tiles 16 deep in shared memory;
   * a long reduction (its innermost axis 64 or more): a block per output element, its threads sharing the reduction;
   * anything else: a thread per output element, up to 256 threads per block along the last axes."""
@@ -260,6 +266,7 @@ def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
   if (g := gemm_pattern(root)) is not None:
     i, j = g.i, g.j
     if g.f16 and caps.tensor_cores:
+      choices += [opts(tc=True, stage=s, local={i: wi, j: wj}, upcast={i: ui, j: uj}) for wi, wj, ui, uj, s in PIPELINED_TC]
       choices += [opts(tc=True, local={i: wi, j: wj}, upcast={i: ui, j: uj}) for wi, wj, ui, uj in TC_TILES]
     choices += [opts(stage=s, local={i: li, j: lj}, upcast={i: ui, j: uj}) for li, lj, ui, uj, s in STAGED_TILES]
   reduces = [u for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0]
@@ -564,8 +571,13 @@ def _gpu_candidates(root: UOp, caps: Caps, base: Opts, add) -> None:
   if (g := gemm_pattern(root)) is not None:
     i, j = g.i, g.j
     # a tensor-core GEMM's accumulation is the hardware's; a staged one sums products, fused where the machine can
-    for wi, wj, ui, uj in TC_TILES * g.f16: add(tc=True, stage=0, fma=False, local={i: wi, j: wj}, upcast={i: ui, j: uj})
-    for li, lj, ui, uj, s in STAGED_TILES: add(tc=False, stage=s, fma=caps.fma, local={i: li, j: lj}, upcast={i: ui, j: uj})
+    # (the base's other pipeline depths, the other pipelined blocks, two of each other kind; then the rest)
+    if base.tc and base.stage:
+      for s in (2, 3, 4): add(stage=s)
+    for wi, wj, ui, uj, s in PIPELINED_TC * g.f16: add(tc=True, stage=s, fma=False, local={i: wi, j: wj}, upcast={i: ui, j: uj})
+    tc = [dict(tc=True, stage=0, fma=False, local={i: wi, j: wj}, upcast={i: ui, j: uj}) for wi, wj, ui, uj in TC_TILES * g.f16]
+    staged = [dict(tc=False, stage=s, fma=caps.fma, local={i: li, j: lj}, upcast={i: ui, j: uj}) for li, lj, ui, uj, s in STAGED_TILES]
+    for changes in tc[:2] + staged[:2] + tc[2:] + staged[2:]: add(**changes)
   if base.group > 1:
     for n in GROUPS + (512, 1024): add(group=n)
   if not (base.tc or base.stage or base.group > 1) and base.local:
@@ -575,4 +587,5 @@ def _gpu_candidates(root: UOp, caps: Caps, base: Opts, add) -> None:
 
 
 __all__ = ["Caps", "Analysis", "analyze", "choose_opts", "choose_gpu_opts", "candidates", "graph_rewrite", "GemmPacking", "THREAD_MIN_WORK",
+           "TC_TILES", "PIPELINED_TC", "STAGED_TILES",
            "PACK_STRIDE", "PACK_MIN_ROWS", "PACK_ROWS", "PACK_MIN_DEPTH", "PACK_MIN_WORK"]

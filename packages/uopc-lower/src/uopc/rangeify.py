@@ -489,7 +489,33 @@ def gemm_pattern(root: UOp) -> Gemm | None:
     c, base = _peel(s)
     halves.append(_replay(chain, _replay(c, base.src[0])) if base.op is Ops.CAST and base.src[0].dtype is dtypes.f16 else None)
   if all(h is not None for h in halves): x16, y16 = halves
-  return Gemm(r, x, y, only_x[-1], only_y[-1], r.src[0].shape[-1], x16, y16)
+  i, j = only_x[-1], only_y[-1]
+  along = (copy_along_k(x16, i, n), copy_along_k(y16, j, n)) if x16 is not None else (None, None)
+  return Gemm(r, x, y, i, j, r.src[0].shape[-1], x16, y16, *along)
+
+
+def copy_along_k(expr: UOp, axis: int, k_axis: int) -> bool | None:
+  """How 16-byte copies can read `expr` (an f16 GEMM operand, see Gemm.x_along_k): True when neighbouring k are
+  neighbouring elements of its memory, False when neighbouring elements of output axis `axis` are, None when neither (a
+  fused producer, a broadcast, a stride or an offset that breaks 16-byte alignment): rangeified at 8 neighbours of a
+  multiple of 8 on the axis, it is 8 LOADs of one BUFFER at addresses a, a + 1, ..., a + 7, with a a multiple of 8."""
+  c = Ctx()
+  probe = [c.rng(n) if n > 1 else UOp.const(0) for n in expr.shape]
+  for inner in (k_axis, axis):
+    if expr.shape[inner] % 8: continue
+    start = list(probe)
+    start[inner] = c.rng(expr.shape[inner] // 8) * 8
+    addrs = []
+    for e in range(8):
+      at = list(start)
+      at[inner] = start[inner] + e
+      v = rangeify(expr, tuple(at), c)
+      if v.op is not Ops.LOAD or v.src[0].op is not Ops.INDEX or v.src[0].src[0].op is not Ops.BUFFER: return None
+      addrs.append(v.src[0])
+    base = simplify(addrs[0].src[1])
+    if any(a.src[0] is not addrs[0].src[0] or simplify(a.src[1] - base) is not UOp.const(e) for e, a in enumerate(addrs)): continue
+    if simplify(base % 8) is UOp.const(0): return inner == k_axis
+  return None
 
 
 def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:

@@ -28,7 +28,8 @@ without SIMD: lanes=False); here every value that depends on it becomes one vect
 memory_bytes (a GPU's 16-byte loads: float4): unrolled copies (Opts.upcast) that LOAD neighbouring elements of one
 memory, at root + o, root + o + 1, ..., root + o + n - 1 with n * itemsize = memory_bytes and root + o proven a multiple
 of n (so the wide access is aligned to its size), become one vector LOAD and a GEP per copy; such STOREs become one
-vector STORE of the VECTORIZE of their values, unless a value depends on one of those stores. Only global and shared
+vector STORE of the VECTORIZE of their values, unless a value depends on one of those stores. What is left is folded
+again into vectors half as wide, down to 4 bytes of 2 or more elements (float2, half2). Only global and shared
 memory (a thread's registers, LOCAL, stay scalar), and no bools (a byte in memory, an int in C code).
 """
 from __future__ import annotations
@@ -268,8 +269,12 @@ def _aligned_runs(members: dict[int, UOp], root: UOp, n: int) -> list[list[UOp]]
 
 def fold_memory(sink: UOp, nbytes: int) -> UOp:
   """Neighbouring scalar LOADs and STOREs of global and shared memory as vector ones of `nbytes` (see the docstring):
-  the loads first, then the stores of what the folded loads compute."""
-  return _fold(_fold(sink, nbytes, Ops.LOAD), nbytes, Ops.STORE)
+  the loads first, then the stores of what the folded loads compute; then what is left, as half as wide vectors, down to
+  4 bytes (a tensor-core GEMM's lane holds pairs of neighbouring outputs: float2, or half2 for f16)."""
+  while nbytes >= 4:
+    sink = _fold(_fold(sink, nbytes, Ops.LOAD), nbytes, Ops.STORE)
+    nbytes //= 2
+  return sink
 
 
 def _fold(sink: UOp, nbytes: int, op: Ops) -> UOp:
