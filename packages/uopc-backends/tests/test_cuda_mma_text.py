@@ -132,6 +132,10 @@ def to_python(src: str) -> tuple[str, list[str]]:
     i += 1
     if m := re.fullmatch(r"int (\w+) = (.+);", line): emit(f"{m[1]} = {index(m[2])}")
     elif m := re.fullmatch(r"(?:half|float) (\w+) = data(\d+)\[(.+)\];", line): emit(f"{m[1]} = Load({m[2]}, {index(m[3])})")
+    elif m := re.fullmatch(r"(half|float)(2|4|8) (\w+) = \(\*\(\(\1\2\*\)\(data(\d+)\+(.+)\)\)\);", line):   # n neighbours at once
+      emit(f"{m[3]} = [Load({m[4]}, {index(m[5])} + e) for e in range({m[2]})]")
+    elif m := re.fullmatch(r"\*\(\((float|half)(2|4)\*\)\(data(\d+)\+(.+)\)\) = make_\1\2\(([\w, ]+)\);", line):
+      emit(f"for e, v in enumerate([{m[5]}]): store({m[3]}, {index(m[4])} + e, v)")
     elif m := re.fullmatch(r"float (acc\d+)\[(\d+)\];", line): emit(f"{m[1]} = [None] * {m[2]}")
     elif m := re.fullmatch(r"(acc\d+)\[(\d)\] = 0\.0f;", line): emit(f"{m[1]}[{m[2]}] = 0.0")
     elif m := re.fullmatch(r"float (\w+) = (acc\d+)\[(\d)\];", line): emit(f"{m[1]} = {m[2]}[{m[3]}]")
@@ -149,7 +153,9 @@ def to_python(src: str) -> tuple[str, list[str]]:
       packs = re.fullmatch(r"\{ half2 _f\[6\] = \{(.*)\}; const unsigned\* _r = \(const unsigned\*\)_f; "
                            r'asm volatile\("([^"]*)" : (.*) : (.*)\); \}', block)
       assert packs, f"an mma block this test can't read: {block}"
-      pairs = re.findall(r"__halves2half2\((\w+), (\w+)\)", packs[1])
+      # an element of a vector of halves: half2's .x and .y (a vector load of two neighbours) are its elements 0 and 1
+      lane = lambda v: re.sub(r"^(\w+)\.([xy])$", lambda g: f"{g[1]}[{'xy'.index(g[2])}]", v)
+      pairs = [(lane(x), lane(y)) for x, y in re.findall(r"__halves2half2\(([\w.]+), ([\w.]+)\)", packs[1])]
       assert len(pairs) == 6 and packs[1].count("__halves2half2") == 6, packs[1]
       templates.append(packs[2])
       outputs = re.findall(r'"=f"\((\w+)\[(\d)\]\)', packs[3])
@@ -304,7 +310,7 @@ def test_a_renderer_that_swaps_bs_halves_is_caught(monkeypatch):
   def swapped(self, body, u):
     original(self, body, u)
     line = next(i for i in range(len(body.lines) - 1, -1, -1) if "half2 _f[6]" in body.lines[i])
-    packs = re.findall(r"__halves2half2\((\w+), (\w+)\)", body.lines[line])
+    packs = re.findall(r"__halves2half2\(([\w.]+), ([\w.]+)\)", body.lines[line])
     for lo, hi in packs[4:]: body.lines[line] = body.lines[line].replace(f"__halves2half2({lo}, {hi})", f"__halves2half2({hi}, {lo})")
   monkeypatch.setattr(CUDARenderer, "render_wmma", swapped)
   src, blocks, threads = render(16, 8, 16, Opts(gpu=True, tc=True))

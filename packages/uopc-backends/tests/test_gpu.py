@@ -238,10 +238,13 @@ def test_a_threads_neighbouring_elements_move_as_16_byte_vectors_on_the_emulator
 
 
 def gpu_test_sinks() -> list[UOp]:
-  """A staged f32 GEMM, a tensor-core f16 GEMM and a block-shared reduction: every GPU lowering's shape; and kernels whose
-  threads move 16 bytes at once: float4 (a staged GEMM's tile of B and its rows of C), half8 and int4."""
+  """A staged f32 GEMM, a tensor-core f16 GEMM (its fragments from memory, and pipelined through shared memory: cp.async,
+  ldmatrix) and a block-shared reduction: every GPU lowering's shape; and kernels whose threads move 16 bytes at once:
+  float4 (a staged GEMM's tile of B and its rows of C), half8 and int4."""
   wide = lambda root: lower(root, buf(1, 256, root.dtype), Ctx(opts=Opts(gpu=True, local={0: 8}, upcast={0: 8})))
+  pipelined = Opts(gpu=True, tc=True, stage=3, local={0: 2, 1: 2}, upcast={0: 2, 1: 4})
   return [staged_gemm_sink(), lower(matmul(16, 8, 16, dtypes.f16), buf(2, 128), Ctx(opts=Opts(gpu=True, tc=True))),
+          lower(matmul(64, 64, 64, dtypes.f16), buf(2, 64 * 64), Ctx(opts=pipelined)),
           lower(buf(0, 256).reshape((4, 64)).reduce(Ops.MAX, 1), buf(1, 4), Ctx(opts=Opts(gpu=True, group=16))),
           lower(matmul(32, 32, 32), buf(2, 32 * 32), Ctx(opts=Opts(gpu=True, local={0: 4, 1: 4}, upcast={0: 2, 1: 4}, stage=8))),
           wide(buf(0, 256, dtypes.f16) * 2.0 + 1.0), wide(buf(0, 256, dtypes.i32) * 3 + 1)]

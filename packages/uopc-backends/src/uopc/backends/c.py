@@ -278,6 +278,10 @@ class CRenderer:
   def render_wmma(self, body: _Body, u: UOp) -> None:
     raise BackendError(f"{type(self).__name__} has no tensor cores: WMMA is lowered only for a GPU backend (Opts(tc=True))")
 
+  def render_async(self, body: _Body, u: UOp) -> None:
+    """ASYNC_COPY, ASYNC_COMMIT, ASYNC_WAIT and LDMATRIX: a GPU's (a pipelined tensor-core GEMM, Opts(tc=True, stage=S))."""
+    raise BackendError(f"{type(self).__name__} has no {u.op.name}: it is lowered only for a GPU backend (Opts(tc=True, stage=S))")
+
   # -- vectors (GCC's vector extension): a VECTORIZE, a lane, and a vector moved from or to n elements of memory
   def render_vectorize(self, d: DType, xs: list[str]) -> str:
     mask = d.scalar() is dtypes.bool                     # C's 0 or 1 becomes a lane's 0 or -1
@@ -359,6 +363,7 @@ class _Body:
                  for kind in self.dims}
     self.shared, _ = shared_layout(lin)         # each shared ALLOC's byte offset in the block's shared memory
     self.stacks: dict[UOp, list[str]] = {}     # a STACK (a WMMA operand): its elements' expressions
+    self.registers: dict[tuple[str, str], str] = {}   # two halves that fill one 32-bit register together (an ldmatrix's): it
     self.wide: dict[UOp, tuple[str, str]] = {}  # a vector INDEX: (its memory, its first element's index)
     self.blocks: list[bool] = []       # for each open RANGE: did it open a { block
 
@@ -462,6 +467,9 @@ class _Body:
     self.lines.append(self.pad() + self.renderer.alloc_code[u.addrspace](self.renderer.type_name(u.dtype), self.r[u], u.arg.shape[0], offset))
 
   def index(self, u: UOp) -> None:
+    if u.src[0].op is Ops.LDMATRIX:    # a half of the registers an ldmatrix filled
+      self.r[u] = self.stacks[u.src[0]][u.src[1].arg]
+      return
     r, mem = self.r, base_memory(u.src[0])
     if u.arg is not None: self.wide[u] = (r[u.src[0]], r[u.src[1]])
     else: r[u] = r[u.src[0]] if mem.op is Ops.ALLOC and mem.arg.shape[0] == 1 else f"{r[u.src[0]]}[{r[u.src[1]]}]"
@@ -480,6 +488,7 @@ class _Body:
     Ops.BUFFER: buffer, Ops.CONST: const, Ops.RANGE: open_range, Ops.END: close_range, Ops.ALLOC: alloc, Ops.AFTER: after,
     Ops.INDEX: index, Ops.LOAD: load, Ops.STORE: store, Ops.SINK: lambda body, u: None, Ops.BARRIER: barrier, Ops.STACK: stack,
     Ops.WMMA: wmma, Ops.VECTORIZE: vectorize, Ops.GEP: gep,
+    **dict.fromkeys((Ops.ASYNC_COPY, Ops.ASYNC_COMMIT, Ops.ASYNC_WAIT, Ops.LDMATRIX), lambda body, u: body.renderer.render_async(body, u)),
   }
 
 

@@ -8,7 +8,8 @@ coordinates (GLOBAL ranges from blockIdx.x, LOCAL ones from threadIdx.x, as uopc
 range is the most significant digit of the flat block or thread number), shared memory as pieces of one dynamic
 `extern __shared__` block (its size, written in the source, is passed at each launch, and a kernel over 48 KiB is
 allowed it with cuFuncSetAttribute), `__syncthreads()`, `half` for f16 (cuda_fp16.h), 16-byte vector loads and stores
-(float4, int4, half8: what uopc.vectorize folds neighbouring accesses into, Caps.vector_bytes), and WMMA as the inline
+(float4, int4, half8: what uopc.vectorize folds neighbouring accesses into, Caps.vector_bytes; then 8 and 4 bytes:
+float2, int2, half4, half2), and WMMA as the inline
 PTX of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (sm_80 and later): a lane's 8 halves of A and 4 of B are
 packed two to a 32-bit register, low element first.
 
@@ -57,10 +58,15 @@ EXP2_CUDA = f"""__device__ static inline float uopc_exp2(float x) {{   /* the C 
   return (p * __int_as_float((a + 127) << 23)) * __int_as_float((b + 127) << 23);
 }}
 """
-# eight halves in 16 bytes: CUDA has float4 and int4, and for f16 only half2, so a half8 is four of them
+# eight halves in 16 bytes: CUDA has float4 and int4, and for f16 only half2, so a half8 is four of them (a half4 two)
 HALF8 = """struct __align__(16) half8 { half2 x, y, z, w; };
 __device__ static inline half8 make_half8(half a, half b, half c, half d, half e, half f, half g, half h) {
   half8 r; r.x = __halves2half2(a, b); r.y = __halves2half2(c, d); r.z = __halves2half2(e, f); r.w = __halves2half2(g, h); return r;
+}
+"""
+HALF4 = """struct __align__(8) half4 { half2 x, y; };
+__device__ static inline half4 make_half4(half a, half b, half c, half d) {
+  half4 r; r.x = __halves2half2(a, b); r.y = __halves2half2(c, d); return r;
 }
 """
 # INFINITY and NAN by their bits: NVRTC has no math.h, and nvcc's (included before the kernel) defines them already, so
@@ -68,16 +74,21 @@ __device__ static inline half8 make_half8(half a, half b, half c, half d, half e
 HELPERS = [
   (r"\bINFINITY\b", "#undef INFINITY\n#define INFINITY (__int_as_float(0x7f800000))\n"),
   (r"\bNAN\b", "#undef NAN\n#define NAN (__int_as_float(0x7fffffff))\n"),
-  (r"\bhalf8\b", HALF8),
+  (r"\bhalf8\b", HALF8), (r"\bhalf4\b", HALF4),
+  (r"\buopc_pack\b", "__device__ static inline unsigned uopc_pack(half a, half b) { half2 h = __halves2half2(a, b); return *(unsigned*)&h; }\n"),
   (r"\bfloordiv_i32\b", "__device__ " + FLOORDIV_I32), (r"\bfloormod_i32\b", "__device__ " + FLOORMOD_I32),
   (r"\bcast_f32_i32\b", "__device__ " + CAST_F32_I32), (r"\buopc_exp2\b", EXP2_CUDA),
 ]
 
 
+_VECTORS = {dtypes.f32.vec(4): "float4", dtypes.i32.vec(4): "int4", dtypes.f16.vec(8): "half8",
+            dtypes.f32.vec(2): "float2", dtypes.i32.vec(2): "int2", dtypes.f16.vec(4): "half4", dtypes.f16.vec(2): "half2"}
+
+
 def _cuda_vector(d: DType) -> str:
-  """The CUDA type of a vector of 16 bytes: float4, int4 or half8."""
-  name = {dtypes.f32.vec(4): "float4", dtypes.i32.vec(4): "int4", dtypes.f16.vec(8): "half8"}.get(d)
-  if name is None: raise BackendError(f"CUDA kernels move vectors of 16 bytes (float4, int4, half8), not {d.name}")
+  """The CUDA type of a vector of 16, 8 or 4 bytes: float4, int4, half8; float2, int2, half4; half2."""
+  name = _VECTORS.get(d)
+  if name is None: raise BackendError(f"CUDA kernels move vectors of 16, 8 or 4 bytes ({', '.join(_VECTORS.values())}), not {d.name}")
   return name
 
 
@@ -101,8 +112,10 @@ class CUDARenderer(CRenderer):
     return "bool" if d is dtypes.bool else super().type_name(d)   # C++, not C's _Bool
 
   # vectors are 16 bytes of memory moved at once (uopc.vectorize with Caps.vector_bytes=16, aligned): float4, int4, half8
-  def render_vectorize(self, d: DType, xs: list[str]) -> str: return f"make_{_cuda_vector(d)}({', '.join(xs)})"
+  def render_vectorize(self, d: DType, xs: list[str]) -> str:
+    return f"__halves2half2({', '.join(xs)})" if d == dtypes.f16.vec(2) else f"make_{_cuda_vector(d)}({', '.join(xs)})"
   def render_gep(self, x: str, d: DType, lane: int | str) -> str:
+    if d == dtypes.f16.vec(2): return f"{x}.{'xy'[int(lane)]}"
     if d.scalar() is dtypes.f16: return f"{x}.{'xyzw'[int(lane) // 2]}.{'xy'[int(lane) % 2]}"
     return f"{x}.{'xyzw'[int(lane)]}"
   def vector_load(self, mem: str, at: str, d: DType) -> str: return f"(*(({_cuda_vector(d)}*)({mem}+{at})))"
@@ -129,14 +142,46 @@ class CUDARenderer(CRenderer):
     body.counter["v"] += 1
     body.r[u] = name
     pad = body.pad()
-    regs = [f"__halves2half2({a[i]}, {a[i + 1]})" for i in range(0, 8, 2)] + [f"__halves2half2({b[i]}, {b[i + 1]})" for i in range(0, 4, 2)]
+    pairs = [(a[i], a[i + 1]) for i in range(0, 8, 2)] + [(b[i], b[i + 1]) for i in range(0, 4, 2)]
     body.lines.append(f"{pad}float {name}[4];")
-    body.lines.append(f"{pad}{{ half2 _f[6] = {{{', '.join(regs)}}}; const unsigned* _r = (const unsigned*)_f;")
+    if any(p in body.registers for p in pairs):   # fragments an ldmatrix loaded: its registers, as they are
+      regs = [body.registers.get(p) or f"uopc_pack({p[0]}, {p[1]})" for p in pairs]
+      body.lines.append(f"{pad}{{ const unsigned _r[6] = {{{', '.join(regs)}}};")
+    else:
+      packed = ", ".join(f"__halves2half2({x}, {y})" for x, y in pairs)
+      body.lines.append(f"{pad}{{ half2 _f[6] = {{{packed}}}; const unsigned* _r = (const unsigned*)_f;")
     body.lines.append(f'{pad}  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, '
                       f'{{%10,%11,%12,%13}};"')
     body.lines.append(f'{pad}    : "=f"({name}[0]), "=f"({name}[1]), "=f"({name}[2]), "=f"({name}[3])')
     body.lines.append(f'{pad}    : "r"(_r[0]), "r"(_r[1]), "r"(_r[2]), "r"(_r[3]), "r"(_r[4]), "r"(_r[5]), '
                       f'"f"({c[0]}), "f"({c[1]}), "f"({c[2]}), "f"({c[3]})); }}')
+
+  def render_async(self, body, u: UOp) -> None:
+    """cp.async (16 bytes, L2 only: .cg; a source size of 0 where the copy is not valid fills zeros and reads nothing), its
+    commit and wait, and ldmatrix (.x1/.x2/.x4, .trans), as inline PTX; shared addresses through __cvta_generic_to_shared."""
+    pad = body.pad()
+    if u.op is Ops.ASYNC_COPY:
+      (dm, di), (sm, si) = body.wide[u.src[0]], body.wide[u.src[1]]
+      body.lines.append(f'{pad}asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"((unsigned)__cvta_generic_to_shared({dm}+{di})), '
+                        f'"l"({sm}+{si}), "r"(({body.r[u.src[2]]}) ? 16 : 0) : "memory");')
+    elif u.op is Ops.ASYNC_COMMIT: body.lines.append(f'{pad}asm volatile("cp.async.commit_group;" ::: "memory");')
+    elif u.op is Ops.ASYNC_WAIT: body.lines.append(f'{pad}asm volatile("cp.async.wait_group {int(u.arg)};" ::: "memory");')
+    else:
+      n, trans = u.arg
+      mem, at = body.wide[u.src[0]]
+      name = f"ldm{body.counter['v']}"
+      body.counter["v"] += 1
+      outs = ", ".join(f'"=r"({name}[{q}])' for q in range(n))
+      regs = ",".join(f"%{q}" for q in range(n))
+      body.lines.append(f"{pad}unsigned {name}[{n}];")
+      body.lines.append(f'{pad}asm volatile("ldmatrix.sync.aligned.m8n8.x{n}{".trans" if trans else ""}.shared.b16 {{{regs}}}, [%{n}];" : {outs} '
+                        f': "r"((unsigned)__cvta_generic_to_shared({mem}+{at})));')
+      halves = []
+      for q in range(n):
+        lo, hi = f"__ushort_as_half((unsigned short)({name}[{q}]))", f"__ushort_as_half((unsigned short)({name}[{q}] >> 16))"
+        halves += [lo, hi]
+        body.registers[(lo, hi)] = f"{name}[{q}]"
+      body.stacks[u] = halves
 
   def prelude(self, program: LinearProgram, code: str) -> str:
     # half comes from cuda_fp16.h, which NVRTC finds only in a toolkit's (or a pip wheel's) headers: included where used

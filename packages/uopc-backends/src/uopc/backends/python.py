@@ -22,6 +22,19 @@ lanes holds a fragment (8 elements of A, 4 of B, 4 of C). The emulator gathers t
 from the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"), independently of the one the lowering
 uses (uopc.gpulower), so that a mistake in either shows up as a wrong GEMM.
 
+cp.async (ASYNC_COPY) reads its 16 bytes when it is issued and writes them into shared memory only when an ASYNC_WAIT
+waits for its group (the copies a thread issued before an ASYNC_COMMIT): until then the elements are the copy's, and a
+read or a write of one is a RaceError ("its group was not waited for"); once landed they are the issuing thread's
+stores, so another thread reading them before a BARRIER is the usual race. A program that ends with copies in flight
+is refused. LDMATRIX is warp-wide too: lane l points at row l % 8 of matrix l // 8, and each lane gets its two halves of
+each matrix (of its transpose with trans), as the PTX ISA's ldmatrix figure draws them.
+
+Shared-memory bank conflicts are counted, not refused: every LOAD, STORE, ASYNC_COPY and LDMATRIX of shared memory adds
+to its BankCount in EmulatedProgram.bank_counts (warp-wide executions, the passes through the 32 banks they took, the
+passes they would take without a conflict), from byte addresses in the block's shared memory as the renderer lays it
+out (a 16-byte access is served a quarter-warp at a time, 8 bytes a half-warp, 4 or less the whole warp; lanes on one
+4-byte word share a pass). A test asserts a kernel's counts (a swizzled layout has none).
+
 Numbers follow the C backend's semantics: f32 rounds per operation, i32 wraps, MAX propagates NaN, integer division by
 zero gives 0, a float cast to i32 out of range gives INT_MIN, and EXP2 is the same polynomial. MULACC is computed in
 float64 and rounded once to f32 (exact for all but products that need more than double's 53 bits near a tie).
@@ -35,7 +48,7 @@ from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.interpret import loop_jumps
 from uopc.opt import Caps
 from uopc.backends import BackendError, LinearProgram, memory_name
-from uopc.backends.c import EXP2_POLY
+from uopc.backends.c import EXP2_POLY, shared_layout
 
 
 class RaceError(BackendError):
@@ -178,17 +191,19 @@ def _alu(u: UOp, vals: list) -> np.ndarray:
 class _Memory:
   """An ALLOC: per thread ((threads, n), rows by thread) or per block ((blocks, n)) for shared memory, with what has
   been written (a read before any write is an error) and, in shared memory, who wrote and read each element since
-  the last BARRIER."""
-  def __init__(self, u: UOp, threads: int, blocks: int, per_block: int):
+  the last BARRIER, and which thread's cp.async copy (ASYNC_COPY) is still on its way to it."""
+  def __init__(self, u: UOp, threads: int, blocks: int, per_block: int, offset: int = 0):
     self.u, self.shared = u, u.addrspace is AddrSpace.SHARED
     n = u.arg.shape[0]
     rows = blocks if self.shared else threads
     self.data = np.zeros((rows, n), _np(u.dtype))
     self.written = np.zeros((rows, n), bool)
     self.per_block = per_block
+    self.offset = offset                                  # bytes into the block's shared memory (the renderer's layout)
     if self.shared:
       self.writer = np.full((rows, n), -1, np.int64)
       self.reader = np.full((rows, n), -1, np.int64)      # -2: more than one thread read it
+      self.pending = np.full((rows, n), -1, np.int64)     # the thread whose copy will write it, not yet waited for
 
   def name(self) -> str: return f"{memory_name(self.u)} (shared)" if self.shared else memory_name(self.u)
 
@@ -197,6 +212,7 @@ class _Memory:
   def load(self, idx, tid: np.ndarray) -> np.ndarray:
     rows, cols = self.rows(tid), np.broadcast_to(idx, tid.shape)
     self._in_range(cols)
+    if self.shared: self._not_pending(rows, cols, tid, "reads")
     if not self.written[rows, cols].all():
       k = int(np.argmin(self.written[rows, cols]))
       raise BackendError(f"{self.name()}: thread {tid[k]} reads element {cols[k]} before anything was stored in it")
@@ -215,11 +231,40 @@ class _Memory:
       r[uniq] = np.where((counts > 1) | ((prev != -1) & (prev != mine)), -2, mine)
     return self.data[rows, cols]
 
+  def _not_pending(self, rows, cols, tid, what: str) -> None:
+    p = self.pending[rows, cols]
+    if (p >= 0).any():
+      k = int(np.argmax(p >= 0))
+      raise RaceError(f"{self.name()}: thread {tid[k] % self.per_block} of block {rows[k]} {what} element {cols[k]}, which a cp.async "
+                      f"copy of thread {p[k] % self.per_block} is still writing (its group was not waited for: ASYNC_WAIT, then a BARRIER)")
+
+  def issue(self, cols: np.ndarray, tid: np.ndarray) -> None:
+    """Thread tid[t] starts copies into elements cols[t] (an ASYNC_COPY): until they land (complete), nobody may touch them,
+    and nobody may have read or written them since the last BARRIER (the copy may land at once)."""
+    rows = np.broadcast_to(self.rows(tid)[:, None], cols.shape).reshape(-1)
+    t = np.broadcast_to(tid[:, None], cols.shape).reshape(-1)
+    cols = cols.reshape(-1)
+    self._in_range(cols)
+    self._not_pending(rows, cols, t, "starts a copy into")
+    self._check_write(rows, cols, t)
+    self.pending[rows, cols] = t
+
+  def complete(self, cols: np.ndarray, values: np.ndarray, tid: np.ndarray) -> None:
+    """The copies of thread tid[t] into elements cols[t] land (an ASYNC_WAIT waited for their group): they are its stores."""
+    rows = np.broadcast_to(self.rows(tid)[:, None], cols.shape).reshape(-1)
+    t = np.broadcast_to(tid[:, None], cols.shape).reshape(-1)
+    cols = cols.reshape(-1)
+    self.pending[rows, cols] = -1
+    self.writer[rows, cols] = t
+    self.data[rows, cols] = values.reshape(-1)
+    self.written[rows, cols] = True
+
   def store(self, idx, value, tid: np.ndarray) -> None:
     rows, cols = self.rows(tid), np.broadcast_to(idx, tid.shape)
     self._in_range(cols)
     value = np.broadcast_to(np.asarray(value), tid.shape)
     if self.shared:
+      self._not_pending(rows, cols, tid, "writes")
       flat = rows * self.data.shape[1] + cols
       uniq, first, counts = np.unique(flat, return_index=True, return_counts=True)
       if (counts > 1).any():
@@ -227,18 +272,21 @@ class _Memory:
         others = tid[flat == uniq[k]] % self.per_block
         raise RaceError(f"{self.name()}: threads {others[0]} and {others[1]} of block {uniq[k] // self.data.shape[1]} both write "
                         f"element {uniq[k] % self.data.shape[1]} in one step")
-      w, r = self.writer[rows, cols], self.reader[rows, cols]
-      bad_w = (w >= 0) & (w != tid)
-      bad_r = (r == -2) | ((r >= 0) & (r != tid))
-      if bad_w.any() or bad_r.any():
-        k = int(np.argmax(bad_w | bad_r))
-        what = "wrote" if bad_w[k] else "read"
-        other = f"thread {w[k] % self.per_block}" if bad_w[k] else ("other threads" if r[k] == -2 else f"thread {r[k] % self.per_block}")
-        raise RaceError(f"{self.name()}: thread {tid[k] % self.per_block} of block {rows[k]} writes element {cols[k]}, which {other} "
-                        f"{what} since the last BARRIER (a BARRIER is missing between them)")
+      self._check_write(rows, cols, tid)
       self.writer[rows, cols] = tid
     self.data[rows, cols] = value
     self.written[rows, cols] = True
+
+  def _check_write(self, rows, cols, tid) -> None:
+    w, r = self.writer[rows, cols], self.reader[rows, cols]
+    bad_w = (w >= 0) & (w != tid)
+    bad_r = (r == -2) | ((r >= 0) & (r != tid))
+    if bad_w.any() or bad_r.any():
+      k = int(np.argmax(bad_w | bad_r))
+      what = "wrote" if bad_w[k] else "read"
+      other = f"thread {w[k] % self.per_block}" if bad_w[k] else ("other threads" if r[k] == -2 else f"thread {r[k] % self.per_block}")
+      raise RaceError(f"{self.name()}: thread {tid[k] % self.per_block} of block {rows[k]} writes element {cols[k]}, which {other} "
+                      f"{what} since the last BARRIER (a BARRIER is missing between them)")
 
   def barrier(self) -> None:
     if self.shared:
@@ -252,12 +300,45 @@ class _Memory:
 
 
 @dataclass
+class BankCount:
+  """How one instruction of a program that touches shared memory was served, over every launch so far: `warps` warp-wide
+  executions, which took `wavefronts` passes through the 32 banks where `ideal` would do (one per quarter-warp for 16
+  bytes a lane, per half-warp for 8, per warp for 4 or less; lanes reading one 4-byte word share its pass)."""
+  op: str
+  warps: int = 0
+  wavefronts: int = 0
+  ideal: int = 0
+
+  @property
+  def conflicts(self) -> int: return self.wavefronts - self.ideal
+
+
+@dataclass
 class EmulatedProgram:
-  """A linearized program the PYTHON backend runs: its statements, parameters and loop structure."""
+  """A linearized program the PYTHON backend runs: its statements, parameters and loop structure; what each of its
+  shared-memory instructions cost in bank passes (bank_counts, kept across launches)."""
   name: str
   uops: tuple[UOp, ...]
   params: tuple[UOp, ...]
   jumps: dict
+  shared_offsets: dict = field(default_factory=dict)
+  bank_counts: dict[UOp, BankCount] = field(default_factory=dict)
+
+
+def wavefronts(addresses: np.ndarray, width: int) -> tuple[int, int]:
+  """(passes, ideal passes) for lanes in consecutive warps of 32 accessing `width` bytes each at byte `addresses` of shared
+  memory (32 banks of 4 bytes): a warp's access is served in phases (a quarter-warp each for 16 bytes a lane, a half-warp
+  for 8, the whole warp for 4 or less), and a phase takes as many passes as the most distinct 4-byte words one bank holds."""
+  lanes = 32 if width <= 4 else 128 // width
+  words = max(1, width // 4)
+  phase = np.repeat(np.arange(addresses.size, dtype=np.int64) // lanes, words)
+  word = (addresses.astype(np.int64)[:, None] // 4 + np.arange(words)).reshape(-1)
+  distinct = np.unique(phase * (1 << 32) + word)
+  ph, wd = distinct >> 32, distinct & ((1 << 32) - 1)
+  keys, per_bank = np.unique(ph * 32 + wd % 32, return_counts=True)
+  most = np.zeros(int(ph.max()) + 1 if ph.size else 0, np.int64)
+  np.maximum.at(most, keys // 32, per_bank)
+  return int(most.sum()), int(np.count_nonzero(most))
 
 
 def grid_coordinates(sizes: tuple[int, ...], flat: np.ndarray) -> list[np.ndarray]:
@@ -281,11 +362,28 @@ class _Launch:
   tid: np.ndarray
   val: dict[UOp, object] = field(default_factory=dict)
   shared: dict[UOp, _Memory] = field(default_factory=dict)
+  program: EmulatedProgram | None = None
+  in_flight: list[list] = field(default_factory=list)    # the committed groups of cp.async copies not yet waited for
+  issued: list = field(default_factory=list)             # the copies issued since the last ASYNC_COMMIT
+
+  def banks(self, u: UOp, mem: _Memory, elements: np.ndarray, width: int, lanes: np.ndarray | None = None) -> None:
+    """Count the bank passes of instruction u: every thread (or those of `lanes`) accesses `width` bytes of shared memory
+    `mem` from element `elements` on."""
+    if self.program is None: return
+    at = mem.offset + np.broadcast_to(np.asarray(elements, np.int64), (self.threads,)) * mem.data.itemsize
+    passes, ideal = wavefronts(at if lanes is None else at[lanes], width)
+    c = self.program.bank_counts.setdefault(u, BankCount(u.op.name))
+    c.warps += -(-self.threads // 32)    # every warp runs every instruction
+    c.wavefronts += passes
+    c.ideal += ideal
 
 
 def _alloc(launch: _Launch, u: UOp) -> _Memory:
   if u.addrspace is AddrSpace.SHARED:     # one per launch, as a GPU's: a loop around it reuses the same memory
-    return launch.shared.setdefault(u, _Memory(u, launch.threads, launch.blocks, launch.per_block))
+    if u not in launch.shared:
+      offset = launch.program.shared_offsets.get(u, 0) if launch.program is not None else 0
+      launch.shared[u] = _Memory(u, launch.threads, launch.blocks, launch.per_block, offset)
+    return launch.shared[u]
   return _Memory(u, launch.threads, launch.blocks, launch.per_block)   # a thread's registers, fresh each time
 
 
@@ -304,6 +402,7 @@ def _load_element(launch: _Launch, mem, i):
 
 def _load(launch: _Launch, u: UOp):
   mem, i = launch.val[u.src[0]]
+  if isinstance(mem, _Memory) and mem.shared: launch.banks(u, mem, i, u.dtype.itemsize)
   if u.src[0].arg is None: return _load_element(launch, mem, i)
   # a vector: its n consecutive elements, each read as one element is (shared memory tracks every one)
   return np.stack(np.broadcast_arrays(*(np.asarray(_load_element(launch, mem, i + k)) for k in range(u.dtype.count))), axis=-1)
@@ -311,6 +410,7 @@ def _load(launch: _Launch, u: UOp):
 
 def _store(launch: _Launch, u: UOp) -> None:
   (mem, i), v = launch.val[u.src[0]], launch.val[u.src[1]]
+  if isinstance(mem, _Memory) and mem.shared: launch.banks(u, mem, i, u.src[1].dtype.itemsize)
   lanes = [(i + k, np.asarray(v)[..., k]) for k in range(u.src[1].dtype.count)] if u.src[0].arg is not None else [(i, v)]
   for at, x in lanes:
     if isinstance(mem, _Memory): mem.store(at, x, launch.tid)
@@ -326,6 +426,58 @@ def _barrier(launch: _Launch, u: UOp) -> None:
 def _wmma(launch: _Launch, u: UOp) -> np.ndarray:
   a, b, c = (np.broadcast_to(np.asarray(launch.val[s]), (launch.threads, s.shape[0])) for s in u.src)
   return wmma(a.astype(np.float32), b.astype(np.float32), c.astype(np.float32))
+
+
+def _async_copy(launch: _Launch, u: UOp) -> None:
+  """cp.async: each thread's 16 bytes are read now (a source it may not read is zeros) and land in shared memory when an
+  ASYNC_WAIT waits for their group; until then the elements are the copy's (_Memory.issue)."""
+  (dst, i), (src, j) = launch.val[u.src[0]], launch.val[u.src[1]]
+  n = u.src[0].dtype.count
+  valid = np.broadcast_to(np.asarray(launch.val[u.src[2]], bool), (launch.threads,))
+  cols = np.broadcast_to(np.asarray(i, np.int64), (launch.threads,))[:, None] + np.arange(n)
+  at = np.broadcast_to(np.asarray(j, np.int64), (launch.threads,))[valid][:, None] + np.arange(n)
+  if at.size and (at.min() < 0 or at.max() >= src.size):
+    bad = int(at.max() if at.max() >= src.size else at.min())
+    raise BackendError(f"{launch.name}: a cp.async copy reads element {bad} of a buffer of {src.size}")
+  values = np.zeros((launch.threads, n), src.dtype)
+  values[valid] = src[at]
+  launch.banks(u, dst, i, 16)
+  dst.issue(cols, launch.tid)
+  launch.issued.append((dst, cols, values))
+
+
+def _async_commit(launch: _Launch, u: UOp) -> None:
+  launch.in_flight.append(launch.issued)
+  launch.issued = []
+
+
+def _async_wait(launch: _Launch, u: UOp) -> None:
+  while len(launch.in_flight) > u.arg:
+    for mem, cols, values in launch.in_flight.pop(0): mem.complete(cols, values, launch.tid)
+
+
+def ldmatrix(rows: np.ndarray, matrices: int, trans: bool) -> np.ndarray:
+  """ldmatrix for every warp: rows (threads, 8), the row of 8 halves lane l points at (row l % 8 of matrix l // 8; lanes
+  past 8 * matrices point nowhere) -> (threads, 2 * matrices): lane l's two elements of each matrix, (l // 4, 2 (l % 4) + e)
+  of it, or of its transpose with trans (PTX ISA, "Warp-level matrix load instruction: ldmatrix")."""
+  warps = rows.shape[0] // 32
+  m = rows.reshape(warps, 4, 8, 8)[:, :matrices]           # (warp, matrix, row, column)
+  if trans: m = m.transpose(0, 1, 3, 2)
+  lane = np.arange(32)
+  got = m[:, :, (lane // 4)[:, None], 2 * (lane % 4)[:, None] + np.arange(2)]   # (warp, matrix, lane, 2)
+  return got.transpose(0, 2, 1, 3).reshape(warps * 32, 2 * matrices)
+
+
+def _ldmatrix(launch: _Launch, u: UOp) -> np.ndarray:
+  mem, i = launch.val[u.src[0]]
+  n, trans = u.arg
+  if launch.threads % 32: raise BackendError(f"{launch.name}: LDMATRIX needs whole warps of 32 threads, the launch has {launch.threads}")
+  used = launch.tid[launch.tid % 32 < 8 * n]               # the lanes whose addresses the instruction reads
+  start = np.broadcast_to(np.asarray(i, np.int64), (launch.threads,))
+  launch.banks(u, mem, start, 16, lanes=np.flatnonzero(launch.tid % 32 < 8 * n))
+  rows = np.zeros((launch.threads, 8), mem.data.dtype)
+  for c in range(8): rows[used, c] = mem.load(start[used] + c, used)
+  return ldmatrix(rows, n, trans)
 
 
 # the value of each statement for all threads at once, but a loop's RANGE and END (which move the program counter: see
@@ -344,6 +496,7 @@ STATEMENTS: dict[Ops, Callable[[_Launch, UOp], object]] = {
   Ops.VECTORIZE: lambda launch, u: np.stack(np.broadcast_arrays(*(np.asarray(launch.val[s]) for s in u.src)), axis=-1),
   Ops.GEP: lambda launch, u: np.asarray(launch.val[u.src[0]])[..., u.arg],
   Ops.WMMA: _wmma,
+  Ops.ASYNC_COPY: _async_copy, Ops.ASYNC_COMMIT: _async_commit, Ops.ASYNC_WAIT: _async_wait, Ops.LDMATRIX: _ldmatrix,
   **dict.fromkeys(ALU, lambda launch, u: _alu(u, [launch.val[s] for s in u.src])),
 }
 
@@ -360,7 +513,7 @@ def run_grid(program: EmulatedProgram, arrays: list[np.ndarray]) -> None:
   tid = np.arange(threads, dtype=np.int64)
   coords = dict(zip(kinds[AxisType.GLOBAL], grid_coordinates(gsizes, tid // per_block)))
   coords.update(zip(kinds[AxisType.LOCAL], grid_coordinates(lsizes, tid % per_block)))
-  launch = _Launch(program.name, {b.arg.slot: a for b, a in zip(program.params, arrays)}, threads, blocks, per_block, tid)
+  launch = _Launch(program.name, {b.arg.slot: a for b, a in zip(program.params, arrays)}, threads, blocks, per_block, tid, program=program)
   val = launch.val
   pc, n = 0, len(lin)
   with np.errstate(all="ignore"):
@@ -380,6 +533,9 @@ def run_grid(program: EmulatedProgram, arrays: list[np.ndarray]) -> None:
       elif (statement := STATEMENTS.get(op)) is not None: val[u] = statement(launch, u)
       else: raise BackendError(f"{program.name}: the PYTHON backend has no rule for {op!r} (is the program lowered?)")
       pc += 1
+  if launch.in_flight or launch.issued:
+    raise BackendError(f"{program.name} ends with cp.async copies it never waited for ({len(launch.in_flight)} committed groups, "
+                       f"{len(launch.issued)} copies not committed): an ASYNC_WAIT is missing")
 
 
 class PythonBackend:
@@ -395,7 +551,7 @@ class PythonBackend:
     if not isinstance(program, LinearProgram): raise BackendError("the PYTHON backend runs LinearPrograms (it has no renderer)")
     for u in program.uops:
       if u.dtype.scalar() not in (dtypes.void, *_NP): raise BackendError(f"{name}: the PYTHON backend has no {u.dtype} values")
-    return EmulatedProgram(name, program.uops, program.params, loop_jumps(list(program.uops)))
+    return EmulatedProgram(name, program.uops, program.params, loop_jumps(list(program.uops)), shared_layout(program.uops)[0])
 
   def alloc(self, n: int, dtype: DType) -> np.ndarray: return np.zeros(n, _np(dtype))
   def copyin(self, handle: np.ndarray, array: np.ndarray) -> None: handle[...] = array
@@ -405,4 +561,5 @@ class PythonBackend:
   def synchronize(self) -> None: pass
 
 
-__all__ = ["PythonBackend", "RaceError", "run_grid", "wmma", "grid_coordinates", "EmulatedProgram", "STATEMENTS"]
+__all__ = ["PythonBackend", "RaceError", "run_grid", "wmma", "ldmatrix", "wavefronts", "BankCount", "grid_coordinates", "EmulatedProgram",
+           "STATEMENTS"]
