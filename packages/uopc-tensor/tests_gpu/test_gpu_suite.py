@@ -195,10 +195,12 @@ def test_the_gpu_lowerings_are_the_ones_this_suite_means_to_check(recorded):
     w("PYTHON")
     assert any(u.op.name == "WMMA" for p in recorded for u in p.uops), f"{w.__name__} did not reach the tensor cores"
     if w in (gemm_f16_1024, gemm_f16_wide, gemm_f16_long):
-      # in many blocks along both output axes (a GLOBAL range each): the block offsets are in every index
+      # the pipelined kernel (cp.async copies, ldmatrix) in many blocks along both output axes (a GLOBAL range each: the
+      # block offsets are in every index), but 128 x 2048, one row of 128 x 128 blocks
       [p] = recorded
+      assert {"ASYNC_COPY", "ASYNC_WAIT", "LDMATRIX"} <= {u.op.name for u in p.uops}, f"{w.__name__} is not the pipelined GEMM"
       blocks = [int(u.src[0].arg) for u in p.uops if u.op.name == "RANGE" and u.arg.kind.name == "GLOBAL"]
-      assert len(blocks) == 2 and min(blocks) > 1, (w.__name__, blocks)
+      assert (blocks == [16]) if w is gemm_f16_long else (len(blocks) == 2 and min(blocks) > 1), (w.__name__, blocks)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")

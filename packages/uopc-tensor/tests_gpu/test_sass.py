@@ -1,8 +1,8 @@
 """The SASS of the kernels a first H200 run will time, checked without a GPU: the f16 GEMM 8192 (benchmarks/gpu.py's
-row) and the GPT training step's kernels, compiled for sm_90 and read back with cuobjdump (testing/sass.py). What holds
-today is asserted: the GEMM reaches the tensor cores (HMMA), no kernel spills to local memory, registers and shared
-memory fit an sm_90 launch. LDSM (ldmatrix) and LDGSTS (cp.async) are printed, not asserted: today's tensor-core GEMM
-loads its fragments straight from global memory (`python testing/sass.py` prints every count)."""
+row) and the GPT training step's kernels, compiled for sm_90 and read back with cuobjdump (testing/sass.py): the GEMM is
+the pipelined tensor-core kernel (HMMA: mma.sync; LDGSTS: its cp.async copies into shared memory; LDSM: its ldmatrix
+fragment loads), no kernel spills to local memory, registers and shared memory fit an sm_90 launch (`python
+testing/sass.py` prints every count)."""
 from __future__ import annotations
 import pytest
 import sass
@@ -34,8 +34,11 @@ def test_the_f16_gemm_8192_is_one_tensor_core_kernel_that_fits_sm_90(out_f32):
   k = sass.inspect(name, src, threads, TOOL)
   print(f"\n{sass.HEADER}\n{k.row()}")
   assert k.registers > 0 and sum(k.ops.values()) > 0, f"cuobjdump's output was not read: {k}"
-  # each mma.sync of the source is an HMMA.16816 (more where ptxas unrolls a loop around one)
+  # each mma.sync of the source is an HMMA.16816 (more where ptxas unrolls a loop around one), each cp.async an LDGSTS, each
+  # ldmatrix an LDSM: the operands reach the tensor cores through shared memory, not straight from global memory
   assert k.ops["HMMA"] >= src.count("mma.sync.aligned.m16n8k16") > 0, k.row()
+  assert k.ops["LDGSTS"] >= src.count("cp.async.cg.shared.global") > 0, k.row()
+  assert k.ops["LDSM"] >= src.count("ldmatrix.sync.aligned") > 0 and k.ops["LDG"] == 0, k.row()
   assert not k.faults(), f"{name}: {k.faults()}"
 
 
