@@ -480,3 +480,19 @@ def test_resume_without_optimizer_state_trains_on_with_a_fresh_optimizer_and_a_w
   ckpt = load(path)
   assert ckpt.step == 9 and len(ckpt.history) == 9
   np.testing.assert_allclose(nn.safe_load(path)["optim.s1"].numpy(), 1 - 0.9 ** 3, rtol=1e-5)     # three steps of a new AdamW
+
+
+def test_a_decode_step_reads_the_filled_prefix_of_the_cache(monkeypatch):
+  # a long context's step reads the big cache only up to a quarter-of-the-context bucket of what is written (a jitted
+  # step per bucket); the tiny model's context 8 takes that road here: blocks of 2, buckets of 2 positions
+  from uopc.gpt import model as gpt_model
+  monkeypatch.setattr(gpt_model, "PREFIX_BUCKETS_FROM", 0)
+  assert [gpt_model.cache_prefix(8, 2, p) for p in range(8)] == [2, 2, 2, 2, 4, 4, 6, 6]
+  assert [gpt_model.cache_prefix(256, 16, p) for p in (0, 63, 64, 79, 80, 128, 143, 144, 255)] == [64, 64, 64, 64, 128, 128, 128, 192, 256]
+  model = tiny_model()
+  x = np.random.default_rng(5).integers(0, 13, (3, 8)).astype(np.int32)
+  full = model(Tensor(x)).numpy()
+  for length in (8, 5):
+    for pos in range(length): np.testing.assert_allclose(model.decode(x[:, pos], pos), full[:, pos], rtol=1e-4, atol=1e-5)
+  [(_, steps, _)] = model._decoders.by_batch.values()
+  assert sorted(steps) == [2, 4, 6]                 # (the last position, 7, reads 3 full blocks)
