@@ -22,6 +22,21 @@ def test_matmul_matches_numpy(sa, sb):
   check(Tensor(a).matmul(Tensor(b)), a @ b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("batch", [(), (3,), (2, 3)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_matmul_s_straight_road_builds_the_graph_of_the_general_one(batch, dtype, monkeypatch):
+  # two operands of one dtype and one batch go straight to UOps (_same_batch_matmul): the very nodes the general road
+  # makes over the same buffers, so kernels, schedules and gradients can't tell them apart; sizes of 1 skip the same expands
+  from uopc.tensor.matmul import MatmulMixin
+  grad = dtype is np.float32
+  pairs = [(Tensor(np.ones(batch + (n, k), dtype), requires_grad=grad), Tensor(np.ones(batch + (k, m), dtype)))
+           for n in (1, 4) for k in (1, 5) for m in (1, 6)]
+  straight = [a @ b for a, b in pairs]
+  monkeypatch.setattr(MatmulMixin, "_same_batch_matmul", lambda self, w: None)
+  general = [a @ b for a, b in pairs]
+  for s, g in zip(straight, general): assert s.uop is g.uop and s.requires_grad == g.requires_grad == grad
+
+
 def test_matmul_on_ints_and_mixed_dtypes():
   a, b = I34, I34.T.copy()
   check(Tensor(a) @ Tensor(b), a @ b, dtype=dtypes.i32)

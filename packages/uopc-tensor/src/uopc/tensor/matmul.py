@@ -7,6 +7,7 @@ output doesn't keep.
 """
 from __future__ import annotations
 from uopc.dtype import dtypes
+from uopc.uop import Ops
 from uopc.tensor.errors import TensorError, TensorIndexError
 from uopc.tensor.args import broadcast_shape, promote
 from uopc.tensor.core import TensorCore
@@ -24,6 +25,7 @@ class MatmulMixin:
   def matmul(self, w: TensorCore) -> TensorCore:
     """self @ w with NumPy's rules: batched over leading axes (broadcast), a 1-D operand a vector."""
     w = w if isinstance(w, TensorCore) else type(self)(w, device=self.device)
+    if (fast := self._same_batch_matmul(w)) is not None: return fast
     if self.ndim == 0 or w.ndim == 0: raise TensorError(f"matmul: {self.shape} @ {w.shape}: both operands need at least one dimension")
     x, y = (self.unsqueeze(0) if self.ndim == 1 else self), (w.unsqueeze(-1) if w.ndim == 1 else w)
     if x.shape[-1] != y.shape[-2]:
@@ -40,6 +42,24 @@ class MatmulMixin:
     if self.ndim == 1: out = out.squeeze(-2)
     if w.ndim == 1: out = out.squeeze(-1)
     return out
+
+  def _same_batch_matmul(self, w: TensorCore) -> TensorCore | None:
+    """The common case, straight to UOps: two operands of 2 or more axes, one dtype (not f16, which is summed in f32),
+    the same batch axes, the inner sizes equal. The graph is the one matmul builds below (a test holds them to it), for
+    a quarter of the Python (a GEMM of 256: 96 -> 72 us a call, all of it overhead beside the 0.1 ms kernel). None
+    otherwise."""
+    xu, yu = self.uop, w.uop
+    xs, ys = xu.shape, yu.shape
+    nb = len(xs) - 2
+    if nb < 0 or len(ys) != nb + 2 or xu.dtype is not yu.dtype or xu.dtype is dtypes.f16 or xs[:nb] != ys[:nb] or xs[-1] != ys[-2]:
+      return None
+    n, k, m = xs[-2], xs[-1], ys[-1]
+    full = xs[:nb] + (n, m, k)
+    a = xu.reshape(xs[:nb] + (n, 1, k))
+    if m != 1: a = a.expand(full)
+    b = yu.permute(tuple(range(nb)) + (nb + 1, nb)).reshape(xs[:nb] + (1, m, k))
+    if n != 1: b = b.expand(full)
+    return self._new((a * b).reduce(Ops.ADD, 1), w)
 
   def linear(self, weight: TensorCore, bias: TensorCore | None = None) -> TensorCore:
     """self @ weight.T + bias, with weight (out_features, in_features) as in torch."""
