@@ -332,6 +332,30 @@ def test_an_a_read_down_its_columns_is_packed_into_row_panels():
     assert bool(stages) is packed, [kk.root.shape for kk in ks]
 
 
+def test_a_gemm_stored_transposed_packs_its_a_into_panels_a_vector_wide():
+  """k's gradient in attention, ds.T @ q (512 x 64 from 512 x 512 by 512 x 64), comes from autodiff as (q.T @ ds).T: a
+  GEMM C = A @ B with A = q.T (read down its columns: packed) whose kernel stores C transposed. That kernel's vector lanes
+  go along C's rows, A's i: in panels of 8 rows each 16-lane vector was two runs, gathered lane by lane (111 GFLOP/s);
+  in panels of the B width (32) it is one vector load. An A stored plainly keeps its panels of 8 rows."""
+  from uopc.opt import PACK_ROWS
+  from uopc.vectorize import vectorize
+  from uopc.rangeify import lower
+  from uopc.lowering import Ctx
+  a = buf(0, 512 * 64).reshape((512, 64)).permute((1, 0)).reshape((64, 1, 512)).expand((64, 512, 512))
+  b = buf(1, 512 * 512).reshape((512, 512)).permute((1, 0)).reshape((1, 512, 512)).expand((64, 512, 512))
+  c = (a * b).reduce(Ops.ADD, 1)
+  for root, rows in ((c.permute((1, 0)), 32), (c, PACK_ROWS)):
+    ks = kernelize([(root, buf(2, 512 * 64))], rewrite=graph_rewrite(CPU))
+    assert (64 // rows, 512, rows) in [k.root.shape for k in ks], [k.root.shape for k in ks]
+  gemm = kernelize([(c.permute((1, 0)), buf(2, 512 * 64))], rewrite=graph_rewrite(CPU))[-1]
+  o = choose_opts(gemm, CPU)
+  assert o.vector == (1, 16)
+  program = vectorize(lower(gemm.canonical_root, gemm.canonical_out, Ctx(opts=o)), lanes=True)
+  # A's lanes come in one vector load: no VECTORIZE gathers different scalar loads (a broadcast repeats one)
+  gathers = [u for u in program.toposort() if u.op is Ops.VECTORIZE and len(set(u.src)) > 1 and all(s.op is Ops.LOAD for s in u.src)]
+  assert not gathers and any(u.op is Ops.LOAD and u.dtype == dtypes.f32.vec(16) for u in program.toposort())
+
+
 def test_a_transposing_copy_walks_blocks_of_rows_inside_each_column_and_its_threads_split_the_blocks():
   """P[j // 8, k, j % 8] = A[k, j], A's rows 16 elements or more apart (a GEMM operand packed into panels): in output
   order each step of k read a new line of A, whose other half waited for the next panel, and 2048 rows later it had left

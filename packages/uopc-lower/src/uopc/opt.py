@@ -453,16 +453,17 @@ def _strides(view: UOp) -> tuple[int, int] | None:
   return along_n, along_k
 
 
-def _pack(u: UOp, panel: int) -> UOp:
+def _pack(u: UOp, panel: int, a_rows: int = PACK_ROWS) -> UOp:
   """A GEMM C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (REDUCE of a product whose operands are broadcast along j
   and along i) whose B would be read badly is given B packed into panels of `panel` columns: B[..., k, j] is stored as
   P[..., j // panel, k, j % panel], so the kernel's vector loads of a row of a panel are contiguous and the panel it
   walks down is one contiguous block. Badly: along a column (x @ w.T, q @ k.T: B's columns are contiguous, not its
   rows), or with rows so far apart that a panel thrashes the caches (an NN GEMM of 2048). Likewise an A read down its
   columns, a cache line or more apart, over PACK_MIN_DEPTH products or more (a weight's gradient dy.T @ x: A is dy
-  transposed, summed over every token) is packed into panels of PACK_ROWS rows, A[..., i, k] stored as
-  P[..., i // PACK_ROWS, k, i % PACK_ROWS]: the register tile's rows for one k are then one contiguous run instead of a
-  cache line each, thousands of lines apart."""
+  transposed, summed over every token) is packed into panels of `a_rows` rows, A[..., i, k] stored as
+  P[..., i // a_rows, k, i % a_rows]: the register tile's rows for one k are then one contiguous run instead of a
+  cache line each, thousands of lines apart. (`a_rows` is PACK_ROWS, or `panel` where the kernel will store C
+  transposed, and so put its vector lanes along i: see GemmPacking.)"""
   if u.arg != (Ops.ADD, 1) or u.dtype is not dtypes.f32 or len(u.src[0].shape) < 3: return u
   if (product := _permuted_product(u.src[0])) is None: return u
   *batch, m, n, k = product.shape
@@ -478,8 +479,8 @@ def _pack(u: UOp, panel: int) -> UOp:
     along_k, along_j = st                                  # B[k, j]: rows are k, columns j
     if along_j != 1 or abs(along_k) >= PACK_STRIDE: new[b_at] = _in_panels(operands[b_at], n, panel)
   small = operands[1 - b_at].src[0]                        # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
-  if m % PACK_ROWS == 0 and m != PACK_ROWS and (st := _strides(small.reshape(small.shape[:-3] + (m, k)))):
-    if abs(st[1]) >= 16 and k >= PACK_MIN_DEPTH: new[1 - b_at] = _in_panels(operands[1 - b_at], m, PACK_ROWS)   # a line per k
+  if m % a_rows == 0 and m != a_rows and (st := _strides(small.reshape(small.shape[:-3] + (m, k)))):
+    if abs(st[1]) >= 16 and k >= PACK_MIN_DEPTH: new[1 - b_at] = _in_panels(operands[1 - b_at], m, a_rows)   # a line per k
   if all(a is b for a, b in zip(new, operands)): return u
   return u.replace(src=(product.replace(src=tuple(new)),))
 
@@ -513,9 +514,38 @@ class GemmPacking:
 
   def __call__(self, roots: list[UOp]) -> list[UOp]:
     # decided on the graph as it is; only the GEMMs that get packed are rebuilt (no graph rebuild when none is)
-    pack = lambda u: _pack(u, self.panel)
-    packed = {u for u in UOp(Ops.SINK, tuple(roots)).toposort() if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and pack(u) is not u}
-    return UOp.wrap(roots, packed, pack) if packed else roots
+    nodes = UOp(Ops.SINK, tuple(roots)).toposort()
+    transposed = _transposed_sums(nodes)
+    rows = lambda u: self.panel if u in transposed else PACK_ROWS
+    packed = [u for u in nodes if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and _pack(u, self.panel, rows(u)) is not u]
+    if not packed: return roots
+    # UOp.wrap hands each packed GEMM over rebuilt (over packed operands below it), in the graph's order: the A rows
+    # decided on the original go with it in that order
+    decided = iter([rows(u) for u in packed])
+    return UOp.wrap(roots, set(packed), lambda u: _pack(u, self.panel, next(decided)))
+
+
+def _transposed_sums(nodes: list[UOp]) -> set[UOp]:
+  """The REDUCEs whose value is used (through RESHAPEs) only by a PERMUTE that moves its last axis: a GEMM C whose kernel
+  stores C transposed (k's gradient in attention, ds.T @ q, comes from autodiff as (q.T @ ds).T). That kernel's last
+  output axis, where choose_opts puts the vector lanes, is C's i: its A is then read along i, a vector at a time, and a
+  panel of PACK_ROWS (8) rows would split each 16-lane vector in two runs (k's gradient: 111 GFLOP/s, 0.3 ms of
+  attention's 1.1 ms forward and backward). Such an A is packed into panels of the B width instead."""
+  users: dict[UOp, list[UOp]] = {}
+  for u in nodes:
+    for s in u.src: users.setdefault(s, []).append(u)
+  out = set()
+  for u in nodes:
+    if u.op is not Ops.REDUCE or u.arg != (Ops.ADD, 1) or len(u.shape) < 2: continue
+    v = u
+    while (us := users.get(v, [])) and len(us) == 1 and us[0].op is Ops.RESHAPE and us[0].shape[-1:] == u.shape[-1:]: v = us[0]
+    # then a chain of PERMUTEs, composed (two transposes are none)
+    axes = list(range(len(v.shape)))
+    while (us := users.get(v, [])) and len(us) == 1 and us[0].op is Ops.PERMUTE:
+      v = us[0]
+      axes = [axes[a] for a in v.arg]
+    if v is not u and v.op is Ops.PERMUTE and axes and axes[-1] != len(axes) - 1: out.add(u)
+  return out
 
 
 def graph_rewrite(caps: Caps) -> GemmPacking | None:
