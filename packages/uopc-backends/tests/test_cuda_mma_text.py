@@ -1,7 +1,7 @@
 """The CUDA text of a tensor-core kernel checked against the PTX ISA, without a GPU.
 
 The emulator runs a kernel's lowered UOps, and the lowering's fragment table is checked against the emulator's: both
-are uopc's. What runs on a device is the rendered source: the __halves2half2 packings of the registers and the order of
+are uopc's. What runs on a device is the rendered source: the uopc_pack packings of the registers and the order of
 the mma.sync operands. A renderer that swapped the halves of B's registers compiled to a valid cubin computing wrong
 products, and every other test passed. Here the rendered source itself is run, statement by statement, for every
 thread of its grid (a small interpreter for the statements the CUDA renderer prints, which refuses any other), with
@@ -150,13 +150,13 @@ def to_python(src: str) -> tuple[str, list[str]]:
       block = " ".join(lines[j].strip() for j in range(i, i + 4))
       i += 4
       name = m[1]
-      packs = re.fullmatch(r"\{ half2 _f\[6\] = \{(.*)\}; const unsigned\* _r = \(const unsigned\*\)_f; "
+      packs = re.fullmatch(r"\{ const unsigned _r\[6\] = \{(.*)\}; "
                            r'asm volatile\("([^"]*)" : (.*) : (.*)\); \}', block)
       assert packs, f"an mma block this test can't read: {block}"
       # an element of a vector of halves: half2's .x and .y (a vector load of two neighbours) are its elements 0 and 1
       lane = lambda v: re.sub(r"^(\w+)\.([xy])$", lambda g: f"{g[1]}[{'xy'.index(g[2])}]", v)
-      pairs = [(lane(x), lane(y)) for x, y in re.findall(r"__halves2half2\(([\w.]+), ([\w.]+)\)", packs[1])]
-      assert len(pairs) == 6 and packs[1].count("__halves2half2") == 6, packs[1]
+      pairs = [(lane(x), lane(y)) for x, y in re.findall(r"uopc_pack\(([\w.]+), ([\w.]+)\)", packs[1])]
+      assert len(pairs) == 6 and packs[1].count("uopc_pack") == 6, packs[1]
       templates.append(packs[2])
       outputs = re.findall(r'"=f"\((\w+)\[(\d)\]\)', packs[3])
       inputs = re.findall(r'"(r|f)"\(([^)]*)\)', packs[4])
@@ -309,9 +309,9 @@ def test_a_renderer_that_swaps_bs_halves_is_caught(monkeypatch):
   original = CUDARenderer.render_wmma
   def swapped(self, body, u):
     original(self, body, u)
-    line = next(i for i in range(len(body.lines) - 1, -1, -1) if "half2 _f[6]" in body.lines[i])
-    packs = re.findall(r"__halves2half2\(([\w.]+), ([\w.]+)\)", body.lines[line])
-    for lo, hi in packs[4:]: body.lines[line] = body.lines[line].replace(f"__halves2half2({lo}, {hi})", f"__halves2half2({hi}, {lo})")
+    line = next(i for i in range(len(body.lines) - 1, -1, -1) if "const unsigned _r[6]" in body.lines[i])
+    packs = re.findall(r"uopc_pack\(([\w.]+), ([\w.]+)\)", body.lines[line])
+    for lo, hi in packs[4:]: body.lines[line] = body.lines[line].replace(f"uopc_pack({lo}, {hi})", f"uopc_pack({hi}, {lo})")
   monkeypatch.setattr(CUDARenderer, "render_wmma", swapped)
   src, blocks, threads = render(16, 8, 16, Opts(gpu=True, tc=True))
   with pytest.raises(AssertionError, match=r"\(0, 0, 0, \["): check(src, blocks, threads, 16, 8, 16)

@@ -16,6 +16,7 @@ from uopc.backends.python import RaceError, ldmatrix, wavefronts
 from uopc.backends.cuda import CUDARenderer
 from uopc.backends.c import CRenderer
 from uopc.runtime import vectorized, program_buffers
+from test_cuda_mma_text import C_FIGURE, figure
 
 PY = get_backend("PYTHON")
 
@@ -147,24 +148,15 @@ def test_each_group_holds_one_tile():
 
 # ---- ldmatrix and the bank counts, against the hardware's own descriptions ----------------------------------------------
 
-# PTX ISA, "Warp-level matrix load instruction: ldmatrix", the figure of an 8x8 matrix's fragments: each row of the
-# matrix, the cell "lane.element" of the thread that receives it (each thread two neighbouring halves of one row)
-LDMATRIX_FIGURE = """
-  0.0  0.1  1.0  1.1  2.0  2.1  3.0  3.1
-  4.0  4.1  5.0  5.1  6.0  6.1  7.0  7.1
-  8.0  8.1  9.0  9.1 10.0 10.1 11.0 11.1
- 12.0 12.1 13.0 13.1 14.0 14.1 15.0 15.1
- 16.0 16.1 17.0 17.1 18.0 18.1 19.0 19.1
- 20.0 20.1 21.0 21.1 22.0 22.1 23.0 23.1
- 24.0 24.1 25.0 25.1 26.0 26.1 27.0 27.1
- 28.0 28.1 29.0 29.1 30.0 30.1 31.0 31.1
-"""
+# PTX ISA, "Warp-level matrix load instruction: ldmatrix": each thread receives two neighbouring halves of one row of an
+# 8x8 matrix, drawn as the ISA draws the first 8 rows of mma.m16n8k16's accumulator (test_cuda_mma_text's C_FIGURE: the
+# same cells, lane.element), so the figure is read from there: (lane, element) -> (row, column)
+LDMATRIX_AT = figure("\n".join(C_FIGURE.strip().splitlines()[:8]), 8, 8, 2)
 
 
 @pytest.mark.parametrize("matrices", [1, 2, 4])
 @pytest.mark.parametrize("trans", [False, True])
 def test_ldmatrix_hands_each_lane_the_cells_of_the_ptx_isa_figure(matrices, trans):
-  cells = [line.split() for line in LDMATRIX_FIGURE.strip().splitlines()]
   # matrix q's row r is what lane 8q + r points at: fill each with values that name (matrix, row, column)
   rows = np.full((32, 8), -1.0, np.float32)
   for q in range(matrices):
@@ -172,12 +164,10 @@ def test_ldmatrix_hands_each_lane_the_cells_of_the_ptx_isa_figure(matrices, tran
   got = ldmatrix(rows, matrices, trans)
   assert got.shape == (32, 2 * matrices)
   for q in range(matrices):
-    for r in range(8):
-      for c in range(8):
-        lane, element = map(int, cells[r][c].split("."))
-        # the figure is of the matrix a lane receives: the rows as stored, or (.trans) their transpose
-        stored_r, stored_c = (c, r) if trans else (r, c)
-        assert got[lane, 2 * q + element] == q * 100 + stored_r * 10 + stored_c, (q, r, c, lane, element)
+    for (lane, element), (r, c) in LDMATRIX_AT.items():
+      # the figure is of the matrix a lane receives: the rows as stored, or (.trans) their transpose
+      stored_r, stored_c = (c, r) if trans else (r, c)
+      assert got[lane, 2 * q + element] == q * 100 + stored_r * 10 + stored_c, (q, r, c, lane, element)
 
 
 def test_wavefronts_count_the_passes_through_the_32_banks():

@@ -238,6 +238,10 @@ class _Operand(NamedTuple):
   @property
   def chunks(self) -> int: return self.row_len // 8       # 16-byte chunks a row
 
+  def shared_at(self, stage: UOp, row: UOp, chunk: UOp) -> UOp:
+    """Where chunk `chunk` of tile row `row` starts in stage `stage` of the ring (swizzled within its row)."""
+    return simplify(stage * self.extent * TK + row * self.row_len + swizzle(row, chunk, self.chunks) * 8)
+
 
 def xor(x: UOp, y: UOp, bits: int) -> UOp:
   """x ^ y for non-negative x and y < 2**bits, with the IR's integer ops (it has no bitwise ones): x's bits above `bits`
@@ -302,8 +306,7 @@ def pipelined_tc_gemm(idx: tuple[UOp, ...], ctx: Ctx):
     out = []
     for (op, t, row, c, valid), v in zip(want, vals):
       dst = op.mem.after(after) if after is not None else op.mem
-      at_ = simplify((t % S) * op.extent * TK + row * op.row_len + swizzle(row, c, op.chunks) * 8)
-      out.append(UOp(Ops.ASYNC_COPY, (UOp(Ops.INDEX, (dst, at_), dtypes.f16.vec(8)),
+      out.append(UOp(Ops.ASYNC_COPY, (UOp(Ops.INDEX, (dst, op.shared_at(t % S, row, c)), dtypes.f16.vec(8)),
                                       UOp(Ops.INDEX, v.src[0].src, dtypes.f16.vec(8)), simplify(valid))))
     return out
 
@@ -325,9 +328,9 @@ def pipelined_tc_gemm(idx: tuple[UOp, ...], ctx: Ctx):
     ah, kh = (m % 2, m // 2) if w == 0 else (m // 2, m % 2)
     if op.inner_k: row, c = a0 + ah * 8 + r, kh + k0 // 8
     else: row, c = kh * 8 + k0 + r, (a0 + ah * 8) // 8
-    at_ = simplify((kt % S) * op.extent * TK + row * op.row_len + swizzle(row, c, op.chunks) * 8)
     # after the next tile's copies are issued: they run while the warps multiply this one
-    return UOp(Ops.LDMATRIX, (UOp(Ops.INDEX, (op.mem.after(ready, issued), at_), dtypes.f16.vec(8)),), (n, not op.inner_k))
+    return UOp(Ops.LDMATRIX, (UOp(Ops.INDEX, (op.mem.after(ready, issued), op.shared_at(kt % S, row, c)), dtypes.f16.vec(8)),),
+               (n, not op.inner_k))
 
   outer = ranges_in(*idx)
   accs, sums = {}, {}

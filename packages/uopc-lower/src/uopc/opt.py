@@ -519,10 +519,14 @@ class GemmPacking:
     rows = lambda u: self.panel if u in transposed else PACK_ROWS
     packed = [u for u in nodes if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and _pack(u, self.panel, rows(u)) is not u]
     if not packed: return roots
-    # UOp.wrap hands each packed GEMM over rebuilt (over packed operands below it), in the graph's order: the A rows
-    # decided on the original go with it in that order
-    decided = iter([rows(u) for u in packed])
-    return UOp.wrap(roots, set(packed), lambda u: _pack(u, self.panel, next(decided)))
+    # UOp.wrap hands each packed GEMM over rebuilt (over packed operands below it), walking the same toposort as
+    # `nodes`: the originals come in `packed`'s order, and the A rows are decided on the original (its users)
+    originals = iter(packed)
+    def repack(u: UOp) -> UOp:
+      orig = next(originals)
+      assert u.arg == orig.arg and u.shape == orig.shape, "UOp.wrap visited the packed GEMMs out of the graph's order"
+      return _pack(u, self.panel, rows(orig))
+    return UOp.wrap(roots, set(packed), repack)
 
 
 def _transposed_sums(nodes: list[UOp]) -> set[UOp]:

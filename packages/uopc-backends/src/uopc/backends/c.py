@@ -363,7 +363,7 @@ class _Body:
                  for kind in self.dims}
     self.shared, _ = shared_layout(lin)         # each shared ALLOC's byte offset in the block's shared memory
     self.stacks: dict[UOp, list[str]] = {}     # a STACK (a WMMA operand): its elements' expressions
-    self.registers: dict[tuple[str, str], str] = {}   # two halves that fill one 32-bit register together (an ldmatrix's): it
+    self.registers: dict[tuple[str, str], str] = {}   # (low half, high half) -> the 32-bit register an ldmatrix filled with them
     self.wide: dict[UOp, tuple[str, str]] = {}  # a vector INDEX: (its memory, its first element's index)
     self.blocks: list[bool] = []       # for each open RANGE: did it open a { block
 

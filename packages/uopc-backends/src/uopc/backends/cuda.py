@@ -11,7 +11,7 @@ allowed it with cuFuncSetAttribute), `__syncthreads()`, `half` for f16 (cuda_fp1
 (float4, int4, half8: what uopc.vectorize folds neighbouring accesses into, Caps.vector_bytes; then 8 and 4 bytes:
 float2, int2, half4, half2), and WMMA as the inline
 PTX of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (sm_80 and later): a lane's 8 halves of A and 4 of B are
-packed two to a 32-bit register, low element first.
+packed two to a 32-bit register, low element first (uopc_pack; the registers an ldmatrix filled go as they are).
 
 Compilation: nvcc -cubin for the target architecture (the device's own compute capability; on a machine without a
 GPU, $UOPC_CUDA_ARCH, else sm_90), --fmad=false (a*b+c is never contracted: the IR's MULACC says where a fused
@@ -144,12 +144,9 @@ class CUDARenderer(CRenderer):
     pad = body.pad()
     pairs = [(a[i], a[i + 1]) for i in range(0, 8, 2)] + [(b[i], b[i + 1]) for i in range(0, 4, 2)]
     body.lines.append(f"{pad}float {name}[4];")
-    if any(p in body.registers for p in pairs):   # fragments an ldmatrix loaded: its registers, as they are
-      regs = [body.registers.get(p) or f"uopc_pack({p[0]}, {p[1]})" for p in pairs]
-      body.lines.append(f"{pad}{{ const unsigned _r[6] = {{{', '.join(regs)}}};")
-    else:
-      packed = ", ".join(f"__halves2half2({x}, {y})" for x, y in pairs)
-      body.lines.append(f"{pad}{{ half2 _f[6] = {{{packed}}}; const unsigned* _r = (const unsigned*)_f;")
+    # each 32-bit register two halves, low element first: a register an ldmatrix filled as it is, others packed
+    regs = [body.registers.get(p) or f"uopc_pack({p[0]}, {p[1]})" for p in pairs]
+    body.lines.append(f"{pad}{{ const unsigned _r[6] = {{{', '.join(regs)}}};")
     body.lines.append(f'{pad}  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, '
                       f'{{%10,%11,%12,%13}};"')
     body.lines.append(f'{pad}    : "=f"({name}[0]), "=f"({name}[1]), "=f"({name}[2]), "=f"({name}[3])')

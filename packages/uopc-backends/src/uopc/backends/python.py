@@ -238,12 +238,14 @@ class _Memory:
       raise RaceError(f"{self.name()}: thread {tid[k] % self.per_block} of block {rows[k]} {what} element {cols[k]}, which a cp.async "
                       f"copy of thread {p[k] % self.per_block} is still writing (its group was not waited for: ASYNC_WAIT, then a BARRIER)")
 
+  def _each(self, cols: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, column, thread) of every element of cols (threads, n), thread tid[t] touching row t's n elements."""
+    return np.repeat(self.rows(tid), cols.shape[1]), cols.reshape(-1), np.repeat(tid, cols.shape[1])
+
   def issue(self, cols: np.ndarray, tid: np.ndarray) -> None:
     """Thread tid[t] starts copies into elements cols[t] (an ASYNC_COPY): until they land (complete), nobody may touch them,
     and nobody may have read or written them since the last BARRIER (the copy may land at once)."""
-    rows = np.broadcast_to(self.rows(tid)[:, None], cols.shape).reshape(-1)
-    t = np.broadcast_to(tid[:, None], cols.shape).reshape(-1)
-    cols = cols.reshape(-1)
+    rows, cols, t = self._each(cols, tid)
     self._in_range(cols)
     self._not_pending(rows, cols, t, "starts a copy into")
     self._check_write(rows, cols, t)
@@ -251,9 +253,7 @@ class _Memory:
 
   def complete(self, cols: np.ndarray, values: np.ndarray, tid: np.ndarray) -> None:
     """The copies of thread tid[t] into elements cols[t] land (an ASYNC_WAIT waited for their group): they are its stores."""
-    rows = np.broadcast_to(self.rows(tid)[:, None], cols.shape).reshape(-1)
-    t = np.broadcast_to(tid[:, None], cols.shape).reshape(-1)
-    cols = cols.reshape(-1)
+    rows, cols, t = self._each(cols, tid)
     self.pending[rows, cols] = -1
     self.writer[rows, cols] = t
     self.data[rows, cols] = values.reshape(-1)
@@ -360,16 +360,15 @@ class _Launch:
   blocks: int
   per_block: int
   tid: np.ndarray
+  program: EmulatedProgram
   val: dict[UOp, object] = field(default_factory=dict)
   shared: dict[UOp, _Memory] = field(default_factory=dict)
-  program: EmulatedProgram | None = None
   in_flight: list[list] = field(default_factory=list)    # the committed groups of cp.async copies not yet waited for
   issued: list = field(default_factory=list)             # the copies issued since the last ASYNC_COMMIT
 
   def banks(self, u: UOp, mem: _Memory, elements: np.ndarray, width: int, lanes: np.ndarray | None = None) -> None:
     """Count the bank passes of instruction u: every thread (or those of `lanes`) accesses `width` bytes of shared memory
     `mem` from element `elements` on."""
-    if self.program is None: return
     at = mem.offset + np.broadcast_to(np.asarray(elements, np.int64), (self.threads,)) * mem.data.itemsize
     passes, ideal = wavefronts(at if lanes is None else at[lanes], width)
     c = self.program.bank_counts.setdefault(u, BankCount(u.op.name))
@@ -381,8 +380,7 @@ class _Launch:
 def _alloc(launch: _Launch, u: UOp) -> _Memory:
   if u.addrspace is AddrSpace.SHARED:     # one per launch, as a GPU's: a loop around it reuses the same memory
     if u not in launch.shared:
-      offset = launch.program.shared_offsets.get(u, 0) if launch.program is not None else 0
-      launch.shared[u] = _Memory(u, launch.threads, launch.blocks, launch.per_block, offset)
+      launch.shared[u] = _Memory(u, launch.threads, launch.blocks, launch.per_block, launch.program.shared_offsets[u])
     return launch.shared[u]
   return _Memory(u, launch.threads, launch.blocks, launch.per_block)   # a thread's registers, fresh each time
 
@@ -474,7 +472,7 @@ def _ldmatrix(launch: _Launch, u: UOp) -> np.ndarray:
   if launch.threads % 32: raise BackendError(f"{launch.name}: LDMATRIX needs whole warps of 32 threads, the launch has {launch.threads}")
   used = launch.tid[launch.tid % 32 < 8 * n]               # the lanes whose addresses the instruction reads
   start = np.broadcast_to(np.asarray(i, np.int64), (launch.threads,))
-  launch.banks(u, mem, start, 16, lanes=np.flatnonzero(launch.tid % 32 < 8 * n))
+  launch.banks(u, mem, start, 16, lanes=used)               # (a thread's number is its place in the launch)
   rows = np.zeros((launch.threads, 8), mem.data.dtype)
   for c in range(8): rows[used, c] = mem.load(start[used] + c, used)
   return ldmatrix(rows, n, trans)
