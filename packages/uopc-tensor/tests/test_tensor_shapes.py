@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 from uopc.dtype import dtypes
+from uopc.uop import Ops
 from uopc.tensor import Tensor
 from test_tensor_ops import X234, X34, I34, A24, check
 
@@ -88,6 +89,22 @@ def test_reshape_and_view(shape):
   check(Tensor(A24).reshape(shape), A24.reshape(shape))
   check(Tensor(A24).reshape(*shape), A24.reshape(shape))
   check(Tensor(A24).view(*shape), A24.reshape(shape))
+
+
+def test_reshape_of_a_reshape_is_one_view():
+  # a realized tensor viewed twice (a loss flattening (B, T) targets) is still a view of its buffer: nothing to compute,
+  # no copy kernel; back to its own shape it is the buffer itself. Values and gradients are the plain reshape's
+  t = Tensor(A24).realize()
+  twice = t.reshape(4, 6).reshape(24)
+  buffer = t.uop.src[0]                       # (2, 3, 4) is a view of its 24-element BUFFER
+  assert t.uop.op is Ops.RESHAPE and buffer.op is Ops.BUFFER and twice.uop is buffer
+  assert twice.schedule() == []
+  assert t.reshape(6, 4).reshape(A24.shape).uop is t.uop and t.reshape(6, 4).uop.src[0] is buffer
+  check(twice, A24.reshape(24))
+  # a tensor that requires a gradient keeps its node in the graph (backward() finds it by that node), realized or not
+  for x in (Tensor(X234, requires_grad=True), Tensor(X234, requires_grad=True).realize()):
+    (x.reshape(6, 4).reshape(24) * Tensor(np.arange(24, dtype=np.float32))).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.arange(24, dtype=np.float32).reshape(X234.shape))
 
 
 @pytest.mark.parametrize("order", [(0, 1, 2), (2, 0, 1), (1, 0, 2), (2, 1, 0), (-1, 0, 1)])

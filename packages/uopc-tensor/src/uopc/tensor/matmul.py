@@ -11,6 +11,7 @@ from uopc.uop import Ops
 from uopc.tensor.errors import TensorError, TensorIndexError
 from uopc.tensor.args import broadcast_shape, promote
 from uopc.tensor.core import TensorCore
+from uopc.tensor.movement import reshape_uop
 
 
 class MatmulMixin:
@@ -55,7 +56,7 @@ class MatmulMixin:
       return None
     n, k, m = xs[-2], xs[-1], ys[-1]
     full = xs[:nb] + (n, m, k)
-    a = xu.reshape(xs[:nb] + (n, 1, k))
+    a = reshape_uop(self, xs[:nb] + (n, 1, k))   # (as Tensor.reshape folds a realized tensor's view)
     if m != 1: a = a.expand(full)
     b = yu.permute(tuple(range(nb)) + (nb + 1, nb)).reshape(xs[:nb] + (1, m, k))
     if n != 1: b = b.expand(full)

@@ -18,6 +18,16 @@ from uopc.tensor.args import int_arg, shape_arg, check_size, new_shape, pairs_ar
 from uopc.tensor.core import TensorCore
 
 
+def reshape_uop(t: TensorCore, shape: tuple[int, ...]) -> UOp:
+  """t's uop in `shape`. A reshape of a reshape is one reshape of the first's source (or that source itself), so that a
+  realized tensor viewed again (targets (B, T) flattened for a loss) stays a view of its buffer, with no copy kernel to
+  realize it and no index check's read of that copy. Not for a tensor that requires a gradient: backward() finds such a
+  tensor by its own node, which the folded graph would no longer hold."""
+  u = t.uop
+  if u.op is Ops.RESHAPE and not t.requires_grad: u = u.src[0]
+  return u if u.shape == shape else u.reshape(shape)
+
+
 class MovementMixin:
   """Views and rearrangements: every method here moves elements, none computes one."""
   __slots__ = ()
@@ -27,7 +37,7 @@ class MovementMixin:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
     # the common case first (every internal reshape, most of a user's): python ints, none -1 or None, the same size
     if all(type(s) is int and s >= 0 for s in shape) and prod(shape) == self.numel():
-      return self if shape == self.shape else self._new(self.uop.reshape(shape))
+      return self if shape == self.shape else self._new(reshape_uop(self, shape))
     shape = shape_arg(tuple(self.shape[k] if s is None and k < self.ndim else s for k, s in enumerate(shape)))
     if shape.count(-1) > 1: raise TensorError(f"reshape: only one -1, got {shape}")
     if -1 in shape:
@@ -35,7 +45,7 @@ class MovementMixin:
       if rest == 0 or self.numel() % rest: raise TensorError(f"reshape: can't reshape {self.shape} into {shape}")
       shape = tuple(self.numel() // rest if s == -1 else s for s in shape)
     if prod(shape) != self.numel() or any(s < 0 for s in shape): raise TensorError(f"reshape: can't reshape {self.shape} into {shape}")
-    return self if shape == self.shape else self._new(self.uop.reshape(shape))
+    return self if shape == self.shape else self._new(reshape_uop(self, shape))
   view = reshape
   def permute(self, *dims) -> TensorCore:
     dims = tuple(self._dim(d) for d in shape_arg(dims))
