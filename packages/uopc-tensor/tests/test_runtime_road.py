@@ -344,3 +344,38 @@ def test_uopc_search_set_makes_tensor_code_search_each_new_kernel_on_its_inputs(
   seen.clear()
   (Tensor(x) * 5).sum(0).numpy()
   assert not seen
+
+
+@pytest.mark.parametrize("before, env, after", [
+  ("", {}, "(10000, 10, 10)"),                                       # CPython's default: raised (uopc.tensor.storage)
+  ("", {"UOPC_GC": "0"}, "(700, 10, 10)"),                           # asked to leave the collector alone
+  ("gc.set_threshold(500, 5, 5); ", {}, "(500, 5, 5)"),              # the program's own thresholds are kept
+  ("gc.disable(); ", {}, "(10000, 10, 10) False")])                  # raised, and still disabled
+def test_importing_uopc_tensor_raises_the_collectors_first_threshold_only_from_the_default(before, env, after):
+  code = f"import gc; {before}import uopc.tensor; print(gc.get_threshold(), *([] if gc.isenabled() else [False]))"
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "UOPC_GC": "", **env})
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip() == after
+
+
+def test_a_plain_training_step_makes_no_reference_cycles():
+  # what the raised threshold rests on: a step's graph, its schedule and its launches die by reference counting alone
+  import gc
+  rng = np.random.default_rng(0)
+  model = nn.Linear(8, 4)
+  opt = nn.AdamW(list(nn.get_state_dict(model).values()), lr=1e-2)
+  x, y = Tensor(rng.standard_normal((16, 8)).astype(np.float32)), Tensor(rng.integers(0, 4, 16).astype(np.int32))
+  def step():
+    opt.zero_grad()
+    loss = model(x).relu().cross_entropy(y)
+    loss.backward()
+    opt.step()
+    return loss.item()
+  step(); step()                       # compiled, and the schedule remembered
+  gc.collect()
+  gc.disable()
+  try:
+    step()
+    assert gc.collect() == 0
+  finally: gc.enable()

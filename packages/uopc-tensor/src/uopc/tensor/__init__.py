@@ -39,7 +39,7 @@ data behind realized tensors) and capture (the hook uopc.jit records a call thro
 """
 from uopc.tensor.errors import TensorError, TensorIndexError, TensorTypeError, JitError
 from uopc.tensor.args import broadcast_shape
-from uopc.tensor.storage import name_buffer, named, realize_lazy_state
+from uopc.tensor.storage import name_buffer, named, realize_lazy_state, tune_collector
 from uopc.tensor.capture import Capture, capturing, IndexCheck
 from uopc.tensor.core import TensorCore, ValuesIndices
 from uopc.tensor.creation import CreationMixin
@@ -62,6 +62,9 @@ class Tensor(CreationMixin, ElementwiseMixin, TranscendentalMixin, ActivationMix
              MatmulMixin, ConvMixin, PoolingMixin, LossMixin, AttentionMixin, NormalizationMixin, TensorCore):
   """A lazy n-dimensional array: a shaped UOp graph, computed on `realize()`."""
   __slots__ = ()
+
+
+tune_collector()   # a step's graph is thousands of short-lived objects: see uopc.tensor.storage.GC_THRESHOLD
 
 
 __all__ = ["Tensor", "TensorError", "TensorIndexError", "TensorTypeError", "JitError", "broadcast_shape", "ValuesIndices", "Capture",

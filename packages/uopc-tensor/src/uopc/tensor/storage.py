@@ -12,7 +12,7 @@ sees through a value realized on the way), the tensors assign() left lazy, the t
 random generator. Everything is held weakly or keyed by UOps: nothing here keeps a tensor alive.
 """
 from __future__ import annotations
-import itertools, weakref
+import gc, itertools, os, weakref
 import numpy as np
 from uopc.dtype import DType
 from uopc.uop import UOp, Ops, ParamArg, prod
@@ -108,3 +108,21 @@ def generator() -> np.random.Generator:
 def seed_generator(seed: int) -> None:
   global _generator
   _generator = np.random.default_rng(seed)
+
+
+# Python's cyclic collector walks its youngest generation every 700 net allocations of container objects (CPython's
+# default threshold), and every 10 of those walks the next. A plain training step builds thousands of short-lived graph
+# nodes (the default GPT's: about 2,000 UOps, 10,000 objects with their keys, sources and Tensors), none of them in a
+# reference cycle (they die by reference counting when the step's tensors do), so the collector walked them 14 times a
+# step and the whole heap every few steps, finding nothing: 2.2 ms of a 25 ms step. Importing uopc.tensor raises the
+# first threshold to GC_THRESHOLD while it is CPython's default (a program that set its own keeps it, and UOPC_GC=0
+# leaves the collector alone). Cyclic garbage elsewhere is still found, after 10,000 allocations instead of 700.
+GC_THRESHOLD = 10_000
+_CPYTHON_DEFAULTS = {(700, 10, 10), (2000, 10, 10), (2000, 10, 0)}
+
+
+def tune_collector() -> None:
+  """Raise the cyclic collector's first threshold to GC_THRESHOLD (see above); nothing when the program set its own
+  thresholds or UOPC_GC=0."""
+  if os.environ.get("UOPC_GC", "").strip() == "0": return
+  if (now := gc.get_threshold()) in _CPYTHON_DEFAULTS and now[0] < GC_THRESHOLD: gc.set_threshold(GC_THRESHOLD, *now[1:])
