@@ -506,7 +506,7 @@ __all__ = ["kernelize", "make_kernel", "Kernel", "Schedule", "Plan", "KernelizeE
 SCHEDULE_CACHE_SIZE = 256            # schedules remembered (least recently used first out)...
 SCHEDULE_CACHE_NODES = 1_000_000     # ...and graph nodes in all their keys (a key holds a small tuple per node)
 SCHEDULE_CACHE_MAX_NODES = 100_000   # a graph larger than this is kernelized afresh
-_schedules: OrderedDict[tuple, tuple] = OrderedDict()   # key -> (temporaries, kernels, nodes in the key)
+_schedules: OrderedDict[tuple, tuple] = OrderedDict()   # key -> (temporaries, kernels, nodes in the key, Plan, table)
 _schedule_nodes = 0
 
 
@@ -596,10 +596,12 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
   if (plan := _schedules.get(key)) is not None:
     try: _schedules.move_to_end(key)
     except KeyError: pass   # evicted by another thread meanwhile: the plan in hand is still right
-    temp_sizes, steps, _, launch_plan = plan
-    now = {"graph": bufs, "output": outs, "temporary": [new_buffer(n, d) for n, d in temp_sizes]}
-    return Schedule([Kernel(croot, now[out.kind][out.index], tuple(now[r.kind][r.index] for r in ins), croot, cout)
-                     for croot, cout, ins, out in steps], launch_plan, [now[r.kind][r.index] for r in launch_plan.refs])
+    temp_sizes, steps, _, launch_plan, table = plan
+    # every buffer of this call in one list, the graph's, the outputs', the new temporaries', which the remembered steps
+    # index (a training step's 232 kernels looked each one up by kind and index: a third of a hit's time)
+    at = (bufs + outs + [new_buffer(n, d) for n, d in temp_sizes]).__getitem__
+    return Schedule([Kernel(croot, at(out), tuple(map(at, ins)), croot, cout) for croot, cout, ins, out in steps],
+                    launch_plan, list(map(at, table)))
   kernels = kernelize(outputs, new_buffer, rewrite)
   where: dict[UOp, _BufferRef] = {b: _BufferRef("graph", i) for i, b in enumerate(bufs)}
   for i, o in enumerate(outs): where.setdefault(o, _BufferRef("output", i))
@@ -613,7 +615,10 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
   steps = tuple((k.canonical_root, k.canonical_out, tuple(where[b] for b in k.inputs), where[k.out]) for k in kernels)
   launch_plan = _plan(steps)
   if key not in _schedules:
-    _schedules[key] = (tuple(temp_sizes), steps, len(structure[0]), launch_plan)
+    start = {"graph": 0, "output": len(bufs), "temporary": len(bufs) + len(outs)}
+    flat = lambda r: start[r.kind] + r.index
+    _schedules[key] = (tuple(temp_sizes), tuple((cr, co, tuple(map(flat, ins)), flat(out)) for cr, co, ins, out in steps),
+                       len(structure[0]), launch_plan, tuple(map(flat, launch_plan.refs)))
     _schedule_nodes += len(structure[0])
   while _schedules and (len(_schedules) > SCHEDULE_CACHE_SIZE or _schedule_nodes > SCHEDULE_CACHE_NODES):
     _schedule_nodes -= _schedules.popitem(last=False)[1][2]
