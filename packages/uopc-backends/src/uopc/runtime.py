@@ -35,7 +35,7 @@ and the benchmarks. What is the same for every backend lives here once, so no ba
 """
 from __future__ import annotations
 import functools, hashlib, json, marshal, os, sys, threading, time, warnings
-from collections import OrderedDict
+from collections import OrderedDict, abc
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -612,7 +612,7 @@ def format_linear(lin: Sequence[UOp]) -> str:
 # ---- running -------------------------------------------------------------------------------------------------------
 
 def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMapping[UOp, Buffer],
-                 policy: OptsPolicy = DEFAULT_POLICY) -> list[tuple[Program, list[Buffer]]]:
+                 policy: OptsPolicy = DEFAULT_POLICY) -> Sequence[tuple[Program, list[Buffer]]]:
   """Run `kernels` in order on `backend`. `buffers` maps BUFFER UOps to Buffers: every kernel input must be there, and each
   kernel's output is allocated into it unless it already is. Returns the launches made, as (Program, Buffers). Opts come
   from `policy`; one that measures (uopc.search.Search) sees each kernel's real inputs before the kernel first runs."""
@@ -650,7 +650,7 @@ _planned_lock = threading.Lock()
 
 
 def _run_planned(kernels: Schedule, backend: Backend, buffers: MutableMapping[UOp, Buffer],
-                 policy: OptsPolicy) -> list[tuple[Program, list[Buffer]]] | None:
+                 policy: OptsPolicy) -> Sequence[tuple[Program, list[Buffer]]] | None:
   """run_schedule for a Schedule through its Plan's LaunchGraph; None (nothing run) for whatever the checked road must see:
   an input that holds no data, a Buffer that is not the BUFFER's (backend, dtype, size), one Buffer under two BUFFERs, a
   kernel given one buffer twice, or the plan's graph running in another thread."""
@@ -677,7 +677,19 @@ def _run_planned(kernels: Schedule, backend: Backend, buffers: MutableMapping[UO
   if not lock.acquire(blocking=False): return None    # (a native graph's pointer table is one per graph)
   try: graph(table)
   finally: lock.release()
-  return [(prog, [table[s] for s in slots]) for prog, slots in graph.launches]
+  return _Launches(graph.launches, table)
+
+
+class _Launches(abc.Sequence):
+  """A planned schedule's launches, (Program, Buffers) each, made when read: a plain training step's caller reads them
+  only while uopc.jit captures, and making 232 lists of Buffers every step cost 0.1 ms."""
+  __slots__ = ("launches", "table")
+  def __init__(self, launches: list[tuple[Program, list[int]]], table: list[Buffer]): self.launches, self.table = launches, table
+  def __len__(self) -> int: return len(self.launches)
+  def __getitem__(self, i):
+    if isinstance(i, slice): return [self[k] for k in range(*i.indices(len(self)))]
+    prog, slots = self.launches[i]
+    return prog, [self.table[s] for s in slots]
 
 
 class LaunchGraph:
