@@ -203,3 +203,22 @@ def test_malformed_safetensors_give_a_clear_error(tmp_path, corrupt, message):
   nn.safe_save({"w": Tensor(np.ones(4, np.float32))}, path)
   path.write_bytes(corrupt(path.read_bytes()))
   with pytest.raises(nn.SafetensorsError, match=message): nn.safe_load(path)
+
+
+@pytest.mark.parametrize("cls, kw", [(nn.Adam, dict(weight_decay=0.1)), (nn.Adam, {}), (nn.AdamW, {}), (nn.AdamW, dict(weight_decay=0.0))])
+def test_adams_f32_update_builds_the_graph_of_its_tensor_expressions(cls, kw):
+  # the f32 road builds its UOps directly (a plain step's updates were mostly Tensor-op overhead); it must be the same
+  # graph, node for node, as the Tensor expressions of the general road, so kernels and numerics are those
+  rng = np.random.default_rng(0)
+  p = Tensor(rng.standard_normal((3, 4)).astype(np.float32), requires_grad=True)
+  opt = cls([p], lr=0.01, **kw)
+  p.grad = Tensor(rng.standard_normal((3, 4)).astype(np.float32))
+  opt._step_state()
+  shaped, g = opt._shaped(p), p.grad._stop_gradient()
+  m0, v0 = opt.m[0].uop, opt.v[0].uop
+  value, _ = opt._update_tensors(0, p, g, shaped)
+  want = (value.uop, opt.m[0].uop, opt.v[0].uop, value.requires_grad)
+  opt.m[0].uop, opt.v[0].uop = m0, v0
+  value, state = opt._update_f32(0, p, g, shaped)
+  assert (value.uop, opt.m[0].uop, opt.v[0].uop, value.requires_grad) == want and state[0] is opt.m[0] and state[1] is opt.v[0]
+  assert not opt.m[0].requires_grad and not opt.v[0].requires_grad

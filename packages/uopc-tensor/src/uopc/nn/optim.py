@@ -8,6 +8,8 @@ every time: it compiles once, and uopc.jit can capture a whole training step and
 from __future__ import annotations
 import math, warnings
 import numpy as np
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops
 from uopc.tensor import Tensor, TensorError
 from uopc.tensor.core import differentiated
 
@@ -139,12 +141,32 @@ class Adam(Optimizer):
 
   def _update(self, i, p, g):
     b1, c1, b2, c2, eps, step, rc2, decay = self._shaped(p)
+    if p.dtype is g.dtype is self.m[i].dtype is self.v[i].dtype is dtypes.f32 and p.device == g.device == self.m[i].device:
+      return self._update_f32(i, p, g, (b1, c1, b2, c2, eps, step, rc2, decay))
+    return self._update_tensors(i, p, g, (b1, c1, b2, c2, eps, step, rc2, decay))
+
+  def _update_tensors(self, i, p, g, shaped):
+    b1, c1, b2, c2, eps, step, rc2, decay = shaped
     w = p._stop_gradient()
     if self.weight_decay and not self.decoupled: g = g + w * self.weight_decay
     if decay is not None: w = w * decay
     m = self.m[i].assign(self.m[i] * b1 + g * c1)
     v = self.v[i].assign(self.v[i] * b2 + g * g * c2)
     return w + step * m / (v.sqrt() * rc2 + eps), [m, v]
+
+  def _update_f32(self, i, p, g, shaped):
+    """_update's graph for f32 tensors, node for node (a test holds them to it), built from UOps: operands of one shape
+    and dtype need none of the Tensor ops' promotion and broadcasting, which were most of a GPT step's 1.1 ms of updates."""
+    b1, c1, b2, c2, eps, step, rc2, decay = (t.uop if t is not None else None for t in shaped)
+    ADD, MUL = Ops.ADD, Ops.MUL
+    w = UOp(Ops.CAST, (p.uop,), dtypes.f32)                  # p._stop_gradient()
+    gu = g.uop
+    if self.weight_decay and not self.decoupled: gu = UOp(ADD, (gu, w * self.weight_decay))
+    if decay is not None: w = UOp(MUL, (w, decay))
+    m = self.m[i].assign(self.m[i]._new(UOp(ADD, (UOp(MUL, (self.m[i].uop, b1)), UOp(MUL, (gu, c1))))))
+    v = self.v[i].assign(self.v[i]._new(UOp(ADD, (UOp(MUL, (self.v[i].uop, b2)), UOp(MUL, (UOp(MUL, (gu, gu)), c2))))))
+    denominator = UOp(ADD, (UOp(MUL, (UOp(Ops.SQRT, (v.uop,)), rc2)), eps))
+    return p._new(UOp(ADD, (w, UOp(MUL, (UOp(MUL, (step, m.uop)), UOp(Ops.RECIP, (denominator,))))))), [m, v]
 
 
 class AdamW(Adam):
