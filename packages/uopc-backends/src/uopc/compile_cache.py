@@ -4,6 +4,7 @@
     write_entry(path, data)      store a cache entry: sealed, then written with write_file (its directory made if missing)
     read_entry(path)             an entry's contents, or None when it is missing or damaged (a damaged one is removed)
     write_file(path, data)       a whole file or none: written beside `path`, synced, renamed over it, the rename synced
+                                 (durable=False: not synced, for sealed cache entries)
     seal(data) / unseal(blob)    SHA-256 of the contents appended after them / checked and taken off again
 
 The cache holds compiled kernels (C shared objects, CUDA cubins, each named by a hash of everything that changes its
@@ -11,10 +12,13 @@ machine code), the Opts a timed search chose (uopc.search) and the runtime's pla
 new process doesn't lower it again). Processes share it and may be killed at any point, so:
 
   * a file is written to a temporary beside its name and renamed over it: a reader sees the old file or the whole new
-    one, never a part, however many processes write the same entry at once. The data and then the directory are synced
-    before the write returns, so a power loss after it can't leave a torn file either;
+    one, never a part, however many processes write the same entry at once;
   * every entry ends with its seal, checked on every read: a damaged entry is removed and rebuilt, never used (a
-    truncated shared object makes dlopen crash the process with SIGBUS, not fail);
+    truncated shared object makes dlopen crash the process with SIGBUS, not fail). The seal is also what a power loss
+    meets: an entry is not synced to the disk (a cold GPT step wrote 100 plans and 8 kernels, 200 fsyncs, 0.17 s of its
+    2.1 s here and far more on a slow disk), so one written just before it may come back torn or empty, fail its seal,
+    and be built again. Files a user keeps (a checkpoint, `uopc run --save`) have no seal: write_file syncs those, the
+    data and then the directory, before it returns;
   * a process killed mid-write leaves its temporary behind: write_entry removes those older than an hour from the
     directory it writes into, once per process (a younger one may be another process's write in progress).
 
@@ -34,12 +38,14 @@ def cache_dir() -> Path:
 
 # ---- the one writer -------------------------------------------------------------------------------------------------
 
-def write_file(path: Path | str, data: bytes | Callable[[BinaryIO], object], make_dirs: bool = False) -> None:
+def write_file(path: Path | str, data: bytes | Callable[[BinaryIO], object], make_dirs: bool = False, durable: bool = True) -> None:
   """Write `data` (bytes, or a function that writes into the file it is given) to `path` atomically and durably, with
   the mode open() would give: a temporary file beside it is written, synced and renamed over it, then the directory is
   synced, so readers and a power loss see the old file or the whole new one; a failure (a full disk, an interrupt)
   leaves no temporary behind. A symlink at `path` keeps pointing at its target, which is replaced. With make_dirs, a
-  missing directory is made, and made again (once) if it is removed in between. OSError says what failed."""
+  missing directory is made, and made again (once) if it is removed in between. durable=False skips the two syncs
+  (readers still see a whole file): for sealed cache entries, whose seal finds what a power loss tore. OSError says
+  what failed."""
   path = Path(os.path.realpath(path))
   for attempt in (0, 1):
     try:
@@ -55,13 +61,13 @@ def write_file(path: Path | str, data: bytes | Callable[[BinaryIO], object], mak
       if callable(data): data(f)
       else: f.write(data)
       f.flush()
-      os.fsync(fd)
+      if durable: os.fsync(fd)
     os.replace(tmp, path)
   except BaseException:
     try: os.unlink(tmp)
     except OSError: pass
     raise
-  _sync_dir(path.parent)                             # the rename itself survives a crash too
+  if durable: _sync_dir(path.parent)                 # the rename itself survives a crash too
 
 
 def _umask() -> int:
@@ -97,10 +103,11 @@ def unseal(blob: bytes) -> bytes | None:
 
 
 def write_entry(path: Path, data: bytes) -> None:
-  """Store `data` as the cache entry `path`: sealed, written with write_file (making the directory), after sweeping the
-  directory's stale temporaries. OSError when the cache can't take it (not a directory, read-only, full)."""
+  """Store `data` as the cache entry `path`: sealed, written with write_file (making the directory; not synced: the seal
+  finds an entry a power loss tore), after sweeping the directory's stale temporaries. OSError when the cache can't
+  take it (not a directory, read-only, full)."""
   sweep_stale_temps(path.parent)
-  write_file(path, seal(data), make_dirs=True)
+  write_file(path, seal(data), make_dirs=True, durable=False)
 
 
 def read_entry(path: Path) -> bytes | None:
