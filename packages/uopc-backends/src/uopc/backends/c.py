@@ -133,12 +133,16 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
 
 
 def used_helpers(helpers: list[tuple[str, str]], code: str) -> str:
-  """The pieces of `helpers` that `code` uses, with what they use in turn, in their order."""
+  """The pieces of `helpers` that `code` uses, with what they use in turn, in their order. Every pattern matches inside one
+  run of word characters and looks no further than its ends (\b, or a lookaround for a letter or digit), so it is
+  looked for among the distinct words of the code, not in the code itself: every pattern searching a GEMM kernel's 50
+  KB of source was 80 ms of a cold GPT step's planning."""
   chosen = []
+  words = "\n".join(set(re.findall(r"\w+", code)))
   for pattern, piece in reversed(helpers):
-    if re.search(pattern, code):
+    if re.search(pattern, words):
       chosen.append(piece)
-      code += piece
+      words += "\n" + "\n".join(set(re.findall(r"\w+", piece)))
   return "".join(reversed(chosen))
 
 
