@@ -317,3 +317,21 @@ def test_replace():
   x = param(0)
   a = x + 1
   assert a.replace(op=Ops.MUL) is x * 1 and a.replace(src=(x, x)) is x + x
+
+
+def test_const_like_remembers_shaped_constants_apart_by_type_and_sign_and_stays_bounded(monkeypatch):
+  import math
+  import uopc.uop as U
+  x = UOp(Ops.BUFFER, (), ParamArg(0, dtypes.f32, (12,))).reshape((3, 4))
+  two = x.const_like(2.0)
+  assert two is x.const_like(2.0) and two.shape == (3, 4) and two.op is Ops.EXPAND
+  assert x.const_like(-0.0) is not x.const_like(0.0)
+  assert math.copysign(1.0, x.const_like(-0.0).src[0].src[0].arg) == -1.0
+  assert math.isnan(x.const_like(float("nan")).src[0].src[0].arg)
+  i = UOp(Ops.BUFFER, (), ParamArg(1, dtypes.i32, (12,))).reshape((3, 4))
+  assert i.const_like(1).dtype is dtypes.i32 and x.const_like(1).dtype is dtypes.f32 and i.const_like(True).dtype is dtypes.i32
+  assert x.const_like(3).src[0].src[0].arg == 3.0 and type(x.const_like(3).src[0].src[0].arg) is float
+  monkeypatch.setattr(U, "CONST_LIKE_CACHE", 8)
+  for k in range(40): x.const_like(float(k))
+  assert len(U._const_like) <= 8
+  assert x.const_like(7.5).src[0].src[0].arg == 7.5

@@ -251,10 +251,18 @@ class UOp:
 
   def const_like(self, v) -> UOp:
     """v as a constant of this node's dtype *and shape*: a scalar CONST reshaped to all-ones and EXPANDed, so that
-    `x * 2` type-checks for a shaped x (a bare scalar CONST has shape () and would not)."""
-    c = UOp.const(v, self.dtype)
-    if not self.shape: return c
-    return c.reshape((1,) * len(self.shape)).expand(self.shape)
+    `x * 2` type-checks for a shaped x (a bare scalar CONST has shape () and would not). A shaped one is remembered
+    (CONST_LIKE_CACHE of them, by dtype, shape and value): a training step's graph asks for the same few a hundred
+    times a step, and built again each step, each was three new nodes."""
+    if not self.shape: return UOp.const(v, self.dtype)
+    t = type(v)
+    key = (self.dtype, self.shape, t, repr(v) if t is float else v) if t is float or t is int or t is bool else None
+    if key is not None and (c := _const_like.get(key)) is not None: return c
+    c = UOp.const(v, self.dtype).reshape((1,) * len(self.shape)).expand(self.shape)
+    if key is not None:
+      if len(_const_like) >= CONST_LIKE_CACHE: _const_like.clear()
+      _const_like[key] = c
+    return c
 
   def _operand(self, x) -> UOp: return x if isinstance(x, UOp) else self.const_like(x)
   def alu(self, op: Ops, *src) -> UOp:
@@ -290,6 +298,12 @@ class UOp:
   def permute(self, perm): return UOp(Ops.PERMUTE, (self,), _ints(perm))
   def shrink(self, arg): return UOp(Ops.SHRINK, (self,), tuple(_ints(x) for x in arg))
   def reduce(self, op: Ops, n: int = 1): return UOp(Ops.REDUCE, (self,), (op, int(n)))
+
+
+# const_like's shaped constants, by (dtype, shape, type, value): 1 and 1.0 and True apart, and a float by its repr (-0.0
+# is not 0.0, every nan one key, as _argkey has them). Held strongly, and emptied whole when full (no order to keep)
+CONST_LIKE_CACHE = 1024
+_const_like: dict[tuple, UOp] = {}
 
 
 class _CacheRef(weakref.ref):
