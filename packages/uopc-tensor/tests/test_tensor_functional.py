@@ -3,11 +3,12 @@ the losses against their formulas, layernorm, embedding, dropout and scaled dot-
 
 The data and check() come from test_tensor_ops (NumPy is the oracle, shapes are reused so kernels compile once).
 """
-import math
+import math, re
 import numpy as np
 import pytest
 from uopc.dtype import dtypes
-from uopc.tensor import Tensor
+from uopc.uop import UOp, Ops
+from uopc.tensor import Tensor, TensorError
 from test_tensor_ops import RNG, X234, X34, I34, check
 
 
@@ -35,6 +36,37 @@ def test_matmul_s_straight_road_builds_the_graph_of_the_general_one(batch, dtype
   monkeypatch.setattr(MatmulMixin, "_same_batch_matmul", lambda self, w: None)
   general = [a @ b for a, b in pairs]
   for s, g in zip(straight, general): assert s.uop is g.uop and s.requires_grad == g.requires_grad == grad
+
+
+@pytest.mark.parametrize("branches", [("t", 0.0), (0, "t"), ("t", "u"), ("t", 2), (-0.0, "t"), ("t", float("nan")), ("t", True),
+                                      ("t", 2 ** 40), ("t", "wide"), ("wide", "t")])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_where_s_straight_road_builds_the_graph_of_the_general_one(branches, dtype):
+  # a bool condition with same-shaped branches of one dtype (or numbers that take it) goes straight to UOps
+  # (_where_same_shape): the very nodes _where makes; anything else (a broadcast, a bool, an int too wide for i32) is
+  # left to _where, errors included
+  t = Tensor(np.arange(12, dtype=dtype).reshape(3, 4) - 5, requires_grad=dtype is np.float32)
+  named = {"t": t, "u": t * 2, "wide": Tensor(np.ones((2, 3, 4), dtype))}
+  a, b = (named.get(x, x) if isinstance(x, str) else x for x in branches)
+  cond = t > 0
+  try: want = cond._where(a, b)
+  except TensorError as e:
+    with pytest.raises(TensorError, match=re.escape(str(e))): cond.where(a, b)
+    return
+  got = cond.where(a, b)
+  assert got.uop is want.uop and got.requires_grad == want.requires_grad and got.shape == want.shape
+
+
+@pytest.mark.parametrize("shapes", [((3, 4), (4,)), ((3, 1), (1, 4)), ((2, 3, 4), (3, 1)), ((4,), (2, 3, 4)), ((3, 4), (2, 4))])
+def test_a_broadcast_of_one_dtype_builds_the_graph_of_broadcast_to(shapes):
+  # _operands' road for one dtype builds the reshape and expand UOps of _broadcast_to without its Tensors
+  x, y = (Tensor(np.ones(s, np.float32), requires_grad=True) for s in shapes)
+  try: shape = np.broadcast_shapes(*shapes)
+  except ValueError:
+    with pytest.raises(TensorError, match="broadcast"): x + y
+    return
+  assert (x + y).uop is UOp(Ops.ADD, (x._broadcast_to(shape).uop, y._broadcast_to(shape).uop))
+  assert (2.0 - y).shape == shapes[1] and (x * y).requires_grad
 
 
 def test_matmul_on_ints_and_mixed_dtypes():

@@ -81,6 +81,13 @@ class ValuesIndices(NamedTuple):
   indices: TensorCore
 
 
+def _broadcast_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
+  """The UOps TensorCore._broadcast_to builds for u (whose shape broadcast_shape already matched to `shape`)."""
+  if u.shape == shape: return u
+  if len(u.shape) < len(shape): u = u.reshape((1,) * (len(shape) - len(u.shape)) + u.shape)
+  return u if u.shape == shape else u.expand(shape)
+
+
 class TensorCore:
   """A lazy n-dimensional array: a shaped UOp graph, computed on `realize()`."""
   __slots__ = ("uop", "requires_grad", "grad", "device", "__weakref__")
@@ -299,6 +306,11 @@ class TensorCore:
       a, b = self.uop, other.uop
       # the common case first (a graph's ops mostly meet operands of one shape and dtype): nothing to promote or broadcast
       if a.shape == b.shape and a.dtype is b.dtype: return (b, a, [self, other]) if reverse else (a, b, [self, other])
+      if a.dtype is b.dtype:
+        # one dtype, shapes that broadcast (a bias, a row statistic): the UOps _broadcast_to gives, without its Tensors
+        shape = broadcast_shape(self.shape, other.shape)
+        a, b = _broadcast_uop(a, shape), _broadcast_uop(b, shape)
+        return (b, a, [self, other]) if reverse else (a, b, [self, other])
       d = promote(self.dtype, other.dtype)
       shape = broadcast_shape(self.shape, other.shape)
       a, b = self.cast(d)._broadcast_to(shape).uop, other.cast(d)._broadcast_to(shape).uop
@@ -316,6 +328,7 @@ class TensorCore:
     return (b, a, parents) if reverse else (a, b, parents)
 
   def _broadcast_to(self, shape: tuple[int, ...]) -> TensorCore:
+    """self broadcast to `shape` (NumPy's rule: ones prepended, then axes of 1 expanded); _broadcast_uop is its graph."""
     if self.shape == shape: return self
     if len(shape) < self.ndim: raise TensorError(f"can't broadcast {self.shape} to {shape}")
     t = self._new(self.uop.reshape((1,) * (len(shape) - self.ndim) + self.shape)) if self.ndim < len(shape) else self

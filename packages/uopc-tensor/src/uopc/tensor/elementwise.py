@@ -10,7 +10,7 @@ two. Comparisons of floats keep NaN's rules (x <= y is (x < y) | (x == y), not n
 from __future__ import annotations
 import math
 import numpy as np
-from uopc.dtype import dtypes, I32_MIN
+from uopc.dtype import dtypes, I32_MIN, I32_MAX
 from uopc.uop import UOp, Ops
 from uopc.tensor.errors import TensorError, TensorTypeError
 from uopc.tensor.args import number_arg, promote, broadcast_shape
@@ -267,6 +267,27 @@ class ElementwiseMixin:
   # ---- selection
   def where(self, a, b) -> TensorCore:
     """cond.where(a, b): a where self is true, b elsewhere, broadcast together."""
+    if (fast := self._where_same_shape(a, b)) is not None: return fast
+    return self._where(a, b)
+
+  def _where_same_shape(self, a, b) -> TensorCore | None:
+    """where's common case straight to UOps: a bool condition, and branches that are tensors of its shape and of one dtype
+    or python numbers that take that dtype. The graph is the one _where builds (a test holds them to it), for a
+    third of the Python (a mask in attention, a ReLU's gradient, a loss's ignored targets). None otherwise."""
+    if self.dtype is not dtypes.bool: return None
+    ta, tb = (x if isinstance(x, TensorCore) else None for x in (a, b))
+    t = ta if ta is not None else tb
+    if t is None or t.shape != self.shape or (ta is not None and tb is not None and (tb.shape != ta.shape or tb.dtype is not ta.dtype)):
+      return None
+    ua, ub = [], []
+    for x, out in ((a, ua), (b, ub)):
+      if isinstance(x, TensorCore): out.append(x.uop)
+      elif type(x) in (int, float) and t._scalar_dtype(x) is t.dtype and (t.dtype is not dtypes.i32 or type(x) is int and I32_MIN <= x <= I32_MAX):
+        out.append(t.uop.const_like(x))
+      else: return None
+    return self._new(UOp(Ops.WHERE, (self.uop, ua[0], ub[0])), *(x for x in (ta, tb) if x is not None))
+
+  def _where(self, a, b) -> TensorCore:
     cond = self.cast(dtypes.bool)
     a, b = (type(self)(x, device=self.device) if isinstance(x, (np.ndarray, list, tuple)) else x for x in (a, b))
     for x in (a, b):

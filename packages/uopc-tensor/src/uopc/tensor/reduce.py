@@ -28,9 +28,9 @@ class ReduceMixin:
     if not axes: return self   # nothing to reduce (a 0-d tensor, or axis=())
     order = [a for a in range(self.ndim) if a not in axes] + axes
     t = self.permute(order) if order != list(range(self.ndim)) else self
-    out = self._new(t.uop.reduce(op, len(axes)))
-    if not keepdim: return out
-    return out.reshape(tuple(1 if a in axes else n for a, n in enumerate(self.shape)))
+    u = t.uop.reduce(op, len(axes))
+    if not keepdim: return self._new(u)
+    return self._new(u.reshape(tuple(1 if a in axes else n for a, n in enumerate(self.shape))))   # (what reshape builds)
 
   def sum(self, axis=None, keepdim: bool = False, dtype=None) -> TensorCore:
     t = self.cast(dtype) if dtype is not None else (self.cast(dtypes.i32) if self.dtype is dtypes.bool else self)
