@@ -229,7 +229,7 @@ def test_a_schedule_kernelize_cached_gives_again_runs_as_one_native_graph_with_t
       launches = run_schedule(kernels, C, bufs)
       assert [p for p, _ in launches] == [compile_kernel(k, C) for k in kernels]
       assert [a for _, a in launches] == [[bufs[b] for b in k.buffers] for k in kernels]
-      assert len(launches) == len(kernels) and launches[-1] == launches[len(kernels) - 1] and launches[:1] == [launches[0]]
+      assert len(launches) == len(kernels) and launches[-1] == launches[len(kernels) - 1]
       np.testing.assert_allclose(bufs[out].numpy(), chain_ref(data, steps), rtol=1e-5)
     (graph, _), = [e for (plan, *_), e in runtime._programs.graphs.items() if plan is kernels.plan]
     assert graph.calls == runtime._PlannedGraph.GRAPH_AFTER + 3 and (graph.native is not None) == native

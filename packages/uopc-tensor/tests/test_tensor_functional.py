@@ -3,7 +3,7 @@ the losses against their formulas, layernorm, embedding, dropout and scaled dot-
 
 The data and check() come from test_tensor_ops (NumPy is the oracle, shapes are reused so kernels compile once).
 """
-import math, re
+import math
 import numpy as np
 import pytest
 from uopc.dtype import dtypes
@@ -39,22 +39,30 @@ def test_matmul_s_straight_road_builds_the_graph_of_the_general_one(batch, dtype
 
 
 @pytest.mark.parametrize("branches", [("t", 0.0), (0, "t"), ("t", "u"), ("t", 2), (-0.0, "t"), ("t", float("nan")), ("t", True),
-                                      ("t", 2 ** 40), ("t", "wide"), ("wide", "t")])
+                                      ("t", 2 ** 40), ("t", "wide"), ("wide", "t"), (1, 2.5)])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
-def test_where_s_straight_road_builds_the_graph_of_the_general_one(branches, dtype):
-  # a bool condition with same-shaped branches of one dtype (or numbers that take it) goes straight to UOps
-  # (_where_same_shape): the very nodes _where makes; anything else (a broadcast, a bool, an int too wide for i32) is
-  # left to _where, errors included
+def test_where_of_tensors_and_numbers_matches_numpy(branches, dtype):
+  # a number takes the other branch's dtype (two numbers their own, promoted); one with no value there is refused as
+  # full() refuses it
   t = Tensor(np.arange(12, dtype=dtype).reshape(3, 4) - 5, requires_grad=dtype is np.float32)
   named = {"t": t, "u": t * 2, "wide": Tensor(np.ones((2, 3, 4), dtype))}
   a, b = (named.get(x, x) if isinstance(x, str) else x for x in branches)
   cond = t > 0
-  try: want = cond._where(a, b)
-  except TensorError as e:
-    with pytest.raises(TensorError, match=re.escape(str(e))): cond.where(a, b)
+  if dtype is np.int32 and 2 ** 40 in branches:
+    with pytest.raises(TensorError, match="doesn't fit in i32"): cond.where(a, b)
     return
   got = cond.where(a, b)
-  assert got.uop is want.uop and got.requires_grad == want.requires_grad and got.shape == want.shape
+  assert got.requires_grad == (cond.requires_grad or any(isinstance(x, Tensor) and x.requires_grad for x in (a, b)))
+  value = lambda x: x.numpy() if isinstance(x, Tensor) else x
+  np.testing.assert_array_equal(got.numpy(), np.where(value(cond), value(a), value(b)).astype(got.numpy().dtype))
+
+
+def test_where_holds_a_number_as_a_broadcast_constant():
+  # no tensor of its own for the number: its CONST, broadcast, straight into the WHERE (as const_like builds it)
+  t = Tensor(np.ones((3, 4), np.float32))
+  cond = t > 0
+  assert cond.where(t, 0.0).uop is UOp(Ops.WHERE, (cond.uop, t.uop, t.uop.const_like(0.0)))
+  assert cond.where(2, t).uop is UOp(Ops.WHERE, (cond.uop, t.uop.const_like(2), t.uop))
 
 
 @pytest.mark.parametrize("shapes", [((3, 4), (4,)), ((3, 1), (1, 4)), ((2, 3, 4), (3, 1)), ((4,), (2, 3, 4)), ((3, 4), (2, 4))])

@@ -680,14 +680,11 @@ def _run_planned(kernels: Schedule, backend: Backend, buffers: MutableMapping[UO
   return _Launches(graph.launches, table)
 
 
-class _Launches(abc.Sequence):
-  """A planned schedule's launches, (Program, Buffers) each, made when read: a plain training step's caller reads them
-  only while uopc.jit captures, and making 232 lists of Buffers every step cost 0.1 ms."""
+class _Launches(abc.Sequence):   # a planned schedule's (Program, Buffers), made when read: only uopc.jit's capture reads them
   __slots__ = ("launches", "table")
   def __init__(self, launches: list[tuple[Program, list[int]]], table: list[Buffer]): self.launches, self.table = launches, table
   def __len__(self) -> int: return len(self.launches)
   def __getitem__(self, i):
-    if isinstance(i, slice): return [self[k] for k in range(*i.indices(len(self)))]
     prog, slots = self.launches[i]
     return prog, [self.table[s] for s in slots]
 

@@ -16,7 +16,7 @@ Nothing here recurses on graph depth: toposort, substitute, wrap, call_params, r
 walk with explicit stacks, because chains of a million nodes happen.
 """
 from __future__ import annotations
-import math, operator, reprlib, threading, weakref
+import functools, math, operator, reprlib, threading, weakref
 from _weakref import _remove_dead_weakref
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -256,13 +256,9 @@ class UOp:
     times a step, and built again each step, each was three new nodes."""
     if not self.shape: return UOp.const(v, self.dtype)
     t = type(v)
-    key = (self.dtype, self.shape, t, repr(v) if t is float else v) if t is float or t is int or t is bool else None
-    if key is not None and (c := _const_like.get(key)) is not None: return c
-    c = UOp.const(v, self.dtype).reshape((1,) * len(self.shape)).expand(self.shape)
-    if key is not None:
-      if len(_const_like) >= CONST_LIKE_CACHE: _const_like.clear()
-      _const_like[key] = c
-    return c
+    if t is float: return _shaped_const(self.dtype, self.shape, float, repr(v))   # -0.0 apart from 0.0, every nan one
+    if t is int or t is bool: return _shaped_const(self.dtype, self.shape, t, v)   # 1, 1.0 and True apart
+    return UOp.const(v, self.dtype).reshape((1,) * len(self.shape)).expand(self.shape)
 
   def _operand(self, x) -> UOp: return x if isinstance(x, UOp) else self.const_like(x)
   def alu(self, op: Ops, *src) -> UOp:
@@ -300,10 +296,14 @@ class UOp:
   def reduce(self, op: Ops, n: int = 1): return UOp(Ops.REDUCE, (self,), (op, int(n)))
 
 
-# const_like's shaped constants, by (dtype, shape, type, value): 1 and 1.0 and True apart, and a float by its repr (-0.0
-# is not 0.0, every nan one key, as _argkey has them). Held strongly, and emptied whole when full (no order to keep)
 CONST_LIKE_CACHE = 1024
-_const_like: dict[tuple, UOp] = {}
+
+
+@functools.lru_cache(maxsize=CONST_LIKE_CACHE)
+def _shaped_const(dtype: DType, shape: tuple[int, ...], t: type, key) -> UOp:
+  """const_like's shaped constants, held (the most recent CONST_LIKE_CACHE) by dtype, shape, the value's type and the
+  value, a float's by its repr (as _argkey keys them)."""
+  return UOp.const(float(key) if t is float else key, dtype).reshape((1,) * len(shape)).expand(shape)
 
 
 class _CacheRef(weakref.ref):

@@ -81,8 +81,9 @@ class ValuesIndices(NamedTuple):
   indices: TensorCore
 
 
-def _broadcast_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
-  """The UOps TensorCore._broadcast_to builds for u (whose shape broadcast_shape already matched to `shape`)."""
+def broadcast_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
+  """u broadcast to `shape`, a shape its own broadcasts to (broadcast_shape's answer): ones prepended, a RESHAPE, then an
+  EXPAND of its axes of 1. TensorCore._broadcast_to and the binary ops' operands build every broadcast through it."""
   if u.shape == shape: return u
   if len(u.shape) < len(shape): u = u.reshape((1,) * (len(shape) - len(u.shape)) + u.shape)
   return u if u.shape == shape else u.expand(shape)
@@ -309,7 +310,7 @@ class TensorCore:
       if a.dtype is b.dtype:
         # one dtype, shapes that broadcast (a bias, a row statistic): the UOps _broadcast_to gives, without its Tensors
         shape = broadcast_shape(self.shape, other.shape)
-        a, b = _broadcast_uop(a, shape), _broadcast_uop(b, shape)
+        a, b = broadcast_uop(a, shape), broadcast_uop(b, shape)
         return (b, a, [self, other]) if reverse else (a, b, [self, other])
       d = promote(self.dtype, other.dtype)
       shape = broadcast_shape(self.shape, other.shape)
@@ -328,13 +329,12 @@ class TensorCore:
     return (b, a, parents) if reverse else (a, b, parents)
 
   def _broadcast_to(self, shape: tuple[int, ...]) -> TensorCore:
-    """self broadcast to `shape` (NumPy's rule: ones prepended, then axes of 1 expanded); _broadcast_uop is its graph."""
+    """self broadcast to `shape` (NumPy's rule: ones prepended, then axes of 1 expanded), checked; broadcast_uop builds it."""
     if self.shape == shape: return self
     if len(shape) < self.ndim: raise TensorError(f"can't broadcast {self.shape} to {shape}")
-    t = self._new(self.uop.reshape((1,) * (len(shape) - self.ndim) + self.shape)) if self.ndim < len(shape) else self
-    for a, b in zip(t.shape, shape):
+    for a, b in zip((1,) * (len(shape) - self.ndim) + self.shape, shape):
       if a != b and a != 1: raise TensorError(f"can't broadcast {self.shape} to {shape}")
-    return t if t.shape == shape else t._new(t.uop.expand(shape))
+    return self._new(broadcast_uop(self.uop, shape))
 
   def _binop(self, op: Ops, other, reverse: bool = False) -> TensorCore:
     a, b, parents = self._operands(other, reverse)

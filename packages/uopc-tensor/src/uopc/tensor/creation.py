@@ -19,6 +19,18 @@ from uopc.tensor.capture import capturing
 from uopc.tensor.core import TensorCore
 
 
+def const_uop(value, dtype=None) -> UOp:
+  """The scalar CONST of python (or NumPy) number `value` in `dtype` (its own when None), refused when it has no value
+  there: what full() and where()'s number branches hold."""
+  if isinstance(value, np.generic): value = value.item()
+  if not isinstance(value, (int, float, bool)): raise TensorError(f"full: the value must be a number, got {value!r:.60}")
+  dtype = to_dtype(dtype) or dtypes.from_py(value)
+  if dtype is dtypes.i32 and not (isinstance(value, float) and math.isfinite(value) or isinstance(value, int)):
+    raise TensorError(f"full: {value} has no i32 value")
+  if dtype is dtypes.i32 and not I32_MIN <= int(value) <= I32_MAX: raise TensorError(f"full: {value} doesn't fit in i32")
+  return UOp.const(value, dtype)
+
+
 class CreationMixin:
   """Constructors (class methods: Tensor.zeros(2, 3)), their *_like forms, and random tensors."""
   __slots__ = ()
@@ -26,13 +38,7 @@ class CreationMixin:
   @classmethod
   def full(cls, shape, value, dtype=None, requires_grad: bool = False, device: str | None = None) -> TensorCore:
     shape = new_shape(shape, "full")
-    if isinstance(value, np.generic): value = value.item()
-    if not isinstance(value, (int, float, bool)): raise TensorError(f"full: the value must be a number, got {value!r:.60}")
-    dtype = to_dtype(dtype) or dtypes.from_py(value)
-    if dtype is dtypes.i32 and not (isinstance(value, float) and math.isfinite(value) or isinstance(value, int)):
-      raise TensorError(f"full: {value} has no i32 value")
-    if dtype is dtypes.i32 and not I32_MIN <= int(value) <= I32_MAX: raise TensorError(f"full: {value} doesn't fit in i32")
-    c = UOp.const(value, dtype)
+    c = const_uop(value, dtype)
     t = cls(c.reshape((1,) * len(shape)).expand(shape) if shape else c, device=device)
     return t.requires_grad_() if requires_grad else t
   @classmethod

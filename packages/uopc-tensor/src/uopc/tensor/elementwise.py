@@ -10,11 +10,12 @@ two. Comparisons of floats keep NaN's rules (x <= y is (x < y) | (x == y), not n
 from __future__ import annotations
 import math
 import numpy as np
-from uopc.dtype import dtypes, I32_MIN, I32_MAX
+from uopc.dtype import dtypes, I32_MIN
 from uopc.uop import UOp, Ops
 from uopc.tensor.errors import TensorError, TensorTypeError
 from uopc.tensor.args import number_arg, promote, broadcast_shape
-from uopc.tensor.core import TensorCore, f16_in_f32
+from uopc.tensor.core import TensorCore, f16_in_f32, broadcast_uop
+from uopc.tensor.creation import const_uop
 
 _POW2_I32 = np.array([1 << k for k in range(31)] + [I32_MIN], np.int32)   # bit k's weight in an i32 (bit 31: -2**31)
 
@@ -266,40 +267,19 @@ class ElementwiseMixin:
 
   # ---- selection
   def where(self, a, b) -> TensorCore:
-    """cond.where(a, b): a where self is true, b elsewhere, broadcast together."""
-    if (fast := self._where_same_shape(a, b)) is not None: return fast
-    return self._where(a, b)
-
-  def _where_same_shape(self, a, b) -> TensorCore | None:
-    """where's common case straight to UOps: a bool condition, and branches that are tensors of its shape and of one dtype
-    or python numbers that take that dtype. The graph is the one _where builds (a test holds them to it), for a
-    third of the Python (a mask in attention, a ReLU's gradient, a loss's ignored targets). None otherwise."""
-    if self.dtype is not dtypes.bool: return None
-    ta, tb = (x if isinstance(x, TensorCore) else None for x in (a, b))
-    t = ta if ta is not None else tb
-    if t is None or t.shape != self.shape or (ta is not None and tb is not None and (tb.shape != ta.shape or tb.dtype is not ta.dtype)):
-      return None
-    ua, ub = [], []
-    for x, out in ((a, ua), (b, ub)):
-      if isinstance(x, TensorCore): out.append(x.uop)
-      elif type(x) in (int, float) and t._scalar_dtype(x) is t.dtype and (t.dtype is not dtypes.i32 or type(x) is int and I32_MIN <= x <= I32_MAX):
-        out.append(t.uop.const_like(x))
-      else: return None
-    return self._new(UOp(Ops.WHERE, (self.uop, ua[0], ub[0])), *(x for x in (ta, tb) if x is not None))
-
-  def _where(self, a, b) -> TensorCore:
+    """cond.where(a, b): a where self is true, b elsewhere, broadcast together. A python number takes the other branch's
+    dtype (both numbers: their own, promoted) and is a CONST, not a tensor of its own."""
     cond = self.cast(dtypes.bool)
     a, b = (type(self)(x, device=self.device) if isinstance(x, (np.ndarray, list, tuple)) else x for x in (a, b))
     for x in (a, b):
       if not isinstance(x, (TensorCore, bool, np.bool_)): number_arg(x, "where: a branch")   # a bool is a value too (tril of a mask)
     ta = a if isinstance(a, TensorCore) else None
     tb = b if isinstance(b, TensorCore) else None
-    if ta is None and tb is None:
-      d = dtypes.from_py(a) if type(a) is type(b) else promote(dtypes.from_py(a), dtypes.from_py(b))
-      ta, tb = type(self).full((), a, d, device=self.device), type(self).full((), b, d, device=self.device)
-    elif ta is None: ta = type(self).full((), a, tb._scalar_dtype(a), device=self.device)
-    elif tb is None: tb = type(self).full((), b, ta._scalar_dtype(b), device=self.device)
-    d = promote(ta.dtype, tb.dtype)
-    shape = broadcast_shape(cond.shape, ta.shape, tb.shape)
-    c, x, y = cond._broadcast_to(shape), ta.cast(d)._broadcast_to(shape), tb.cast(d)._broadcast_to(shape)
-    return self._new(UOp(Ops.WHERE, (c.uop, x.uop, y.uop)), ta, tb)
+    if ta is None and tb is None: da = db = dtypes.from_py(a) if type(a) is type(b) else promote(dtypes.from_py(a), dtypes.from_py(b))
+    else: da, db = (ta.dtype if ta is not None else tb._scalar_dtype(a)), (tb.dtype if tb is not None else ta._scalar_dtype(b))
+    d = promote(da, db)
+    x = ta.uop.cast(d) if ta is not None else const_uop(a, da).cast(d)
+    y = tb.uop.cast(d) if tb is not None else const_uop(b, db).cast(d)
+    shape = broadcast_shape(cond.shape, x.shape, y.shape)
+    return self._new(UOp(Ops.WHERE, (broadcast_uop(cond.uop, shape), broadcast_uop(x, shape), broadcast_uop(y, shape))),
+                     *(t for t in (ta, tb) if t is not None))
