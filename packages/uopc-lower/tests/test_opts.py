@@ -332,6 +332,20 @@ def test_an_a_read_down_its_columns_is_packed_into_row_panels():
     assert bool(stages) is packed, [kk.root.shape for kk in ks]
 
 
+def test_a_b_too_big_for_l2_with_rows_1_5_kib_apart_is_packed_and_a_small_one_is_not():
+  """x @ W for nanoGPT's q, k and v gradient (2048 x 1152 @ 1152 x 384): B's rows are 384 floats apart, under
+  PACK_STRIDE, but B is 1.7 MiB, more than a core's L2 keeps between the row tiles that walk each panel (packed, the
+  nanoGPT step was 643 -> 620 ms). A GEMM 256 (B 256 KiB, rows 1 KiB apart) stays in L2 unpacked: there the copy
+  was a launch and a pass for nothing (0.147 -> 0.173 ms)."""
+  from uopc.opt import PACK_BIG, PACK_BIG_STRIDE
+  for m, k, n, packed in ((2048, 1152, 384, True), (256, 256, 256, False), (2048, PACK_BIG // 384 // 2, 384, False)):
+    assert PACK_BIG_STRIDE <= n
+    a = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
+    b = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
+    ks = kernelize([((a * b).reduce(Ops.ADD, 1), buf(2, m * n))], rewrite=graph_rewrite(CPU))
+    assert ((n // 32, k, 32) in [kk.root.shape for kk in ks]) is packed, (m, k, n, [kk.root.shape for kk in ks])
+
+
 def test_a_gemm_stored_transposed_packs_its_a_into_panels_a_vector_wide():
   """k's gradient in attention, ds.T @ q (512 x 64 from 512 x 512 by 512 x 64), comes from autodiff as (q.T @ ds).T: a
   GEMM C = A @ B with A = q.T (read down its columns: packed) whose kernel stores C transposed. That kernel's vector lanes
