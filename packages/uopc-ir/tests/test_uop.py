@@ -55,6 +55,19 @@ def test_a_node_rebuilt_after_its_twin_died_is_cached_again():
   assert a is UOp.const(777) * UOp.const(3)
 
 
+def test_a_node_dying_while_the_interpreter_shuts_down_finds_its_cache_helpers(monkeypatch):
+  """At exit, module globals become None before the last caches holding nodes are cleared: the eviction callback of a
+  node dying then must not look its helpers up as globals (the test suites printed 'NoneType is not callable')."""
+  import uopc.uop as U
+  monkeypatch.setattr(U, "_remove_dead_weakref", None)
+  monkeypatch.setattr(U, "_cache", None)
+  before = len(UOp._cache)
+  z = UOp.const(31337) - UOp.const(7)
+  del z
+  gc.collect()
+  assert len(UOp._cache) == before
+
+
 THREADS_BUILD_ONE_GRAPH = r"""
 import sys, threading
 sys.setswitchinterval(1e-6)            # a thread switch every few bytecodes: the interleavings a busy process sees

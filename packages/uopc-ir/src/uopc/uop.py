@@ -327,9 +327,10 @@ _cache_get, _cache_setdefault = _cache.get, _cache.setdefault
 _cache_lock = threading.Lock()
 _cache_acquire, _cache_release = _cache_lock.acquire, _cache_lock.release
 
-def _evict(ref: _CacheRef):
-  # removes the entry only if it still holds a dead reference: a node rebuilt under the same key stays
-  _remove_dead_weakref(_cache, ref.key)
+def _evict(ref: _CacheRef, _remove=_remove_dead_weakref, _cache=_cache):
+  # removes the entry only if it still holds a dead reference: a node rebuilt under the same key stays. Its helpers are
+  # bound here: a node dying while the interpreter shuts down (held by a cache to the end) finds module globals None
+  _remove(_cache, ref.key)
 
 
 def _rebuild_graph(roots: list[UOp], visit: Callable[[UOp, UOp], UOp], mapped: dict | None = None) -> list[UOp]:
