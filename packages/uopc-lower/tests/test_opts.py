@@ -134,11 +134,10 @@ def test_a_gpu_schedule_keeps_an_f16_gemms_operands_for_the_tensor_cores_and_a_c
 
 
 def test_the_cpu_packs_what_it_packed_before_and_nothing_more():
-  # NN GEMMs of 2048, 1024 and 512 (rows 8, 4 and 2 KiB apart: a column panel of B falls into a few cache sets) and an
-  # NT one (B read along its columns) are packed; 256 NN (rows 1 KiB apart) is not
-  for n in (2048, 1024, 512):
-    assert len(kernelize([(gemm_graph(n), buf(2, n * n))], rewrite=graph_rewrite(CPU))) == 2
-  assert len(kernelize([(gemm_graph(256), buf(2, 256 * 256))], rewrite=graph_rewrite(CPU))) == 1
+  # NN GEMMs of 2048 and 1024 (rows 8 and 4 KiB apart, B more than L2 holds: a column panel of B falls into a few cache
+  # sets) and an NT one (B read along its columns) are packed; 512 and 256 NN (B of 1 MiB and 256 KiB: it stays in L2) not
+  for n, kernels in ((2048, 2), (1024, 2), (512, 1), (256, 1)):
+    assert len(kernelize([(gemm_graph(n), buf(2, n * n))], rewrite=graph_rewrite(CPU))) == kernels
   a = buf(0, 256 * 256).reshape((256, 1, 256)).expand((256, 256, 256))
   bt = buf(1, 256 * 256).reshape((1, 256, 256)).expand((256, 256, 256))      # B[k, j] = w[j, k]: x @ w.T
   assert len(kernelize([((a * bt).reduce(Ops.ADD, 1), buf(2, 256 * 256))], rewrite=graph_rewrite(CPU))) == 2
@@ -332,14 +331,15 @@ def test_an_a_read_down_its_columns_is_packed_into_row_panels():
     assert bool(stages) is packed, [kk.root.shape for kk in ks]
 
 
-def test_a_b_too_big_for_l2_with_rows_1_5_kib_apart_is_packed_and_a_small_one_is_not():
-  """x @ W for nanoGPT's q, k and v gradient (2048 x 1152 @ 1152 x 384): B's rows are 384 floats apart, under
-  PACK_STRIDE, but B is 1.7 MiB, more than a core's L2 keeps between the row tiles that walk each panel (packed, the
-  nanoGPT step was 643 -> 620 ms). A GEMM 256 (B 256 KiB, rows 1 KiB apart) stays in L2 unpacked: there the copy
-  was a launch and a pass for nothing (0.147 -> 0.173 ms)."""
-  from uopc.opt import PACK_BIG, PACK_BIG_STRIDE
-  for m, k, n, packed in ((2048, 1152, 384, True), (256, 256, 256, False), (2048, PACK_BIG // 384 // 2, 384, False)):
-    assert PACK_BIG_STRIDE <= n
+def test_a_b_with_rows_apart_is_packed_only_when_too_big_for_l2():
+  """A B whose rows are 1 KiB or more apart is packed into panels when it holds more than a core's L2 keeps between the
+  row tiles that walk each panel: nanoGPT's dx = dy @ W for the q, k and v weight (2048 x 1152 @ 1152 x 384, rows 384
+  floats apart, 1.7 MiB: packed, the nanoGPT step 640 -> 616 ms) and an NN GEMM 1024. A GEMM 512 (1 MiB, rows 2 KiB
+  apart) stays in L2 unpacked, and the copy was a launch and a pass for nothing (0.83 -> 0.77 ms); so does a GEMM 256
+  (0.147 against 0.173 ms packed)."""
+  from uopc.opt import PACK_BIG, PACK_STRIDE
+  for m, k, n, packed in ((2048, 1152, 384, True), (1024, 1024, 1024, True), (512, 512, 512, False), (256, 256, 256, False),
+                          (2048, PACK_BIG // 384, 384, False), (2048, 2048, PACK_STRIDE // 2, False)):
     a = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
     b = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
     ks = kernelize([((a * b).reduce(Ops.ADD, 1), buf(2, m * n))], rewrite=graph_rewrite(CPU))

@@ -411,9 +411,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
 
 # ---- GEMM operands packed into panels: a CPU's choice, made on the graph before kernelize ------------------------
 
-PACK_STRIDE = 512          # a B operand whose rows are this many elements apart (2 KiB of f32) is packed
-PACK_BIG_STRIDE = 256      # ...or this many, when B is too big to stay in a core's L2 cache between the tiles that walk it:
-PACK_BIG = 1 << 18         # this many elements (1 MiB of f32) or more
+PACK_STRIDE = 256          # a B operand whose rows are this many elements apart (1 KiB of f32) or more is packed
+PACK_BIG = 1 << 18         # ...when it holds more than this many (1 MiB of f32: more than stays in a core's L2 cache)
 PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each packed panel
 PACK_ROWS = 8              # an A read down its columns is packed into panels of this many rows (the register tile's)
 PACK_MIN_DEPTH = 512       # ...when its rows are a cache line apart or more and the GEMM sums this many products or more
@@ -480,8 +479,7 @@ def _pack(u: UOp, panel: int, a_rows: int = PACK_ROWS) -> UOp:
   lead = small.shape[:-3]
   if n % panel == 0 and n != panel and (st := _strides(small.reshape(lead + (n, k)).permute(tuple(range(len(lead))) + (len(lead) + 1, len(lead))))):
     along_k, along_j = st                                  # B[k, j]: rows are k, columns j
-    big = abs(along_k) >= PACK_BIG_STRIDE and n * k >= PACK_BIG
-    if along_j != 1 or abs(along_k) >= PACK_STRIDE or big: new[b_at] = _in_panels(operands[b_at], n, panel)
+    if along_j != 1 or (abs(along_k) >= PACK_STRIDE and n * k > PACK_BIG): new[b_at] = _in_panels(operands[b_at], n, panel)
   small = operands[1 - b_at].src[0]                        # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
   if m % a_rows == 0 and m != a_rows and (st := _strides(small.reshape(small.shape[:-3] + (m, k)))):
     if abs(st[1]) >= 16 and k >= PACK_MIN_DEPTH: new[1 - b_at] = _in_panels(operands[1 - b_at], m, a_rows)   # a line per k
