@@ -222,7 +222,9 @@ def test_the_gpt_training_step_keeps_its_schedule():
   loss.backward()
   updates = opt.update()
   ks = loss.schedule(*updates)
-  assert len(ks) == 230     # 14 of them pack GEMM operands into panels (weight gradients' A and B, q @ k.T)
+  # 12 of them pack GEMM operands into panels (weight gradients' A and B, q @ k.T); the MLP's first weight (128 x 512,
+  # 256 KiB: it stays in L2) is read where it lies
+  assert len(ks) == 228
   assert max(sum(1 for u in k.root.toposort() if u.op in ALU or u.op is Ops.REDUCE) for k in ks) <= MAX_KERNEL_BODY // 10
   # the gradient of the attention's qkv projection is three padded gradients summed, which the two GEMMs reading it
   # evaluated again for every product (1.62x the least ALU ops): stored first, 1.04x. Transcendentals are at 1.80x
@@ -235,7 +237,7 @@ def test_the_gpt_training_step_keeps_its_schedule():
   # (its gradient's reduction behind reshapes): the two whose gradient is computed transposed (the position table and
   # one (65, 128) table) are one copy kernel each, the other 27 none (each was a copy before)
   with_grads = loss.schedule(*updates, *[p.grad for p in model.parameters()])
-  assert len(with_grads) == 232 and executed(with_grads)[0] <= 1.05 * ops
+  assert len(with_grads) == 230 and executed(with_grads)[0] <= 1.05 * ops
 
 
 # ---- a long chain is cut into kernels of bounded size, and still computes NumPy's numbers ---------------------------------
