@@ -234,6 +234,51 @@ def test_embedding_picks_rows_of_the_weight():
   check(Tensor([1, 0, 4]).embedding(Tensor(weight)), weight[[1, 0, 4]])
 
 
+def test_embedding_checks_its_indices_once_and_refuses_negative_ones(monkeypatch):
+  """embedding's indices are refused outside [0, V) (torch: no negative index), and that check is the only one: the
+  gather under it counts no index from the end and checks nothing again (each check reads the indices on the host)."""
+  import uopc.tensor.indexing as ix
+  calls = []
+  check_indices = ix.check_indices
+  monkeypatch.setattr(ix, "check_indices", lambda *a, **k: (calls.append(a[1:3]), check_indices(*a, **k))[1])
+  weight = RNG.standard_normal((5, 4)).astype(np.float32)
+  idx = np.array([[4, 0], [2, 3]], np.int32)
+  check(Tensor(idx).embedding(Tensor(weight)), weight[idx])
+  assert calls == [(0, 5)]
+  with pytest.raises(TensorError, match="embedding: index -1 is out of range for 5 embeddings"):
+    Tensor(np.array([1, -1], np.int32)).embedding(Tensor(weight))
+  check(Tensor(weight)[Tensor(np.array([-1, 2], np.int32))], weight[[-1, 2]])      # indexing still counts from the end
+
+
+def test_the_constants_composites_build_are_made_once_and_shared():
+  """attention's causal mask, tril/triu's triangle and a gather's positions are made with NumPy once per shape and
+  backend (SHARED_CONSTANTS of them kept, the least recently used dropped) and read by every call since; the results
+  are NumPy's."""
+  import uopc.tensor.creation as creation
+  from uopc.tensor.storage import buffer_of
+  q = RNG.standard_normal((1, 2, 7, 4)).astype(np.float32)
+  a, b = (Tensor(q).scaled_dot_product_attention(Tensor(q), Tensor(q), is_causal=True) for _ in range(2))
+  masks = [u for t in (a, b) for u in t.uop.toposort() if u.op is Ops.BUFFER and u.dtype is dtypes.bool]
+  assert len(masks) == 2 and masks[0] is masks[1]
+  check(a, attention_ref(q, q, q, True), rtol=1e-4, atol=1e-5)
+  x = RNG.standard_normal((3, 5)).astype(np.float32)
+  check(Tensor(x).tril(1), np.tril(x, 1))
+  check(Tensor(x).triu(-1), np.triu(x, -1))
+  check(Tensor(x > 0).tril(), np.tril(x > 0))
+  tri = creation.shared_constant(Tensor(x), ("tril", 3, 5, 1), lambda: pytest.fail("made again"))
+  assert buffer_of(tri.uop).numpy()[:15].reshape(3, 5).tolist() == np.tril(np.ones((3, 5), bool), 1).tolist() and not tri.requires_grad
+  for n in range(creation.SHARED_CONSTANTS + 5): creation.shared_constant(Tensor(x), ("test", n), lambda: np.zeros(1, np.int32))
+  assert len(creation._shared) == creation.SHARED_CONSTANTS
+  # a gather, a one-hot and a loss compare with one shared 0..n-1; Tensor.arange hands out a tensor of the caller's own
+  g = Tensor(x)[Tensor(np.array([2, 0], np.int32))]
+  oh = Tensor(np.array([1, 4], np.int32)).one_hot(5)
+  shared = lambda t: {u for u in t.uop.toposort() if u.op is Ops.BUFFER and u.dtype is dtypes.i32}
+  assert creation.positions(Tensor(x), 5).uop in shared(oh) and creation.positions(Tensor(x), 3).uop in shared(g)
+  check(g, x[[2, 0]])
+  check(oh, np.eye(5, dtype=np.int32)[[1, 4]])
+  assert buffer_of(Tensor.arange(5).uop) is not buffer_of(Tensor.arange(5).uop)
+
+
 def test_dropout():
   x = Tensor(np.ones((40, 50), np.float32))
   check(x.dropout(0.0), np.ones((40, 50)))

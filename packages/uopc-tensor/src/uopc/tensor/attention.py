@@ -11,6 +11,7 @@ from uopc.dtype import dtypes
 from uopc.tensor.errors import TensorError
 from uopc.tensor.args import promote
 from uopc.tensor.core import TensorCore
+from uopc.tensor.creation import shared_constant
 
 
 class AttentionMixin:
@@ -38,7 +39,7 @@ class AttentionMixin:
     L, S = self.shape[-2], key.shape[-2]
     s = (self @ key.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(self.shape[-1]))
     if is_causal:
-      causal = type(self)(np.tril(np.ones((L, S), dtype=bool)), device=self.device)
+      causal = shared_constant(self, ("tril", L, S, 0), lambda: np.tril(np.ones((L, S), dtype=bool)))
       s = causal.where(s, float("-inf"))
     if attn_mask is not None: s = attn_mask.where(s, float("-inf")) if attn_mask.dtype is dtypes.bool else s + attn_mask
     return s.softmax(-1).dropout(dropout_p) @ value

@@ -7,13 +7,16 @@ replay draws the same numbers a plain call would. dropout is here too: it is a r
 """
 from __future__ import annotations
 import math
+import threading
+from collections import OrderedDict
 from typing import Callable
 import numpy as np
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.uop import UOp
 from uopc.runtime import np_dtype
+from uopc.backends import get_backend
 from uopc.tensor.errors import TensorError
-from uopc.tensor.args import to_dtype, number_arg, shape_arg, check_size, new_shape
+from uopc.tensor.args import NP_TO_DTYPE, to_dtype, number_arg, shape_arg, check_size, new_shape
 from uopc.tensor.storage import buffer_of, generator, seed_generator
 from uopc.tensor.capture import capturing
 from uopc.tensor.core import TensorCore
@@ -29,6 +32,39 @@ def const_uop(value, dtype=None) -> UOp:
     raise TensorError(f"full: {value} has no i32 value")
   if dtype is dtypes.i32 and not I32_MIN <= int(value) <= I32_MAX: raise TensorError(f"full: {value} doesn't fit in i32")
   return UOp.const(value, dtype)
+
+
+
+# the constants composites build at every call (attention's causal mask, a gather's positions to compare the indices
+# with), made with NumPy once per backend and shape and shared: no one outside the composite sees them, so nothing
+# writes them. Made afresh, each was a Buffer filled from NumPy every call (24 us each, 2 a GPT layer's plain step)
+SHARED_CONSTANTS = 64
+_shared: OrderedDict[tuple, UOp] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def shared_constant(like: TensorCore, key: tuple, make: Callable[[], np.ndarray]) -> TensorCore:
+  """A tensor on like's device holding make()'s array, requiring no gradient, made once for each `key` (which must say
+  everything the array depends on) and backend, and shared by every call since. Only for tensors no caller can write."""
+  backend = get_backend(like.device)
+  with _shared_lock:
+    if (u := _shared.get((key, backend))) is not None: _shared.move_to_end((key, backend))
+  if u is None:
+    arr = make()
+    u = TensorCore._from_numpy(arr, NP_TO_DTYPE[arr.dtype], like.device)
+    with _shared_lock:
+      u = _shared.setdefault((key, backend), u)
+      while len(_shared) > SHARED_CONSTANTS: _shared.popitem(last=False)
+  t = object.__new__(type(like))
+  t.uop, t.grad, t.device, t.requires_grad = u, None, like.device, False
+  return t
+
+
+
+def positions(like: TensorCore, n: int) -> TensorCore:
+  """0, 1, ..., n - 1 (i32) on like's device, shared (see shared_constant): what a gather, a one-hot or an argmax
+  compares indices with inside its own graph. Never handed out: Tensor.arange makes a tensor of the caller's own."""
+  return shared_constant(like, ("arange", n), lambda: np.arange(n, dtype=np.int32))
 
 
 class CreationMixin:

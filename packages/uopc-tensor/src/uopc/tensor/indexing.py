@@ -14,6 +14,7 @@ from uopc.tensor.errors import TensorError, TensorIndexError, TensorTypeError
 from uopc.tensor.args import broadcast_shape, index_array
 from uopc.tensor.capture import check_indices
 from uopc.tensor.core import TensorCore
+from uopc.tensor.creation import positions
 import uopc.tensor.sorting as sorting
 
 
@@ -63,23 +64,26 @@ class IndexingMixin:
       raise TensorIndexError(f"can't index a Tensor with {type(i).__name__} {i!r}")
     return t._gather(tensor_axes) if tensor_axes else t
 
-  def _gather(self, tensor_axes: list[tuple[int, TensorCore]]) -> TensorCore:
+  def _gather(self, tensor_axes: list[tuple[int, TensorCore]], checked: bool = False) -> TensorCore:
     """Advanced indexing (NumPy's rule): the index tensors broadcast together and select along their axes; the result's
-    index dimensions go where the indexed axes were when those are adjacent, else first. A one-hot mask and a sum."""
+    index dimensions go where the indexed axes were when those are adjacent, else first. A one-hot mask and a sum.
+    `checked`: the caller has refused every index outside [0, n) already (embedding), so none counts from the end."""
     axes = [a for a, _ in tensor_axes]
     ishape = broadcast_shape(*(i.shape for _, i in tensor_axes))
     flat = None
     for a, i in tensor_axes:   # one flat index over the indexed axes (negative indices count from the end)
       n = self.shape[a]
-      check_indices(i, -n, n, f"index {{}} is out of range for axis {a} of size {n} (shape {self.shape})")
-      i = (i < 0).where(i + n, i)._broadcast_to(ishape)
+      if not checked:
+        check_indices(i, -n, n, f"index {{}} is out of range for axis {a} of size {n} (shape {self.shape})")
+        i = (i < 0).where(i + n, i)
+      i = i._broadcast_to(ishape)
       flat = i if flat is None else flat * n + i
     rest = [k for k in range(self.ndim) if k not in axes]
     x = self.permute(rest + axes)
     m = prod(self.shape[a] for a in axes)
     x = x.reshape(tuple(self.shape[k] for k in rest) + (m,))                # (*rest, m)
     pre = tuple(self.shape[k] for k in rest)
-    onehot = flat.unsqueeze(-1).eq(type(self).arange(m, device=self.device))   # (*ishape, m)
+    onehot = flat.unsqueeze(-1).eq(positions(self, m))   # (*ishape, m)
     xe = x.reshape(pre[:0] + pre + (1,) * len(ishape) + (m,))._broadcast_to(pre + ishape + (m,))
     oh = onehot.reshape((1,) * len(pre) + ishape + (m,))._broadcast_to(pre + ishape + (m,))
     out = oh.where(xe, 0).sum(-1) if self.dtype is not dtypes.bool else oh.where(xe.int(), 0).sum(-1).bool()   # (*rest, *ishape)
@@ -104,7 +108,7 @@ class IndexingMixin:
       raise TensorError(f"gather: index of shape {index.shape} is larger than the tensor {self.shape} outside dim {d}")
     check_indices(index, 0, n, f"gather: index {{}} is out of range for dim {d} of size {n} (shape {self.shape})")
     x = self.shrink(tuple(None if i == d else (0, s) for i, s in enumerate(index.shape)))
-    oh = index.unsqueeze(-1).eq(type(self).arange(n, device=self.device))
+    oh = index.unsqueeze(-1).eq(positions(self, n))
     xe = x.unsqueeze(-1).transpose(d, -1)
     return oh.where(xe._broadcast_to(oh.shape), 0).sum(-1)
 
@@ -126,7 +130,7 @@ class IndexingMixin:
       raise TensorError(f"scatter: index of shape {index.shape} is larger than the tensor {self.shape} outside dim {d}")
     n = self.shape[d]
     idx, vals = index.transpose(d, -1), src.transpose(d, -1)                       # (..., I)
-    hit = idx.unsqueeze(-2).eq(type(self).arange(n, device=self.device).unsqueeze(-1))  # (..., n, I)
+    hit = idx.unsqueeze(-2).eq(positions(self, n).unsqueeze(-1))  # (..., n, I)
     return d, hit, vals.unsqueeze(-2)._broadcast_to(hit.shape)
   def _scatter_as_1d(self, fn, dim, index, src) -> TensorCore:
     """A scatter into a 0-d tensor (torch takes it as one element): fn on (1,)-shaped self, index and src, back to 0-d."""
@@ -225,7 +229,7 @@ class IndexingMixin:
     if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
     if num_classes < 0: raise TensorError(f"one_hot: num_classes must be -1 or >= 0, got {num_classes}")
     check_indices(self, 0, num_classes, f"one_hot: class {{}} is out of range for {num_classes} classes")
-    return self.unsqueeze(-1).eq(type(self).arange(num_classes, device=self.device)).int()
+    return self.unsqueeze(-1).eq(positions(self, num_classes)).int()
 
   def embedding(self, weight: TensorCore) -> TensorCore:
     """Rows of weight (V, D) picked by this integer tensor: shape self.shape + (D,)."""
@@ -233,4 +237,4 @@ class IndexingMixin:
     weight = self._tensor_arg(weight, "embedding: weight")
     if weight.ndim != 2: raise TensorError(f"embedding: weight must be (num_embeddings, dim), got {weight.shape}")
     check_indices(self, 0, weight.shape[0], f"embedding: index {{}} is out of range for {weight.shape[0]} embeddings")
-    return weight[self]
+    return weight._gather([(0, self)], checked=True)   # weight[self], its indices checked once

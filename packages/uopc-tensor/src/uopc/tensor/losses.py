@@ -10,6 +10,7 @@ from uopc.dtype import dtypes
 from uopc.tensor.errors import TensorError, TensorTypeError
 from uopc.tensor.capture import check_indices
 from uopc.tensor.core import TensorCore, f16_in_f32
+from uopc.tensor.creation import positions
 
 
 class LossMixin:
@@ -83,7 +84,7 @@ class LossMixin:
     return self._nll(self._class_targets(target, "nll_loss", ignore_index), weight, ignore_index, reduction)
   def _nll(self, target: TensorCore, weight: TensorCore | None, ignore_index: int, reduction: str) -> TensorCore:
     logp, t = self._class_last(), target.reshape(-1)
-    onehot = t.unsqueeze(-1).eq(type(self).arange(logp.shape[1], device=self.device))
+    onehot = t.unsqueeze(-1).eq(positions(self, logp.shape[1]))
     w = t.ne(ignore_index).float()
     if weight is not None: w = onehot.where(weight, 0.0).sum(-1) * w
     loss = -onehot.where(logp, 0.0).sum(-1) * w
@@ -117,7 +118,7 @@ class LossMixin:
     if reduction == "sum": return loss.sum()
     if reduction != "mean": raise TensorTypeError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     t = target.reshape(-1)
-    w = t.unsqueeze(-1).eq(type(self).arange(C, device=self.device)).where(weight, 0.0).sum(-1) if weight is not None else 1.0
+    w = t.unsqueeze(-1).eq(positions(self, C)).where(weight, 0.0).sum(-1) if weight is not None else 1.0
     return loss.sum() / (w * t.ne(ignore_index).float()).sum()
   def sparse_categorical_crossentropy(self, target: TensorCore, ignore_index: int = -1, label_smoothing: float = 0.0,
                                       reduction: str = "mean") -> TensorCore:

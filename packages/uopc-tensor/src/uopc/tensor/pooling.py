@@ -14,6 +14,7 @@ from uopc.uop import prod
 from uopc.tensor.errors import TensorError, TensorTypeError
 from uopc.tensor.args import check_size, per_axis, padding_pairs, check_window_args
 from uopc.tensor.core import TensorCore, ValuesIndices, f16_in_f32
+from uopc.tensor.creation import positions
 
 
 class PoolingMixin:
@@ -95,7 +96,7 @@ class PoolingMixin:
     w, K = win._stop_gradient(), win.shape[-1]
     hit = (w.eq(w.max(-1, keepdim=True)) | (w.ne(w) if self.dtype.is_float else False)) & (where_from >= 0)
     rev = type(self)(np.arange(K, 0, -1, dtype=np.int32), device=self.device)
-    first = (K - hit.where(rev, 0).max(-1, keepdim=True)).eq(type(self).arange(K, device=self.device))
+    first = (K - hit.where(rev, 0).max(-1, keepdim=True)).eq(positions(self, K))
     out = first.where(win, 0.0).sum(-1) if grad else win.max(-1)
     return ValuesIndices(out, first.where(where_from, 0).sum(-1)) if return_indices else out
 

@@ -13,6 +13,7 @@ from uopc.uop import Ops, prod
 from uopc.tensor.errors import TensorError
 from uopc.tensor.args import number_arg
 from uopc.tensor.core import TensorCore, ValuesIndices, f16_in_f32
+from uopc.tensor.creation import positions
 
 PROD_FUSED = 16    # prod's pairwise halvings fuse this many inputs per kernel before storing the partial products
 SCAN_BLOCK = 32   # cumulative ops scan blocks of this many elements as (b, b) squares, then the blocks' totals (_scan)
@@ -161,7 +162,7 @@ class ReduceMixin:
     d = self._dim(axis if dim is None else dim)
     values = self._scan(d, "max")
     if self.ndim == 0: return ValuesIndices(values, type(self).zeros(dtype=dtypes.i32, device=self.device))
-    pos = type(self).arange(self.shape[d], device=self.device).reshape(tuple(-1 if k == d else 1 for k in range(self.ndim)))
+    pos = positions(self, self.shape[d]).reshape(tuple(-1 if k == d else 1 for k in range(self.ndim)))
     holds = self.eq(values) | self.isnan() if self.dtype.is_float else self.eq(values)   # a NaN is its own running max
     return ValuesIndices(values, holds.where(pos, -1)._scan(d, "max"))
   def cummin(self, axis: int = 0, *, dim: int | None = None) -> ValuesIndices:
