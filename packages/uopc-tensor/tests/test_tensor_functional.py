@@ -250,7 +250,7 @@ def test_embedding_checks_its_indices_once_and_refuses_negative_ones(monkeypatch
   check(Tensor(weight)[Tensor(np.array([-1, 2], np.int32))], weight[[-1, 2]])      # indexing still counts from the end
 
 
-def test_the_constants_composites_build_are_made_once_and_shared():
+def test_the_constants_composites_build_are_made_once_and_shared(monkeypatch):
   """attention's causal mask, tril/triu's triangle and a gather's positions are made with NumPy once per shape and
   backend (SHARED_CONSTANTS of them kept, the least recently used dropped) and read by every call since; the results
   are NumPy's."""
@@ -269,6 +269,10 @@ def test_the_constants_composites_build_are_made_once_and_shared():
   assert buffer_of(tri.uop).numpy()[:15].reshape(3, 5).tolist() == np.tril(np.ones((3, 5), bool), 1).tolist() and not tri.requires_grad
   for n in range(creation.SHARED_CONSTANTS + 5): creation.shared_constant(Tensor(x), ("test", n), lambda: np.zeros(1, np.int32))
   assert len(creation._shared) == creation.SHARED_CONSTANTS
+  monkeypatch.setattr(creation, "SHARED_CONSTANT_BYTES", 3000)   # and no more than SHARED_CONSTANT_BYTES: the oldest go
+  for n in range(3): creation.shared_constant(Tensor(x), ("big", n), lambda: np.zeros(1001, np.bool_))
+  assert creation._shared_bytes <= creation.SHARED_CONSTANT_BYTES and len(creation._shared) == 2
+  assert creation._shared_bytes == sum(nbytes for _, nbytes in creation._shared.values())
   # a gather, a one-hot and a loss compare with one shared 0..n-1; Tensor.arange hands out a tensor of the caller's own
   g = Tensor(x)[Tensor(np.array([2, 0], np.int32))]
   oh = Tensor(np.array([1, 4], np.int32)).one_hot(5)

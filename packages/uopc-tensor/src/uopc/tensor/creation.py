@@ -37,28 +37,33 @@ def const_uop(value, dtype=None) -> UOp:
 
 # the constants composites build at every call (attention's causal mask, a gather's positions to compare the indices
 # with), made with NumPy once per backend and shape and shared: no one outside the composite sees them, so nothing
-# writes them. Made afresh, each was a Buffer filled from NumPy every call (24 us each, 2 a GPT layer's plain step)
+# writes them. Made afresh, each was a Buffer filled from NumPy every call (24 us each, 2 a GPT layer's plain step).
+# The most recent SHARED_CONSTANTS are kept, and no more than SHARED_CONSTANT_BYTES of them (a long context's masks)
 SHARED_CONSTANTS = 64
-_shared: OrderedDict[tuple, UOp] = OrderedDict()
+SHARED_CONSTANT_BYTES = 64 << 20
+_shared: OrderedDict[tuple, tuple[UOp, int]] = OrderedDict()
+_shared_bytes = 0
 _shared_lock = threading.Lock()
 
 
 def shared_constant(like: TensorCore, key: tuple, make: Callable[[], np.ndarray]) -> TensorCore:
   """A tensor on like's device holding make()'s array, requiring no gradient, made once for each `key` (which must say
   everything the array depends on) and backend, and shared by every call since. Only for tensors no caller can write."""
+  global _shared_bytes
   backend = get_backend(like.device)
   with _shared_lock:
-    if (u := _shared.get((key, backend))) is not None: _shared.move_to_end((key, backend))
-  if u is None:
+    if (hit := _shared.get((key, backend))) is not None: _shared.move_to_end((key, backend))
+  if hit is None:
     arr = make()
-    u = TensorCore._from_numpy(arr, NP_TO_DTYPE[arr.dtype], like.device)
+    hit = (TensorCore._from_numpy(arr, NP_TO_DTYPE[arr.dtype], like.device), arr.nbytes)
     with _shared_lock:
-      u = _shared.setdefault((key, backend), u)
-      while len(_shared) > SHARED_CONSTANTS: _shared.popitem(last=False)
+      if (key, backend) not in _shared: _shared_bytes += hit[1]
+      hit = _shared.setdefault((key, backend), hit)
+      while len(_shared) > 1 and (len(_shared) > SHARED_CONSTANTS or _shared_bytes > SHARED_CONSTANT_BYTES):
+        _shared_bytes -= _shared.popitem(last=False)[1][1]
   t = object.__new__(type(like))
-  t.uop, t.grad, t.device, t.requires_grad = u, None, like.device, False
+  t.uop, t.grad, t.device, t.requires_grad = hit[0], None, like.device, False
   return t
-
 
 
 def positions(like: TensorCore, n: int) -> TensorCore:
