@@ -215,6 +215,20 @@ def test_short_rows_grow_the_register_tile_along_another_axis_that_reuses_each_v
   assert o.vector == (2, 8) and dict(o.upcast) == {0: 2, 1: 4, 2: 2}     # 16 registers (AVX2): 16 accumulators
 
 
+def test_a_linear_layer_on_batch_and_tokens_is_tiled_as_one_gemm_not_as_a_convolution():
+  """x @ W for x (16, 64, 128) and W (128, 512): the batch and token axes are both rows of x under one weight, so the tile
+  is a GEMM's, 8 rows x 2 vectors along the tokens. Taken as a convolution's second tile axis (the weights moving along
+  it, as along output channels), 4 rows x 2 vectors x 4 batches made 32 accumulators, 3 more registers than AVX-512
+  has: the default GPT's MLP up projection ran at 145-207 GFLOP/s (its jitted step 14.2 -> 13.9 ms)."""
+  from uopc.kernelize import make_kernel
+  x = buf(0, 16 * 64 * 128).reshape((16, 64, 1, 128)).expand((16, 64, 512, 128))
+  w = buf(1, 128 * 512).reshape((128, 512)).permute((1, 0)).reshape((1, 1, 512, 128)).expand((16, 64, 512, 128))
+  k = make_kernel((x * w).reduce(Ops.ADD, 1), buf(2, 16 * 64 * 512))
+  o = choose_opts(k, CPU)
+  assert o.vector == (2, 16) and dict(o.upcast) == {1: 8, 2: 2}, o
+  check_opts(k.canonical_root, o)
+
+
 def matmul_kernel(m: int, k: int, n: int):
   """C = A @ B for A (m, k) and B (k, n), row major, as Tensor.matmul builds it."""
   from uopc.kernelize import make_kernel
