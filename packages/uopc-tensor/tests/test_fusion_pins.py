@@ -222,8 +222,8 @@ def test_the_gpt_training_step_keeps_its_schedule():
   loss.backward()
   updates = opt.update()
   ks = loss.schedule(*updates)
-  # 12 of them pack GEMM operands into panels (weight gradients' A and B, q @ k.T); the MLP's first weight (128 x 512,
-  # 256 KiB: it stays in L2) is read where it lies
+  # 12 of them pack GEMM operands into panels (weight gradients' A and B, q @ k.T); the MLP's output weight in its
+  # input gradient, dy @ W (W 128 x 512, 256 KiB: it stays in L2), is read where it lies
   assert len(ks) == 228
   assert max(sum(1 for u in k.root.toposort() if u.op in ALU or u.op is Ops.REDUCE) for k in ks) <= MAX_KERNEL_BODY // 10
   # the gradient of the attention's qkv projection is three padded gradients summed, which the two GEMMs reading it
