@@ -281,6 +281,19 @@ def test_the_constants_composites_build_are_made_once_and_shared(monkeypatch):
   check(g, x[[2, 0]])
   check(oh, np.eye(5, dtype=np.int32)[[1, 4]])
   assert buffer_of(Tensor.arange(5).uop) is not buffer_of(Tensor.arange(5).uop)
+  # a scan's triangle, a sort's, an argmax's countdown, bit weights, diag's identity: each one buffer across calls
+  y = RNG.standard_normal((3, 6)).astype(np.float32)
+  ty = Tensor(y)
+  consts = lambda t: {u for u in t.uop.toposort() if u.op is Ops.BUFFER and u is not ty.uop.src[0]}
+  for make in (lambda t: t.cumsum(-1), lambda t: t.sort(-1)[1], lambda t: t.argmax(-1), lambda t: t[0].diag()):
+    first, again = make(ty), make(ty)
+    assert consts(first) and consts(first) == consts(again)
+  check(Tensor(y).cumsum(-1), np.cumsum(y, -1), rtol=1e-5, atol=1e-5)
+  check(Tensor(y).argmax(-1), y.argmax(-1))
+  check(Tensor(y).sort(-1)[1], np.argsort(y, -1, kind="stable"))
+  check(Tensor(y)[0].diag(), np.diag(y[0]))
+  i = RNG.integers(-99, 99, (4,)).astype(np.int32)
+  check(Tensor(i) & Tensor(i[::-1].copy()), i & i[::-1])
 
 
 def test_dropout():

@@ -34,11 +34,11 @@ def const_uop(value, dtype=None) -> UOp:
   return UOp.const(value, dtype)
 
 
-
 # the constants composites build at every call (attention's causal mask, a gather's positions to compare the indices
-# with), made with NumPy once per backend and shape and shared: no one outside the composite sees them, so nothing
-# writes them. Made afresh, each was a Buffer filled from NumPy every call (24 us each, 2 a GPT layer's plain step).
-# The most recent SHARED_CONSTANTS are kept, and no more than SHARED_CONSTANT_BYTES of them (a long context's masks)
+# with, triangles, bit weights, an identity for diag), made with NumPy once per backend and shape and shared: no one
+# outside the composite sees them, so nothing writes them. Made afresh, each was a Buffer filled from NumPy every call
+# (24 us each, 2 a GPT layer's plain step). The most recent SHARED_CONSTANTS are kept, and no more than
+# SHARED_CONSTANT_BYTES of them (a long context's masks)
 SHARED_CONSTANTS = 64
 SHARED_CONSTANT_BYTES = 64 << 20
 _shared: OrderedDict[tuple, tuple[UOp, int]] = OrderedDict()
@@ -67,8 +67,10 @@ def shared_constant(like: TensorCore, key: tuple, make: Callable[[], np.ndarray]
 
 
 def positions(like: TensorCore, n: int) -> TensorCore:
-  """0, 1, ..., n - 1 (i32) on like's device, shared (see shared_constant): what a gather, a one-hot or an argmax
-  compares indices with inside its own graph. Never handed out: Tensor.arange makes a tensor of the caller's own."""
+  """0, 1, ..., n - 1 (i32) on like's device, shared (see shared_constant): what a gather, a one-hot, a sort or a
+  running max compares indices with inside its own graph (n - positions counts down). Never handed out: Tensor.arange
+  makes a tensor of the caller's own, and so does a composite whose result could be these positions themselves (a sort
+  network's indices, nonzero's coordinates)."""
   return shared_constant(like, ("arange", n), lambda: np.arange(n, dtype=np.int32))
 
 

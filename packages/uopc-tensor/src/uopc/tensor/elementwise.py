@@ -15,7 +15,7 @@ from uopc.uop import UOp, Ops
 from uopc.tensor.errors import TensorError, TensorTypeError
 from uopc.tensor.args import number_arg, promote, broadcast_shape
 from uopc.tensor.core import TensorCore, f16_in_f32, broadcast_uop
-from uopc.tensor.creation import const_uop
+from uopc.tensor.creation import const_uop, positions, shared_constant
 
 _POW2_I32 = np.array([1 << k for k in range(31)] + [I32_MIN], np.int32)   # bit k's weight in an i32 (bit 31: -2**31)
 
@@ -108,13 +108,13 @@ class ElementwiseMixin:
     if a.dtype is dtypes.bool:
       return self._new({"&": a * b, "|": UOp(Ops.ADD, (a, b)), "^": a.ne(b)}[op], *parents)
     ta, tb = self._new(a), self._new(b)
-    weights = type(self)(_POW2_I32, device=self.device)
+    weights = shared_constant(self, ("pow2", 32), lambda: _POW2_I32)
     ba, bb = ta._bits(), tb._bits()
     bits = {"&": ba * bb, "|": ba.maximum(bb), "^": ba.ne(bb).int()}[op]
     return self._new((bits * weights).sum(-1).uop, *parents)
   def _bits(self) -> TensorCore:
     """The 32 bits of an i32 tensor as a new last axis of 0/1 i32s, bit 0 first."""
-    low = type(self)(_POW2_I32[:31], device=self.device)
+    low = shared_constant(self, ("pow2", 31), lambda: _POW2_I32[:31])
     return ((self.unsqueeze(-1) // low) % 2).cat((self < 0).int().unsqueeze(-1), dim=-1)
   def __and__(self, x): return self._bitwise(x, "&")
   def __or__(self, x): return self._bitwise(x, "|")
@@ -135,8 +135,8 @@ class ElementwiseMixin:
     return self, x
   def _pow2(self) -> TensorCore:
     """2**self for an i32 tensor of shift amounts in 0..31 (2**31 wraps to -2**31): a table lookup."""
-    table = type(self)(_POW2_I32, device=self.device)
-    return (self.unsqueeze(-1).eq(type(self).arange(32, device=self.device))).where(table, 0).sum(-1)
+    table = shared_constant(self, ("pow2", 32), lambda: _POW2_I32)
+    return (self.unsqueeze(-1).eq(positions(self, 32))).where(table, 0).sum(-1)
   def __lshift__(self, x) -> TensorCore:
     """self * 2**x, wrapping like the i32 it is."""
     t, x = self._shift_operands(x, "<<")

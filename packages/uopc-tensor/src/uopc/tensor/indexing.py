@@ -152,8 +152,9 @@ class IndexingMixin:
     if self.ndim == 0: return self._scatter_as_1d(lambda t, i, v: t.scatter(0, i, v), dim, index, src)
     d, hit, vals = self._scatter_parts(dim, index, src)
     I = hit.shape[-1]
-    last = hit.where(type(self).arange(1, I + 1, device=self.device), 0).max(-1, keepdim=True)   # 1 + the last i that writes t
-    pick = hit & last.eq(type(self).arange(1, I + 1, device=self.device))
+    counts = positions(self, I) + 1
+    last = hit.where(counts, 0).max(-1, keepdim=True)   # 1 + the last i that writes t
+    pick = hit & last.eq(counts)
     region = pick.where(vals, False if self.dtype is dtypes.bool else 0).sum(-1).cast(self.dtype)
     return self._scatter_back(d, region, hit.any(-1))
   def scatter_reduce(self, dim: int, index: TensorCore, src: TensorCore, reduce: str, include_self: bool = True) -> TensorCore:
@@ -210,9 +211,9 @@ class IndexingMixin:
     if n * size > sorting.SORT_BY_COUNTING_MAX ** 2:   # long: a stable sort by "not selected" brings the selected ones first, in order
       _, _, picked = type(self)._sort_network(m.logical_not().int(), False, x)
       picked = picked.pad(((0, max(0, size - n)),))[:size]
-      return (type(self).arange(size, device=self.device) < m.int().sum()).where(picked, fill)
+      return (positions(self, size) < m.int().sum()).where(picked, fill)
     pos = m.int().cumsum(0) - 1                                   # where each selected element goes
-    at = m & pos.eq(type(self).arange(size, device=self.device).unsqueeze(-1))   # (size, n)
+    at = m & pos.eq(positions(self, size).unsqueeze(-1))   # (size, n)
     out = at.where(x, False if self.dtype is dtypes.bool else 0).sum(-1).cast(self.dtype)
     return at.any(-1).where(out, fill)
   def nonzero(self, size: int | None = None, fill_value=0) -> TensorCore:

@@ -274,7 +274,7 @@ class MovementMixin:
     if self.ndim == 2: return self.diagonal(diagonal)
     if self.ndim != 1: raise TensorError(f"diag takes a 1-D or 2-D tensor, got shape {self.shape}")
     n, k = self.shape[0], abs(diagonal)
-    square = type(self)(np.eye(n, dtype=bool), device=self.device).where(self.reshape(1, n).expand(n, n), 0)
+    square = shared_constant(self, ("eye", n), lambda: np.eye(n, dtype=bool)).where(self.reshape(1, n).expand(n, n), 0)
     return square.pad(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
   def unfold(self, dim: int, size: int, step: int) -> TensorCore:
     """torch's Tensor.unfold: the windows of `size` along dim, `step` apart, as a new last axis."""

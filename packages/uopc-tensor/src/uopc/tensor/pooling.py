@@ -91,11 +91,11 @@ class PoolingMixin:
     # each window's first maximum among the input's own elements (padding never wins a tie, as in torch); the gradient
     # goes to it alone, as torch's: MAX would split it among ties (a window of zeros after a ReLU)
     sp = self.shape[-len(kernel):]
-    where_from = type(self)(np.arange(prod(sp), dtype=np.int32).reshape(sp), device=self.device)
+    where_from = positions(self, prod(sp)).reshape(sp)
     where_from = where_from.pad(tuple((b, a + e) for (b, a), e in zip(pads, extra)), value=-1)._pool_windows(kernel, stride, dilation)
     w, K = win._stop_gradient(), win.shape[-1]
     hit = (w.eq(w.max(-1, keepdim=True)) | (w.ne(w) if self.dtype.is_float else False)) & (where_from >= 0)
-    rev = type(self)(np.arange(K, 0, -1, dtype=np.int32), device=self.device)
+    rev = K - positions(self, K)
     first = (K - hit.where(rev, 0).max(-1, keepdim=True)).eq(positions(self, K))
     out = first.where(win, 0.0).sum(-1) if grad else win.max(-1)
     return ValuesIndices(out, first.where(where_from, 0).sum(-1)) if return_indices else out

@@ -13,7 +13,7 @@ from uopc.uop import Ops, prod
 from uopc.tensor.errors import TensorError
 from uopc.tensor.args import number_arg
 from uopc.tensor.core import TensorCore, ValuesIndices, f16_in_f32
-from uopc.tensor.creation import positions
+from uopc.tensor.creation import positions, shared_constant
 
 PROD_FUSED = 16    # prod's pairwise halvings fuse this many inputs per kernel before storing the partial products
 SCAN_BLOCK = 32   # cumulative ops scan blocks of this many elements as (b, b) squares, then the blocks' totals (_scan)
@@ -111,7 +111,7 @@ class ReduceMixin:
     n = self.shape[ax]
     hit = self.eq(self.max(ax, keepdim=True))
     if self.dtype.is_float: hit = hit | self.ne(self)   # a NaN is the maximum, as in NumPy and torch: the first NaN wins
-    rev = type(self)(np.arange(n, 0, -1, dtype=np.int32), device=self.device).reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
+    rev = (n - positions(self, n)).reshape(tuple(n if i == ax else 1 for i in range(self.ndim)))
     return (n - hit.where(rev, 0).max(ax, keepdim)).cast(dtypes.i32)
   def argmin(self, axis=None, keepdim: bool = False) -> TensorCore:
     return self._checked_nonempty("argmin", axis)._order_reversed().argmax(axis, keepdim)
@@ -143,7 +143,7 @@ class ReduceMixin:
     n, B = self.shape[-1], SCAN_BLOCK
     identity = {"sum": 0, "prod": 1, "max": dtypes.min(self.dtype), "logaddexp": float("-inf")}[reduce]
     if n <= B:
-      keep = type(self)(np.tril(np.ones((n, n), dtype=bool)), device=self.device)   # keep[i, j] = j <= i
+      keep = shared_constant(self, ("tril", n, n, 0), lambda: np.tril(np.ones((n, n), dtype=bool)))   # keep[i, j] = j <= i
       square = keep.where(self.unsqueeze(-2), identity)
       return {"sum": square.sum, "prod": square.prod, "max": square.max, "logaddexp": square.logsumexp}[reduce](-1)
     m = -(-n // B)
