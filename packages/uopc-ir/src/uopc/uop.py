@@ -175,12 +175,14 @@ class UOp:
     except (KeyError, AttributeError, TypeError) as e: raise _malformed(op, src, e) from None
     ref = _CacheRef(ret, _evict)
     ref.key = key
-    # another thread may have built the same node since the probe above: look again and insert under the lock, so that
-    # one node per structure holds under threads too (without it, 16 threads building one chain made thousands of
-    # duplicates). Only a miss takes the lock, after the type checker; acquire/release as bound methods cost half of `with`.
+    # another thread may have built the same node since the probe above: setdefault (atomic under the GIL) inserts ours
+    # or hands back theirs, so one node per structure holds under threads too (without it, 16 threads building one chain
+    # made thousands of duplicates). Only an entry holding a dead node, not yet evicted, is replaced under the lock, so
+    # that two threads can't both replace it; a lock on every miss cost 8% of building a graph.
+    if (first := _cache_setdefault(key, ref)()) is not None: return first
     _cache_acquire()
     try:
-      if (first := _cache_setdefault(key, ref)()) is None: _cache[key], first = ref, ret   # it held a dead node, not yet evicted
+      if (held := _cache_get(key)) is None or (first := held()) is None: _cache[key], first = ref, ret
     finally: _cache_release()
     return first
 
