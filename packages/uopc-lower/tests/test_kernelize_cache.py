@@ -92,3 +92,23 @@ def test_a_schedule_carries_one_plan_per_structure_whose_slots_index_its_table()
     assert ks.plan.written_first == frozenset(range(len(ks.table))) - inputs and len(inputs) == 3
   other = kernelize_cached([(first * 2.0, buf(3, 12))], counter(300))
   assert other.plan is not miss.plan
+
+
+def test_a_hit_makes_its_kernels_and_temporaries_when_they_are_first_read():
+  """A hit's Schedule has its plan and the graph's and outputs' BUFFERs in `table` at once; its kernels, and the
+  temporaries' BUFFERs with them, are made when first read (a runtime running it through its plan reads only the
+  table). Read, they are the kernels a fresh kernelize gives."""
+  kernelize_cached([(attention(buf(0, 12), buf(1, 12), buf(2, 12)), buf(3, 12))], counter(100))
+  made = []
+  def new_buffer(n, d):
+    made.append(buf(200 + len(made), n, d))
+    return made[-1]
+  second = attention(buf(10, 12), buf(11, 12), buf(12, 12))
+  hit = kernelize_cached([(second, buf(13, 12))], new_buffer)
+  assert not made and len(hit) > 1 and hit.temps
+  assert {i for i, u in enumerate(hit.table) if u is None} == set(hit.temps)
+  assert {u for u in hit.table if u is not None} == {buf(10, 12), buf(11, 12), buf(12, 12), buf(13, 12)}
+  fresh = kernelize([(second, buf(13, 12))], counter(200))
+  assert [k.buffers for k in hit] == [k.buffers for k in fresh] and made   # read: made, and in the fresh order
+  assert not hit.temps and None not in hit.table and set(made) <= set(hit.table)
+  assert hit == list(hit) and hit[0] is list(hit)[0]

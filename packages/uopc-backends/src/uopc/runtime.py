@@ -616,7 +616,7 @@ def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMa
   """Run `kernels` in order on `backend`. `buffers` maps BUFFER UOps to Buffers: every kernel input must be there, and each
   kernel's output is allocated into it unless it already is. Returns the launches made, as (Program, Buffers). Opts come
   from `policy`; one that measures (uopc.search.Search) sees each kernel's real inputs before the kernel first runs."""
-  if not isinstance(kernels, (list, tuple)) or not all(isinstance(k, Kernel) for k in kernels):
+  if not isinstance(kernels, Schedule) and (not isinstance(kernels, (list, tuple)) or not all(isinstance(k, Kernel) for k in kernels)):
     raise BackendError(f"run_schedule takes a list of Kernels (uopc.kernelize), got {type(kernels).__name__}")
   if not isinstance(policy, OptsPolicy): raise BackendError(f"run_schedule: policy must be an OptsPolicy, got {type(policy).__name__}")
   if not policy.measures and isinstance(kernels, Schedule) and (launches := _run_planned(kernels, backend, buffers, policy)) is not None:
@@ -656,9 +656,10 @@ def _run_planned(kernels: Schedule, backend: Backend, buffers: MutableMapping[UO
   kernel given one buffer twice, or the plan's graph running in another thread."""
   plan, table = kernels.plan, []
   if plan.aliased: return None
-  written_first = plan.written_first
+  written_first, temps = plan.written_first, kernels.temps
   for i, u in enumerate(kernels.table):
-    if (b := buffers.get(u)) is None:
+    if u is None: b = Buffer(backend, *temps[i])   # a temporary no kernel read has named: this run's alone
+    elif (b := buffers.get(u)) is None:
       if i not in written_first: return None
       b = buffers[u] = Buffer(backend, u.shape[0], u.dtype)
     elif b.backend is not backend or b.dtype is not u.dtype or b.size < u.shape[0]: return None
@@ -794,6 +795,5 @@ def run_lowered(sink: UOp, arrays: dict[int, np.ndarray], backend: Backend, name
 
 
 __all__ = ["cache_dir", "Buffer", "Program", "Param", "ProgramCache", "LaunchGraph", "compile_kernel", "compile_kernels", "compile_program",
-           "run_schedule",
-           "run_lowered", "np_dtype", "OptsPolicy", "DEFAULT_POLICY", "backend_caps", "stored_opts", "stored_opts_path", "store_opts",
+           "run_schedule", "run_lowered", "np_dtype", "OptsPolicy", "DEFAULT_POLICY", "backend_caps", "stored_opts", "stored_opts_path", "store_opts",
            "program_buffers", "stored_slots", "check_arrays", "kernel_name", "format_linear", "debug_level", "profile"]

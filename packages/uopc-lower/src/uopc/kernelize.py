@@ -55,6 +55,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Callable, NamedTuple
 from uopc.uop import UOp, Ops, ParamArg, ALU, MOVEMENT, buf, prod, users_of, _argkey, _rebuild_graph
 from uopc.dtype import DType
@@ -531,14 +532,33 @@ class Plan:
     self.aliased = any(len(set(row)) != len(row) for row in slots)
 
 
-class Schedule(list):
-  """kernelize_cached's kernels (a list of Kernel, in order), with `plan` (a Plan, the same object for every schedule
-  of this structure) and `table` (this schedule's distinct BUFFERs, in the order the plan's slots index)."""
-  __slots__ = ("plan", "table")
+class Schedule(Sequence):
+  """kernelize_cached's kernels (a sequence of Kernel, in order), with `plan` (a Plan, the same object for every schedule
+  of this structure) and `table` (this schedule's distinct BUFFERs, in the order the plan's slots index). A hit's kernels
+  are made when first read: a runtime that runs the schedule through its plan reads only `table`, and a training step's
+  230 Kernels and 111 temporaries' BUFFERs were a quarter of its Python in kernelize_cached. Until then a temporary has
+  no BUFFER: its `table` entry is None and `temps` gives its (size, dtype) by table index, so a runtime makes it a
+  Buffer for the run alone; reading the kernels names every temporary (and empties `temps`)."""
+  __slots__ = ("plan", "table", "temps", "_kernels", "_make")
 
-  def __init__(self, kernels: list[Kernel], plan: Plan, table: list[UOp]):
-    super().__init__(kernels)
-    self.plan, self.table = plan, table
+  def __init__(self, kernels: list[Kernel] | None, plan: Plan, table: list[UOp | None],
+               temps: dict[int, tuple[int, DType]] | None = None, make: Callable[[], tuple[list[Kernel], list[UOp]]] | None = None):
+    self._kernels, self.plan, self.table, self.temps, self._make = kernels, plan, table, temps or {}, make
+
+  def kernels(self) -> list[Kernel]:
+    """The kernels, made now if not yet (and with them the temporaries' BUFFERs, into `table`)."""
+    if self._kernels is None:
+      self._kernels, names = self._make()
+      for i in self.temps: self.table[i] = names[i]
+      self.temps, self._make = {}, None
+    return self._kernels
+
+  def __len__(self) -> int: return len(self.plan.slots)
+  def __getitem__(self, i): return self.kernels()[i]
+  def __iter__(self): return iter(self.kernels())
+  def __eq__(self, other) -> bool: return self.kernels() == (other.kernels() if isinstance(other, Schedule) else other)
+  __hash__ = None   # type: ignore[assignment]   (a list's)
+  def __repr__(self) -> str: return f"Schedule({self.kernels()!r})"
 
 
 def _plan(steps: tuple) -> Plan:
@@ -597,11 +617,15 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
     try: _schedules.move_to_end(key)
     except KeyError: pass   # evicted by another thread meanwhile: the plan in hand is still right
     temp_sizes, steps, _, launch_plan, table = plan
-    # every buffer of this call in one list, the graph's, the outputs', the new temporaries', which the remembered steps
-    # index (a training step's 232 kernels looked each one up by kind and index: a third of a hit's time)
-    at = (bufs + outs + [new_buffer(n, d) for n, d in temp_sizes]).__getitem__
-    return Schedule([Kernel(croot, at(out), tuple(map(at, ins)), croot, cout) for croot, cout, ins, out in steps],
-                    launch_plan, list(map(at, table)))
+    known = bufs + outs
+    def make() -> tuple[list[Kernel], list[UOp]]:
+      # every buffer of this call in one list, the graph's, the outputs', the new temporaries', which the remembered
+      # steps index (a training step's 232 kernels looked each one up by kind and index: a third of a hit's time)
+      at = (known + [new_buffer(n, d) for n, d in temp_sizes]).__getitem__
+      return [Kernel(croot, at(out), tuple(map(at, ins)), croot, cout) for croot, cout, ins, out in steps], list(map(at, table))
+    n = len(known)
+    return Schedule(None, launch_plan, [known[i] if i < n else None for i in table],
+                    {k: temp_sizes[i - n] for k, i in enumerate(table) if i >= n}, make)
   kernels = kernelize(outputs, new_buffer, rewrite)
   where: dict[UOp, _BufferRef] = {b: _BufferRef("graph", i) for i, b in enumerate(bufs)}
   for i, o in enumerate(outs): where.setdefault(o, _BufferRef("output", i))
