@@ -222,3 +222,47 @@ def test_adams_f32_update_builds_the_graph_of_its_tensor_expressions(cls, kw):
   value, state = opt._update_f32(0, p, g, shaped)
   assert (value.uop, opt.m[0].uop, opt.v[0].uop, value.requires_grad) == want and state[0] is opt.m[0] and state[1] is opt.v[0]
   assert not opt.m[0].requires_grad and not opt.v[0].requires_grad
+
+
+def _operand(rng, shape, requires_grad: bool, form: str) -> Tensor:
+  """A tensor of `shape` held three ways: its own buffer, a reshaped view of a buffer (a realized value reshaped), or a
+  lazy value computed from one."""
+  if form == "view":
+    return Tensor(rng.standard_normal((int(np.prod(shape)),)).astype(np.float32), requires_grad=requires_grad).reshape(*shape)
+  t = Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=requires_grad)
+  return t * 2.0 if form == "lazy" else t
+
+
+@pytest.mark.parametrize("lead", [(2, 3), (1, 1), (6,), (1,)])
+@pytest.mark.parametrize("form", ["buffer", "view", "lazy"])
+def test_linear_straight_to_uops_builds_the_graph_of_its_tensor_ops(lead, form):
+  # linear's common case builds its UOps directly (its Tensor ops were most of a plain GPT step's forward in Python);
+  # it must be the same graph, node for node, as the Tensor expressions, so kernels and gradients are theirs
+  rng = np.random.default_rng(0)
+  for x_grad, w_grad, b_grad, out, bias in [(a, b, c, m, d) for a in (False, True) for b in (False, True) for c in (False, True)
+                                            for m in (1, 5) for d in (False, True)]:
+    x = _operand(rng, lead + (4,), x_grad, form)
+    w = Tensor(rng.standard_normal((out, 4)).astype(np.float32), requires_grad=w_grad)
+    b = Tensor(rng.standard_normal((out,)).astype(np.float32), requires_grad=b_grad) if bias else None
+    fast = x._linear_uops(w, b)
+    y = x.reshape(-1, 4).matmul(w.T).reshape(*lead, out) if len(lead) > 1 else x.matmul(w.T)
+    slow = y + b if bias else y
+    assert fast is not None and fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
+  assert x._linear_uops(w.half(), None) is None and x.half()._linear_uops(w.half(), None) is None   # f16: summed in f32
+  assert Tensor(np.ones(4, np.float32))._linear_uops(w, None) is None                              # a vector: matmul's rules
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4), (5, 1), (7,)])
+@pytest.mark.parametrize("form", ["buffer", "view", "lazy"])
+def test_layernorm_straight_to_uops_builds_the_graph_of_its_tensor_ops(shape, form):
+  rng = np.random.default_rng(1)
+  for x_grad, affine, w_grad, eps in [(a, b, c, e) for a in (False, True) for b in (False, True) for c in (False, True) for e in (1e-5, 0, 1)]:
+    x = _operand(rng, shape, x_grad, form)
+    ln = nn.LayerNorm(shape[-1], eps=eps, elementwise_affine=affine)
+    if affine and not w_grad: ln.weight.requires_grad = False
+    fast = x._layernorm_uops(ln.eps, ln.weight, ln.bias)
+    y = x.layernorm((-1,), ln.eps)
+    slow = y * ln.weight + ln.bias if affine else y
+    assert fast is not None and fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
+    assert ln(x).uop is slow.uop
+  assert x.half()._layernorm_uops(1e-5, None, None) is None   # f16 is normalized in f32 and rounded once (f16_in_f32)

@@ -7,10 +7,10 @@ output doesn't keep.
 """
 from __future__ import annotations
 from uopc.dtype import dtypes
-from uopc.uop import Ops
+from uopc.uop import UOp, Ops, prod
 from uopc.tensor.errors import TensorError, TensorIndexError
 from uopc.tensor.args import broadcast_shape, promote
-from uopc.tensor.core import TensorCore
+from uopc.tensor.core import TensorCore, broadcast_uop
 from uopc.tensor.movement import reshape_uop
 
 
@@ -65,12 +65,41 @@ class MatmulMixin:
   def linear(self, weight: TensorCore, bias: TensorCore | None = None) -> TensorCore:
     """self @ weight.T + bias, with weight (out_features, in_features) as in torch."""
     weight = self._tensor_arg(weight, "linear: weight")
+    if (fast := self._linear_uops(weight, bias)) is not None: return fast
     if self.ndim > 2 and weight.ndim == 2 and self.shape[-1] == weight.shape[-1] and 0 not in self.shape:
       # the leading axes as one: (B, T, C) @ W.T is one GEMM of B*T rows, and its weight's gradient one reduction over
       # them (a reduction over B and T, two axes, was no GEMM to pack an operand for: 95 -> 210 GFLOP/s packed)
       out = self.reshape(-1, self.shape[-1]).matmul(weight.T).reshape(*self.shape[:-1], weight.shape[0])
     else: out = self.matmul(weight.T)
     return out + bias if bias is not None else out
+
+  def _linear_uops(self, weight: TensorCore, bias) -> TensorCore | None:
+    """linear's common case, a layer on (..., in_features) with a weight and a bias of its dtype (not f16) on its
+    device, straight to UOps: the graph the Tensor ops above build, node for node (a test holds them to it), for a
+    third of their Python (a GPT's nine layers were 0.4 ms of each plain step's 2.4 ms forward). None otherwise."""
+    xu, wu = self.uop, weight.uop
+    xs, ws = xu.shape, wu.shape
+    if len(xs) < 2 or len(ws) != 2 or xs[-1] != ws[1] or 0 in xs or 0 in ws or xu.dtype is not wu.dtype or xu.dtype is dtypes.f16 \
+       or weight.device != self.device: return None
+    if bias is not None and (not isinstance(bias, TensorCore) or bias.uop.dtype is not xu.dtype or bias.uop.shape != ws[:1]
+                             or bias.device != self.device): return None
+    k, m = ws[1], ws[0]
+    n = prod(xs[:-1])
+    # self.reshape(-1, k) (of more than 2 axes), then matmul's (n, 1, k) view of it: reshape_uop folds a reshape of a
+    # reshape unless the tensor requires a gradient (the flattened tensor requires one exactly when self does)
+    flat = xu
+    if len(xs) > 2:
+      u = xu.src[0] if xu.op is Ops.RESHAPE and not self.requires_grad else xu
+      flat = u if u.shape == (n, k) else u.reshape((n, k))
+    u = flat.src[0] if flat.op is Ops.RESHAPE and not self.requires_grad else flat
+    a = u if u.shape == (n, 1, k) else u.reshape((n, 1, k))
+    if m != 1: a = a.expand((n, m, k))
+    b = wu.permute((1, 0)).permute((1, 0)).reshape((1, m, k))   # weight.T, and matmul's transpose of its right operand
+    if n != 1: b = b.expand((n, m, k))
+    out = UOp(Ops.MUL, (a, b)).reduce(Ops.ADD, 1)
+    if len(xs) > 2: out = out.reshape(xs[:-1] + (m,))
+    if bias is None: return self._new(out, weight)
+    return self._new(UOp(Ops.ADD, (out, broadcast_uop(bias.uop, out.shape))), weight, bias)
 
   @staticmethod
   def einsum(formula: str, *operands) -> TensorCore:

@@ -5,7 +5,9 @@ overflows; layernorm by the mean and variance (no affine parameters: nn.LayerNor
 clipped at eps. Computed in f32 for f16 inputs and rounded once (f16_in_f32).
 """
 from __future__ import annotations
-from uopc.tensor.core import TensorCore, f16_in_f32
+from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops
+from uopc.tensor.core import TensorCore, f16_in_f32, broadcast_uop
 
 
 class NormalizationMixin:
@@ -33,6 +35,28 @@ class NormalizationMixin:
     x = self.float()
     d = x - x.mean(axis, keepdim=True)
     return d * ((d * d).mean(axis, keepdim=True) + eps).rsqrt()
+
+  def _layernorm_uops(self, eps: float, weight: TensorCore | None, bias: TensorCore | None) -> TensorCore | None:
+    """nn.LayerNorm's common case, layernorm over the last axis of an f32 tensor then * weight + bias (f32, of that
+    axis, on its device; or neither), straight to UOps: the graph of the Tensor ops (layernorm above, then the affine
+    product and sum), node for node (a test holds them to it), for a quarter of their Python (a GPT's five were 0.4 ms
+    of each plain step's 2.4 ms forward). None otherwise."""
+    xu = self.uop
+    shape = xu.shape
+    if xu.dtype is not dtypes.f32 or not shape or 0 in shape or (weight is None) != (bias is None): return None
+    c = shape[-1]
+    if weight is not None and not all(isinstance(t, TensorCore) and t.uop.dtype is dtypes.f32 and t.uop.shape == (c,) and
+                                      t.device == self.device for t in (weight, bias)): return None
+    ADD, MUL = Ops.ADD, Ops.MUL
+    keep = shape[:-1] + (1,)
+    mean = broadcast_uop(UOp(MUL, ((s := xu.reduce(ADD, 1).reshape(keep)), s.const_like(1.0 / c))), shape)
+    d = UOp(ADD, (xu, UOp(MUL, (mean, mean.const_like(-1.0)))))                       # x - mean
+    var = UOp(MUL, ((s := UOp(MUL, (d, d)).reduce(ADD, 1).reshape(keep)), s.const_like(1.0 / c)))
+    rstd = UOp(Ops.RECIP, (UOp(Ops.SQRT, (UOp(ADD, (var, var.const_like(eps))),)),))
+    y = UOp(MUL, (d, broadcast_uop(rstd, shape)))
+    if weight is None: return self._new(y)
+    y = UOp(ADD, (UOp(MUL, (y, broadcast_uop(weight.uop, shape))), broadcast_uop(bias.uop, shape)))
+    return self._new(y, weight, bias)
 
   @f16_in_f32
   def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> TensorCore:
