@@ -578,7 +578,9 @@ class CBackend:
       return free.pop()
     return _aligned(n, np.dtype(dtype.fmt))
   def free(self, handle: np.ndarray) -> None:
-    if sanitizing(): return   # reused memory would hide a use after free
+    # reused memory would hide a use after free. Without the ASan runtime loaded nothing sanitized can run (compile
+    # refuses), so the environment is read only with it (os.environ's lookup was 2% of a plain GPT step's Python)
+    if _asan_poison() is not None and sanitizing(): return
     if self._pooled + handle.nbytes <= self.POOL_BYTES and handle.base is not None:
       self._pool.setdefault((handle.size, handle.dtype.char), []).append(handle)
       self._pooled += handle.nbytes
