@@ -7,7 +7,7 @@ dropped, so a stored GPU choice came back as another kernel), and the candidates
 base's candidates came out as CPU Opts)."""
 import dataclasses, json
 import pytest
-from uopc.uop import Ops, AxisType, buf
+from uopc.uop import UOp, Ops, AxisType, buf, prod
 from uopc.dtype import dtypes
 from uopc.lowering import Opts, LowerError
 from uopc.rangeify import check_opts, gemm_pattern
@@ -288,7 +288,7 @@ def test_a_batch_of_gemms_gets_no_cache_tile_and_a_gemm_batched_over_one_b_keeps
   assert o.tile == () and o.thread == 0 and dict(o.upcast) == {1: 8, 2: 2}
   a = buf(0, 8 * m * k).reshape((8, m, 1, k)).expand((8, m, n, k))
   b = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, 1, n, k)).expand((8, m, n, k))
-  assert choose_opts(make_kernel((a * b).reduce(Ops.ADD, 1), buf(2, 8 * m * n)), caps).tile == ((1, 64),)
+  assert choose_opts(make_kernel((a * b).reduce(Ops.ADD, 1), buf(2, 8 * m * n)), caps).tile == ((1, 64), (2, 32))   # (and a panel's)
 
 
 def test_a_gemm_read_as_dot_products_gets_a_register_tile_and_threads_on_its_long_axis():
@@ -432,3 +432,44 @@ def test_a_concatenations_kernel_splits_its_last_loop_and_others_dont():
   summed = pad(buf(0, 64 * 64).reshape((64, 64)), ((0, 0), (0, 64))).reduce(Ops.ADD, 1)
   o = choose_opts(make_kernel(summed, buf(1, 64)), caps)
   assert not o.split and o.reduce_vector == 16
+
+
+def test_a_gemm_threaded_over_its_rows_walks_each_column_panel_down_its_rows_unless_its_epilogue_is_costly():
+  """A GEMM whose threads split its rows (B fits half an L2) walks one column panel of B (a register tile's columns)
+  down all of a thread's rows before the next, so the panel stays in the L1 while A streams past: the loops are the
+  threads' row blocks, the panels, then the row tiles. Threaded over a batch of its row axes (a linear layer on
+  (batch, tokens, features)) the panels go inside the batch's loop. Not under a costly epilogue (exp, a division), nor
+  for a GEMM split by columns (a B too big for that). The sums are the same, element for element."""
+  import numpy as np
+  from uopc.kernelize import make_kernel
+  from uopc.linearize import linearize
+  from uopc.interpret import run_linear
+  from uopc.rangeify import lower
+  from uopc.lowering import Ctx
+  caps = Caps(threads=2, vector_width=16, fma=True)
+  def gemm(lead: tuple[int, ...], m: int, k: int, n: int, epilogue=lambda c: c):
+    a = buf(0, prod(lead) * m * k).reshape(lead + (m, 1, k)).expand(lead + (m, n, k))
+    b = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1,) * len(lead) + (1, n, k)).expand(lead + (m, n, k))
+    return make_kernel(epilogue((a * b).reduce(Ops.ADD, 1)), buf(2, prod(lead) * m * n))
+  def loops(kernel, o):
+    sink = lower(kernel.canonical_root, kernel.canonical_out, Ctx(opts=o))
+    rngs = sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg.kind in (AxisType.THREAD, AxisType.LOOP)), key=lambda r: r.arg)
+    return sink, [(r.arg.kind, r.src[0].arg) for r in rngs]
+  rows = gemm((), 1024, 64, 128)
+  o = choose_opts(rows, caps)
+  assert o.thread == 0 and o.tile == ((0, 64), (1, 32)) and dict(o.upcast) == {0: 8, 1: 2}
+  sink, order = loops(rows, o)
+  assert order[:3] == [(AxisType.THREAD, 16), (AxisType.LOOP, 4), (AxisType.LOOP, 8)]   # row blocks, panels, row tiles
+  batched = gemm((2,), 64, 8, 64)
+  o = choose_opts(batched, caps)
+  assert o.thread == 0 and o.tile == ((2, 32),)
+  sink, order = loops(batched, o)
+  assert order[:3] == [(AxisType.THREAD, 2), (AxisType.LOOP, 2), (AxisType.LOOP, 8)]     # the batch, panels, row tiles
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal((2, 64, 8)).astype(np.float32), rng.standard_normal((8, 64)).astype(np.float32)
+  out = [0.0] * (2 * 64 * 64)
+  run_linear(linearize(sink), {0: x.ravel().tolist(), 1: w.ravel().tolist(), 2: out})
+  np.testing.assert_allclose(np.array(out, np.float32).reshape(2, 64, 64), x @ w, rtol=1e-5, atol=1e-5)
+  costly = gemm((), 1024, 64, 128, lambda c: UOp(Ops.RECIP, (UOp(Ops.EXP2, (c,)) + 1.0,)))
+  assert choose_opts(costly, caps).tile == ((0, 64),)
+  assert choose_opts(gemm((), 1024, 1024, 1024), caps).tile == ((0, 64),)              # split by columns: B is 4 MiB

@@ -422,13 +422,18 @@ def _output_parts(ctx: Ctx, shape: tuple[int, ...], skip: int | None = None) -> 
   # are in cache; the THREAD axis goes before everything, as the loop OpenMP splits. When the THREAD axis is tiled, its
   # blocks are what OpenMP splits and the loop inside a block keeps the axis's own place among the others (a transposing
   # copy walks a block of 16 rows inside each column: every line it reads serves 16 rows before it moves on)
-  blocks = {k: ctx.rng(shape[k] // t, kind(k)) for k, t in tiles.items()}
   first = [o.thread] if o.thread is not None and o.thread not in tiles else []
+  # the blocks of axes before an untiled THREAD axis go outside its loop, those after it inside (a GEMM threaded over a
+  # batch walks each column panel down its rows: see choose_opts)
+  blocks = {k: ctx.rng(shape[k] // t, kind(k)) for k, t in tiles.items() if not first or k < o.thread}
+  if first: thread_walk = _axis_parts(ctx, shape[o.thread], up.get(o.thread, 1), AxisType.THREAD, lanes if o.thread == vaxis else 1)
+  blocks.update({k: ctx.rng(shape[k] // t, kind(k)) for k, t in tiles.items() if k not in blocks})
   axes = first + [k for k in range(len(shape)) if k not in first]
   parts: dict[int, Walk] = {}
   for k in axes:
     f, w = up.get(k, 1), (lanes if k == vaxis else 1)
     if k == skip: parts[k] = Walk(UOp.const(0), f, None, w); continue
+    if first and k == o.thread: parts[k] = thread_walk; continue
     if k not in tiles: parts[k] = _axis_parts(ctx, shape[k], f, kind(k), w); continue
     within = tiles[k] // (f * w)    # iterations inside one tile
     parts[k] = Walk(blocks[k] * within + ctx.rng(within) if within > 1 else blocks[k], f, ctx.rng(w, AxisType.UPCAST) if w > 1 else None, w)
