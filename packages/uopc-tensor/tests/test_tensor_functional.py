@@ -331,3 +331,25 @@ def test_scaled_dot_product_attention_with_a_boolean_mask():
   mask = np.array([[True, False, True, True], [True, True, False, False], [False, True, True, True], [True, True, True, False]])
   got = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=Tensor(mask))
   check(got, attention_ref(q, k, v, mask=mask), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shapes", [((2, 3, 5, 4), (2, 3, 6, 4), (2, 3, 6, 7)), ((5, 4), (5, 4), (5, 1)), ((1, 1, 4), (1, 1, 4), (1, 1, 4))])
+def test_attention_straight_to_uops_builds_the_graph_of_its_tensor_ops(shapes):
+  # attention's common case (f32, no mask but the causal one) builds its UOps directly past the two matmuls; it must be
+  # the same graph, node for node, as the Tensor expressions, so kernels and gradients are theirs
+  from uopc.tensor.creation import shared_constant
+  rng = np.random.default_rng(3)
+  for grads in [(a, b, c) for a in (False, True) for b in (False, True) for c in (False, True)]:
+    for causal, scale in [(False, None), (True, None), (True, 0.3), (False, 2.0)]:
+      q, k, v = (Tensor(rng.standard_normal(sh).astype(np.float32), requires_grad=g) for sh, g in zip(shapes, grads))
+      fast = q._attention_uops(k, v, causal, scale)
+      s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+      if causal:
+        L, S = q.shape[-2], k.shape[-2]
+        s = shared_constant(q, ("tril", L, S, 0), lambda: np.tril(np.ones((L, S), dtype=bool))).where(s, float("-inf"))
+      slow = s.softmax(-1) @ v
+      assert fast is not None and fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
+      assert q.scaled_dot_product_attention(k, v, is_causal=causal, scale=scale).uop is slow.uop
+  assert q.half()._attention_uops(k.half(), v.half(), False, None) is None   # f16: in f32, rounded once
+  longer = Tensor(np.ones(v.shape[:-2] + (v.shape[-2] + 1, v.shape[-1]), np.float32))
+  assert q._attention_uops(k, longer, False, None) is None                   # keys and values disagree: the general road's error
