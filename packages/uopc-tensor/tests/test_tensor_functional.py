@@ -353,3 +353,21 @@ def test_attention_straight_to_uops_builds_the_graph_of_its_tensor_ops(shapes):
   assert q.half()._attention_uops(k.half(), v.half(), False, None) is None   # f16: in f32, rounded once
   longer = Tensor(np.ones(v.shape[:-2] + (v.shape[-2] + 1, v.shape[-1]), np.float32))
   assert q._attention_uops(k, longer, False, None) is None                   # keys and values disagree: the general road's error
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (5,), (1, 1), (2, 3, 2)])
+def test_embedding_straight_to_uops_builds_the_graph_of_the_gather(shape):
+  # embedding's common case builds its UOps directly; it must be the graph of weight[indices] as _gather builds it, node
+  # for node, so kernels and gradients are its
+  rng = np.random.default_rng(4)
+  for w_grad, view, lazy, v, d in [(a, b, c, e, f) for a in (False, True) for b in (False, True) for c in (False, True)
+                                    for e in (7, 1) for f in (5, 1)]:
+    w = Tensor(rng.standard_normal((v, d)).astype(np.float32), requires_grad=w_grad)
+    idx = rng.integers(0, v, shape).astype(np.int32)
+    i = Tensor(idx.ravel()).reshape(*shape) if view else Tensor(idx)
+    if lazy: i = i * 1
+    e = i.embedding(w)   # (its index check may compute a lazy i first)
+    fast, slow = i._embedding_uops(w), w._gather([(0, i)], checked=True)
+    assert fast is not None and fast.uop is slow.uop is e.uop and fast.requires_grad == slow.requires_grad
+  np.testing.assert_array_equal(fast.numpy(), w.numpy()[idx])
+  assert i._embedding_uops(w.half()) is None   # f16 rows: the general road
