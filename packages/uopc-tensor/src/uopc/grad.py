@@ -83,7 +83,7 @@ def _stop(u: UOp, g: UOp) -> tuple:
 # one rule per op: (node, gradient of the node) -> the gradient of each source (None: no gradient)
 GRAD_RULES: dict[Ops, Callable[[UOp, UOp], tuple]] = {
   Ops.ADD: lambda u, g: (g, g),
-  Ops.MUL: lambda u, g: (g * u.src[1], g * u.src[0]),
+  Ops.MUL: lambda u, g: (UOp(Ops.MUL, (g, u.src[1])), UOp(Ops.MUL, (g, u.src[0]))),   # (gradient() has its own inline)
   Ops.MULACC: lambda u, g: (g * u.src[1], g * u.src[0], g),
   Ops.RECIP: lambda u, g: (-(g * u * u),),
   Ops.EXP2: lambda u, g: (g * u * LN2,),
@@ -130,16 +130,23 @@ def gradient(root: UOp, wrt: list[UOp], seed: UOp | None = None, order: list[UOp
   for u in nodes:
     if u in targets or not needed.isdisjoint(u.src): needed.add(u)
   grads: dict[UOp, UOp] = {root: seed}
+  ADD, MUL = Ops.ADD, Ops.MUL
+  def add(s: UOp, sg: UOp) -> None:
+    if s in needed and s.dtype.is_float: grads[s] = UOp(ADD, (grads[s], sg)) if s in grads else sg
   for u in reversed(nodes):
     g = grads.get(u)
     if g is None or not u.src: continue
+    if u.op is MUL:   # the most common op, its rule inline: only the needed side's product is built
+      a, b = u.src
+      if a in needed: add(a, UOp(MUL, (g, b)))
+      if b in needed: add(b, UOp(MUL, (g, a)))
+      continue
     rule = GRAD_RULES.get(u.op)
     if rule is None:
       if any(s in needed for s in u.src): raise UOpError(f"gradient: no rule for {u.op!r}")
       continue
     for s, sg in zip(u.src, rule(u, g)):
-      if sg is None or s not in needed or not s.dtype.is_float: continue
-      grads[s] = grads[s] + sg if s in grads else sg
+      if sg is not None: add(s, sg)
   return [grads[w] if w in grads else w.const_like(0.0) for w in wrt]
 
 
