@@ -371,3 +371,37 @@ def test_embedding_straight_to_uops_builds_the_graph_of_the_gather(shape):
     assert fast is not None and fast.uop is slow.uop is e.uop and fast.requires_grad == slow.requires_grad
   np.testing.assert_array_equal(fast.numpy(), w.numpy()[idx])
   assert i._embedding_uops(w.half()) is None   # f16 rows: the general road
+
+
+@pytest.mark.parametrize("n, c", [(6, 5), (1, 3), (4, 1)])
+def test_cross_entropy_straight_to_uops_builds_the_graph_of_its_tensor_ops(n, c):
+  # cross_entropy's common case (f32 logits (N, C), class indices, the mean) builds its UOps directly; it must be the
+  # graph of log_softmax and the nll's Tensor ops, node for node, so kernels and gradients are theirs
+  rng = np.random.default_rng(5)
+  for grad, view, lazy, ignore in [(a, b, d, e) for a in (False, True) for b in (False, True) for d in (False, True) for e in (-100, 0)]:
+    x = Tensor(rng.standard_normal((n, c)).astype(np.float32), requires_grad=grad)
+    if lazy: x = x * 2.0
+    tg = rng.integers(0, c, (n,)).astype(np.int32)
+    t = Tensor(tg.reshape(n, 1)).reshape(n) if view else Tensor(tg)
+    fast, slow = x._cross_entropy_uops(t, ignore), x.log_softmax(1)._nll(t, None, ignore, "mean")
+    assert fast is not None and fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
+    assert x.cross_entropy(t, ignore_index=ignore).uop is slow.uop
+  assert x._cross_entropy_uops(t.float(), -100) is None and x.half()._cross_entropy_uops(t, -100) is None   # the general road
+  with pytest.raises(TensorError, match="out of range"): x.cross_entropy(Tensor(np.full(n, c, np.int32)))   # still checked
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (1, 1), (5,), ()])
+def test_sigmoid_and_gelu_straight_to_uops_build_the_graph_of_their_tensor_ops(shape):
+  # f32 sigmoid (and GELU, SiLU through it) build their UOps directly; they must be the graph of the Tensor expressions
+  import uopc.tensor.activations as A
+  def sigmoid(x):
+    t = x.float() * -A._LOG2E
+    far = t > A._EXP2_MAX
+    return far.where(0.0, (1.0 + far.where(A._EXP2_MAX, t).exp2()).recip())
+  rng = np.random.default_rng(6)
+  for grad, lazy in [(False, False), (True, False), (False, True), (True, True)]:
+    x = Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=grad)
+    if lazy: x = x * 2.0
+    gelu = x * sigmoid(2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x))
+    for fast, slow in [(x.sigmoid(), sigmoid(x)), (x.gelu(), gelu), (x.silu(), x * sigmoid(x))]:
+      assert fast.uop is slow.uop and fast.requires_grad == slow.requires_grad

@@ -6,11 +6,13 @@ cross_entropy of scores (N, C, d...) or (C,) against class indices, whose values
 index past the classes would pick nothing and give a finite loss), or against class probabilities.
 """
 from __future__ import annotations
+import math
 from uopc.dtype import dtypes
+from uopc.uop import UOp, Ops
 from uopc.tensor.errors import TensorError, TensorTypeError
 from uopc.tensor.capture import check_indices
-from uopc.tensor.core import TensorCore, f16_in_f32
-from uopc.tensor.creation import positions
+from uopc.tensor.core import TensorCore, f16_in_f32, broadcast_uop
+from uopc.tensor.creation import positions, const_uop
 
 
 class LossMixin:
@@ -99,6 +101,8 @@ class LossMixin:
     probabilities of the logits' shape. label_smoothing mixes the targets with the uniform distribution."""
     if not 0 <= label_smoothing <= 1: raise TensorError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     target = target if isinstance(target, TensorCore) else type(self)(target, device=self.device)
+    if weight is None and not label_smoothing and reduction == "mean" and (fast := self._cross_entropy_uops(target, ignore_index)) is not None:
+      return fast
     cdim = 0 if self.ndim == 1 else 1
     C = self.shape[cdim]
     logp = self.log_softmax(cdim)
@@ -120,6 +124,32 @@ class LossMixin:
     t = target.reshape(-1)
     w = t.unsqueeze(-1).eq(positions(self, C)).where(weight, 0.0).sum(-1) if weight is not None else 1.0
     return loss.sum() / (w * t.ne(ignore_index).float()).sum()
+  def _cross_entropy_uops(self, target: TensorCore, ignore_index: int) -> TensorCore | None:
+    """cross_entropy's common case, f32 logits (N, C) and class indices (N,) on their device, no weights or smoothing,
+    the mean: its targets checked as the general road checks them, then straight to UOps, the graph of log_softmax and
+    _nll's Tensor ops node for node (a test holds them to it), for a third of their Python. None otherwise."""
+    x = self.uop
+    if x.dtype is not dtypes.f32 or len(x.shape) != 2 or 0 in x.shape or target.dtype is not dtypes.i32 or \
+       target.shape != x.shape[:1] or target.device != self.device or type(ignore_index) is not int: return None
+    t = self._class_targets(target, "cross_entropy", ignore_index).uop
+    n, c = x.shape
+    ADD, MUL = Ops.ADD, Ops.MUL
+    neg = lambda u: UOp(MUL, (u, u.const_like(-1.0)))
+    # log_softmax(1): s = x - max (detached), then s - log(sum(exp(s)))
+    m = broadcast_uop(UOp(Ops.CAST, (x.reduce(Ops.MAX, 1).reshape((n, 1)),), dtypes.f32), x.shape)
+    s = UOp(ADD, (x, neg(m)))
+    e = UOp(Ops.EXP2, (UOp(MUL, (s, s.const_like(1 / math.log(2)))),))
+    lse = UOp(Ops.LOG2, (e.reduce(ADD, 1).reshape((n, 1)),))
+    logp = UOp(ADD, (s, neg(broadcast_uop(UOp(MUL, (lse, lse.const_like(math.log(2)))), x.shape))))
+    # _nll: a one-hot of the targets (unsqueezed: a reshape of a reshape folds), the kept ones' weight, the mean
+    t1 = t.src[0] if t.op is Ops.RESHAPE else t
+    t1 = t1 if t1.shape == (n, 1) else t1.reshape((n, 1))
+    hit = UOp(Ops.CMPNE, (broadcast_uop(t1, x.shape), broadcast_uop(positions(self, c).uop, x.shape)))
+    hit = UOp(Ops.CMPNE, (hit, hit.const_like(True)))
+    w = UOp(Ops.CAST, (UOp(Ops.CMPNE, (t, t.const_like(ignore_index))),), dtypes.f32)
+    picked = UOp(Ops.WHERE, (hit, logp, broadcast_uop(const_uop(0.0, dtypes.f32), x.shape))).reduce(ADD, 1)
+    loss = UOp(MUL, (neg(picked), w))
+    return self._new(UOp(MUL, (loss.reduce(ADD, 1), UOp(Ops.RECIP, (w.reduce(ADD, 1),)))))
   def sparse_categorical_crossentropy(self, target: TensorCore, ignore_index: int = -1, label_smoothing: float = 0.0,
                                       reduction: str = "mean") -> TensorCore:
     """tinygrad's cross entropy with the classes on the last axis of the logits (..., C) and targets (...)."""
