@@ -599,12 +599,13 @@ _RAW_ARG = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.REDU
 
 
 def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType], UOp],
-                     rewrite: Callable[[list[UOp]], list[UOp]] | None = None) -> list[Kernel]:
+                     rewrite: Callable[[list[UOp]], list[UOp]] | None = None) -> Sequence[Kernel]:
   """kernelize(outputs, new_buffer, rewrite), remembered by the structure of the graph and the rewrite (see the module
   docstring; `rewrite` is a hashable value, equal for the same rewrite: uopc.opt.graph_rewrite's). On a hit the Kernels
-  are the remembered ones over this graph's BUFFERs, its outputs and new temporaries from new_buffer; their `root` is the
-  canonical root (the graph over this call's buffers is never built: past kernelize only its shape is read). The list
-  is a Schedule (with the structure's Plan) whenever the graph could be keyed."""
+  are the remembered ones over this graph's BUFFERs, its outputs and new temporaries from new_buffer, made when the
+  Schedule's kernels are first read (see Schedule); their `root` is the canonical root (the graph over this call's
+  buffers is never built: past kernelize only its shape is read). The answer is a Schedule (with the structure's Plan)
+  whenever the graph could be keyed, else kernelize's list."""
   if not isinstance(outputs, (list, tuple)) or not all(isinstance(o, (list, tuple)) and len(o) == 2 and isinstance(o[0], UOp)
                                                         and isinstance(o[1], UOp) for o in outputs):
     return kernelize(outputs, new_buffer, rewrite)   # which says what is wrong
