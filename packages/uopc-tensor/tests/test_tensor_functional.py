@@ -333,6 +333,24 @@ def test_scaled_dot_product_attention_with_a_boolean_mask():
   check(got, attention_ref(q, k, v, mask=mask), rtol=1e-4, atol=1e-5)
 
 
+def _softmax_by_ops(s: Tensor, axis: int = -1) -> Tensor:
+  """softmax's Tensor expression (what its f32 road over the last axis builds directly)."""
+  e = (s - s.max(axis, keepdim=True)._stop_gradient()).exp()
+  return e / e.sum(axis, keepdim=True)
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 1), (5,), (1, 1)])
+def test_softmax_straight_to_uops_builds_the_graph_of_its_tensor_ops(shape):
+  rng = np.random.default_rng(7)
+  for grad, lazy in [(False, False), (True, False), (False, True), (True, True)]:
+    x = Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=grad)
+    if lazy: x = x * 2.0
+    for axis in (-1, len(shape) - 1):
+      fast, slow = x.softmax(axis), _softmax_by_ops(x, axis)
+      assert fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
+  if len(shape) > 1: assert x.softmax(0).uop is _softmax_by_ops(x, 0).uop   # another axis: the Tensor ops themselves
+
+
 @pytest.mark.parametrize("shapes", [((2, 3, 5, 4), (2, 3, 6, 4), (2, 3, 6, 7)), ((5, 4), (5, 4), (5, 1)), ((1, 1, 4), (1, 1, 4), (1, 1, 4))])
 def test_attention_straight_to_uops_builds_the_graph_of_its_tensor_ops(shapes):
   # attention's common case (f32, no mask but the causal one) builds its UOps directly past the two matmuls; it must be
@@ -347,7 +365,7 @@ def test_attention_straight_to_uops_builds_the_graph_of_its_tensor_ops(shapes):
       if causal:
         L, S = q.shape[-2], k.shape[-2]
         s = shared_constant(q, ("tril", L, S, 0), lambda: np.tril(np.ones((L, S), dtype=bool))).where(s, float("-inf"))
-      slow = s.softmax(-1) @ v
+      slow = _softmax_by_ops(s) @ v
       assert fast is not None and fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
       assert q.scaled_dot_product_attention(k, v, is_causal=causal, scale=scale).uop is slow.uop
   assert q.half()._attention_uops(k.half(), v.half(), False, None) is None   # f16: in f32, rounded once

@@ -13,6 +13,7 @@ from uopc.tensor.errors import TensorError
 from uopc.tensor.args import promote
 from uopc.tensor.core import TensorCore, broadcast_uop
 from uopc.tensor.creation import shared_constant, const_uop
+from uopc.tensor.normalization import softmax_last_uop
 
 
 class AttentionMixin:
@@ -66,10 +67,4 @@ class AttentionMixin:
       L, S = qs[-2], ks[-2]
       causal = shared_constant(self, ("tril", L, S, 0), lambda: np.tril(np.ones((L, S), dtype=bool)))
       u = UOp(Ops.WHERE, (broadcast_uop(causal.uop, shape), u, broadcast_uop(const_uop(float("-inf"), dtypes.f32), shape)))
-    # softmax(-1): minus the (detached) max, exp as exp2, over the sum
-    keep = shape[:-1] + (1,)
-    m = broadcast_uop(UOp(Ops.CAST, (u.reduce(Ops.MAX, 1).reshape(keep),), dtypes.f32), shape)
-    d = UOp(Ops.ADD, (u, UOp(Ops.MUL, (m, m.const_like(-1.0)))))
-    e = UOp(Ops.EXP2, (UOp(Ops.MUL, (d, d.const_like(1 / math.log(2)))),))
-    p = UOp(Ops.MUL, (e, UOp(Ops.RECIP, (broadcast_uop(e.reduce(Ops.ADD, 1).reshape(keep), shape),))))
-    return s._new(p)._same_batch_matmul(value)
+    return s._new(softmax_last_uop(u))._same_batch_matmul(value)

@@ -5,9 +5,21 @@ overflows; layernorm by the mean and variance (no affine parameters: nn.LayerNor
 clipped at eps. Computed in f32 for f16 inputs and rounded once (f16_in_f32).
 """
 from __future__ import annotations
+import math
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops
 from uopc.tensor.core import TensorCore, f16_in_f32, broadcast_uop
+
+
+def softmax_last_uop(u: UOp) -> UOp:
+  """The graph softmax's Tensor ops build over the last axis of an f32 value with elements, built directly (the same
+  nodes: a test holds them to it): minus the (detached) max, exp as exp2, over the sum."""
+  shape = u.shape
+  keep = shape[:-1] + (1,)
+  m = broadcast_uop(UOp(Ops.CAST, (u.reduce(Ops.MAX, 1).reshape(keep),), dtypes.f32), shape)
+  d = UOp(Ops.ADD, (u, UOp(Ops.MUL, (m, m.const_like(-1.0)))))
+  e = UOp(Ops.EXP2, (UOp(Ops.MUL, (d, d.const_like(1 / math.log(2)))),))
+  return UOp(Ops.MUL, (e, UOp(Ops.RECIP, (broadcast_uop(e.reduce(Ops.ADD, 1).reshape(keep), shape),))))
 
 
 class NormalizationMixin:
@@ -17,6 +29,7 @@ class NormalizationMixin:
   @f16_in_f32
   def softmax(self, axis: int = -1) -> TensorCore:
     if self.numel() == 0: return self.float()   # nothing to normalize (and no max of an empty axis to take)
+    if self.dtype is dtypes.f32 and self.ndim and self._dim(axis) == self.ndim - 1: return self._new(softmax_last_uop(self.uop))
     m = self.max(axis, keepdim=True)._stop_gradient()
     e = (self - m).exp()
     return e / e.sum(axis, keepdim=True)
