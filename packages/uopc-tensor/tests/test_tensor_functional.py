@@ -355,7 +355,7 @@ def test_softmax_straight_to_uops_builds_the_graph_of_its_tensor_ops(shape):
 def test_attention_straight_to_uops_builds_the_graph_of_its_tensor_ops(shapes):
   # attention's common case (f32, no mask but the causal one) builds its UOps directly past the two matmuls; it must be
   # the same graph, node for node, as the Tensor expressions, so kernels and gradients are theirs
-  from uopc.tensor.creation import shared_constant
+  from uopc.tensor.creation import triangle
   rng = np.random.default_rng(3)
   for grads in [(a, b, c) for a in (False, True) for b in (False, True) for c in (False, True)]:
     for causal, scale in [(False, None), (True, None), (True, 0.3), (False, 2.0)]:
@@ -363,8 +363,7 @@ def test_attention_straight_to_uops_builds_the_graph_of_its_tensor_ops(shapes):
       fast = q._attention_uops(k, v, causal, scale)
       s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
       if causal:
-        L, S = q.shape[-2], k.shape[-2]
-        s = shared_constant(q, ("tril", L, S, 0), lambda: np.tril(np.ones((L, S), dtype=bool))).where(s, float("-inf"))
+        s = triangle(q, q.shape[-2], k.shape[-2]).where(s, float("-inf"))
       slow = _softmax_by_ops(s) @ v
       assert fast is not None and fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
       assert q.scaled_dot_product_attention(k, v, is_causal=causal, scale=scale).uop is slow.uop

@@ -6,13 +6,12 @@ before the softmax were 10x further off. With enable_gqa, key and value heads ar
 """
 from __future__ import annotations
 import math
-import numpy as np
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops
 from uopc.tensor.errors import TensorError
 from uopc.tensor.args import promote
 from uopc.tensor.core import TensorCore, broadcast_uop
-from uopc.tensor.creation import shared_constant, const_uop
+from uopc.tensor.creation import const_uop, triangle
 from uopc.tensor.normalization import softmax_last_uop
 
 
@@ -43,8 +42,7 @@ class AttentionMixin:
     L, S = self.shape[-2], key.shape[-2]
     s = (self @ key.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(self.shape[-1]))
     if is_causal:
-      causal = shared_constant(self, ("tril", L, S, 0), lambda: np.tril(np.ones((L, S), dtype=bool)))
-      s = causal.where(s, float("-inf"))
+      s = triangle(self, L, S).where(s, float("-inf"))
     if attn_mask is not None: s = attn_mask.where(s, float("-inf")) if attn_mask.dtype is dtypes.bool else s + attn_mask
     return s.softmax(-1).dropout(dropout_p) @ value
 
@@ -64,7 +62,6 @@ class AttentionMixin:
     u = UOp(Ops.MUL, (u, u.const_like(scale if scale is not None else 1 / math.sqrt(qs[-1]))))
     shape = u.shape
     if is_causal:
-      L, S = qs[-2], ks[-2]
-      causal = shared_constant(self, ("tril", L, S, 0), lambda: np.tril(np.ones((L, S), dtype=bool)))
-      u = UOp(Ops.WHERE, (broadcast_uop(causal.uop, shape), u, broadcast_uop(const_uop(float("-inf"), dtypes.f32), shape)))
+      causal = triangle(self, qs[-2], ks[-2]).uop
+      u = UOp(Ops.WHERE, (broadcast_uop(causal, shape), u, broadcast_uop(const_uop(float("-inf"), dtypes.f32), shape)))
     return s._new(softmax_last_uop(u))._same_batch_matmul(value)

@@ -74,6 +74,13 @@ def positions(like: TensorCore, n: int) -> TensorCore:
   return shared_constant(like, ("arange", n), lambda: np.arange(n, dtype=np.int32))
 
 
+def triangle(like: TensorCore, rows: int, cols: int, diagonal: int = 0, upper: bool = False) -> TensorCore:
+  """The (rows, cols) bool mask of the elements on and below `diagonal` (on and above: upper) on like's device, shared
+  (see shared_constant): attention's causal mask, tril and triu, a scan's or a sort's triangle."""
+  return shared_constant(like, ("triu" if upper else "tril", rows, cols, diagonal),
+                         lambda: (np.triu if upper else np.tril)(np.ones((rows, cols), dtype=bool), diagonal))
+
+
 class CreationMixin:
   """Constructors (class methods: Tensor.zeros(2, 3)), their *_like forms, and random tensors."""
   __slots__ = ()

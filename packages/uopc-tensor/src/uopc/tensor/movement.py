@@ -16,7 +16,7 @@ from uopc.composite import pad as _pad_uop, flip_axis
 from uopc.tensor.errors import TensorError, TensorIndexError, TensorTypeError
 from uopc.tensor.args import int_arg, shape_arg, check_size, new_shape, pairs_arg, promote
 from uopc.tensor.core import TensorCore
-from uopc.tensor.creation import shared_constant
+from uopc.tensor.creation import shared_constant, triangle
 
 
 def reshape_uop(t: TensorCore, shape: tuple[int, ...]) -> UOp:
@@ -251,8 +251,7 @@ class MovementMixin:
     """triu (upper) or tril: on the last two axes, the elements on and above (below) `diagonal` kept, the rest 0 (False)."""
     if self.ndim < 2: raise TensorError(f"{'triu' if upper else 'tril'} needs at least 2 dimensions, got shape {self.shape}")
     r, c = self.shape[-2:]
-    keep = shared_constant(self, ("triu" if upper else "tril", r, c, diagonal),
-                           lambda: (np.triu if upper else np.tril)(np.ones((r, c), dtype=bool), diagonal))
+    keep = triangle(self, r, c, diagonal, upper)
     return keep.where(self, False if self.dtype is dtypes.bool else 0)
   def triu(self, diagonal: int = 0) -> TensorCore: return self._triangle(diagonal, True)
   def tril(self, diagonal: int = 0) -> TensorCore: return self._triangle(diagonal, False)

@@ -7,13 +7,12 @@ iteration to the next in the IR, so a block of SCAN_BLOCK elements is spread int
 along its rows, then the blocks' totals are scanned the same way (O(32 n) work in a few kernels).
 """
 from __future__ import annotations
-import numpy as np
 from uopc.dtype import dtypes
 from uopc.uop import Ops, prod
 from uopc.tensor.errors import TensorError
 from uopc.tensor.args import number_arg
 from uopc.tensor.core import TensorCore, ValuesIndices, f16_in_f32
-from uopc.tensor.creation import positions, shared_constant
+from uopc.tensor.creation import positions, triangle
 
 PROD_FUSED = 16    # prod's pairwise halvings fuse this many inputs per kernel before storing the partial products
 SCAN_BLOCK = 32   # cumulative ops scan blocks of this many elements as (b, b) squares, then the blocks' totals (_scan)
@@ -143,7 +142,7 @@ class ReduceMixin:
     n, B = self.shape[-1], SCAN_BLOCK
     identity = {"sum": 0, "prod": 1, "max": dtypes.min(self.dtype), "logaddexp": float("-inf")}[reduce]
     if n <= B:
-      keep = shared_constant(self, ("tril", n, n, 0), lambda: np.tril(np.ones((n, n), dtype=bool)))   # keep[i, j] = j <= i
+      keep = triangle(self, n, n)   # keep[i, j] = j <= i
       square = keep.where(self.unsqueeze(-2), identity)
       return {"sum": square.sum, "prod": square.prod, "max": square.max, "logaddexp": square.logsumexp}[reduce](-1)
     m = -(-n // B)

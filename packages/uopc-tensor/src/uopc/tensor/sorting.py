@@ -10,7 +10,7 @@ import numpy as np
 from uopc.dtype import dtypes, I32_MIN, I32_MAX
 from uopc.tensor.errors import TensorError
 from uopc.tensor.core import TensorCore, ValuesIndices
-from uopc.tensor.creation import positions, shared_constant
+from uopc.tensor.creation import positions, triangle
 
 SORT_BY_COUNTING_MAX = 1024   # longer sorts go through a bitonic network (SortingMixin._sort_network)
 
@@ -43,7 +43,7 @@ class SortingMixin:
       values, indices = values.cast(x.dtype), indices
     else:
       first, same = type(self)._order(key.unsqueeze(-2), key.unsqueeze(-1), descending)   # [i, j]: element j before / tied with i
-      earlier = shared_constant(self, ("tril", n, n, -1), lambda: np.tril(np.ones((n, n), dtype=bool), -1))   # [i, j]: j < i
+      earlier = triangle(self, n, n, -1)   # [i, j]: j < i
       rank = (first | (same & earlier)).sum(-1)                     # (..., n): where element i lands
       at = rank.unsqueeze(-2).eq(positions(self, n).unsqueeze(-1))   # [r, i]: element i lands at r
       values = at.where(x.unsqueeze(-2), False if x.dtype is dtypes.bool else 0).sum(-1).cast(x.dtype)
