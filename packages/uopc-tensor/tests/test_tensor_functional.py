@@ -422,3 +422,5 @@ def test_sigmoid_and_gelu_straight_to_uops_build_the_graph_of_their_tensor_ops(s
     gelu = x * sigmoid(2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x))
     for fast, slow in [(x.sigmoid(), sigmoid(x)), (x.gelu(), gelu), (x.silu(), x * sigmoid(x))]:
       assert fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
+  i = Tensor(rng.integers(-3, 3, shape).astype(np.int32))   # integers: the same graphs over their f32 cast
+  assert i.sigmoid().uop is sigmoid(i).uop and i.gelu().uop is (i * sigmoid(2 * math.sqrt(2 / math.pi) * (i + 0.044715 * i * i * i))).uop

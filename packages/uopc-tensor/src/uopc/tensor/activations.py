@@ -18,8 +18,9 @@ _EXP2_MAX = 126.0
 
 
 def _sigmoid_uop(z: UOp) -> UOp:
-  """The graph ActivationMixin.sigmoid's Tensor ops build for an f32 z, built directly (a plain GPT step's GELUs were
-  0.1 ms of Python in Tensor ops)."""
+  """sigmoid of an f32 z (see ActivationMixin.sigmoid) as UOps, the graph of its Tensor expression (t = z * -log2 e,
+  far = t > 126, far.where(0, 1 / (1 + 2^far.where(126, t)))) built directly: in Tensor ops a plain GPT step's GELUs
+  were 0.1 ms of Python."""
   t = UOp(Ops.MUL, (z, z.const_like(-_LOG2E)))
   far = UOp(Ops.CMPLT, (t.const_like(_EXP2_MAX), t))
   e = UOp(Ops.EXP2, (UOp(Ops.WHERE, (far, broadcast_uop(const_uop(_EXP2_MAX, dtypes.f32), t.shape), t)),))
@@ -38,10 +39,7 @@ class ActivationMixin:
     # is clamped under the branch not taken. sigmoid(-inf) is 0 (x * sigmoid(x) is NaN there, as torch's), a NaN stays
     # NaN. One formula, not one for each sign: the gradient is a third of the ops the two branches' was (a GPT's GELU
     # gradient took 40% of its GEMM's time)
-    if self.dtype is dtypes.f32: return self._new(_sigmoid_uop(self.uop))   # the same graph, built directly
-    t = self.float() * -_LOG2E
-    far = t > _EXP2_MAX
-    return far.where(0.0, (1.0 + far.where(_EXP2_MAX, t).exp2()).recip())
+    return self._new(_sigmoid_uop(self.float().uop))
 
   def relu(self) -> TensorCore: return ((self > 0) | self.ne(self)).where(self, 0) if self.dtype.is_float else (self > 0).where(self, 0)   # NaN stays
   def leaky_relu(self, neg_slope: float = 0.01) -> TensorCore: return (self > 0).where(self, self * neg_slope)
@@ -52,12 +50,10 @@ class ActivationMixin:
     if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
     if approximate != "tanh": raise TensorTypeError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
     # 0.5 x (1 + tanh(u)) as x sigmoid(2u), the same function: 1 + tanh(u) cancelled for negative x (gelu(-5.5) was 0)
-    if self.dtype is dtypes.f32:   # the graph of the expression below, built directly (a test holds them to it)
-      x = self.uop
-      cube = UOp(Ops.MUL, (UOp(Ops.MUL, (UOp(Ops.MUL, (x.const_like(0.044715), x)), x)), x))
-      u = UOp(Ops.ADD, (x, cube))
-      return self._new(UOp(Ops.MUL, (x, _sigmoid_uop(UOp(Ops.MUL, (u.const_like(2 * math.sqrt(2 / math.pi)), u))))))
-    return self * (2 * math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).sigmoid()
+    # x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)), built as its UOps directly (a test holds them to the Tensor ops' graph)
+    x = self.float().uop
+    u = UOp(Ops.ADD, (x, UOp(Ops.MUL, (UOp(Ops.MUL, (UOp(Ops.MUL, (x.const_like(0.044715), x)), x)), x))))
+    return self._new(UOp(Ops.MUL, (x, _sigmoid_uop(UOp(Ops.MUL, (u.const_like(2 * math.sqrt(2 / math.pi)), u))))))
   @f16_in_f32
   def silu(self) -> TensorCore: return self * self.sigmoid()
 
