@@ -351,6 +351,23 @@ def test_softmax_straight_to_uops_builds_the_graph_of_its_tensor_ops(shape):
   if len(shape) > 1: assert x.softmax(0).uop is _softmax_by_ops(x, 0).uop   # another axis: the Tensor ops themselves
 
 
+def _log_softmax_by_ops(x: Tensor, axis: int = -1) -> Tensor:
+  """log_softmax's Tensor expression (what its f32 road over the last axis builds directly)."""
+  s = x - x.max(axis, keepdim=True)._stop_gradient()
+  return s - s.exp().sum(axis, keepdim=True).log()
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 1), (5,), (1, 1)])
+def test_log_softmax_straight_to_uops_builds_the_graph_of_its_tensor_ops(shape):
+  rng = np.random.default_rng(8)
+  for grad, lazy in [(False, False), (True, False), (False, True), (True, True)]:
+    x = Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=grad)
+    if lazy: x = x * 2.0
+    fast, slow = x.log_softmax(-1), _log_softmax_by_ops(x)
+    assert fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
+  if len(shape) > 1: assert x.log_softmax(0).uop is _log_softmax_by_ops(x, 0).uop
+
+
 @pytest.mark.parametrize("shapes", [((2, 3, 5, 4), (2, 3, 6, 4), (2, 3, 6, 7)), ((5, 4), (5, 4), (5, 1)), ((1, 1, 4), (1, 1, 4), (1, 1, 4))])
 def test_attention_straight_to_uops_builds_the_graph_of_its_tensor_ops(shapes):
   # attention's common case (f32, no mask but the causal one) builds its UOps directly past the two matmuls; it must be
@@ -400,7 +417,7 @@ def test_cross_entropy_straight_to_uops_builds_the_graph_of_its_tensor_ops(n, c)
     if lazy: x = x * 2.0
     tg = rng.integers(0, c, (n,)).astype(np.int32)
     t = Tensor(tg.reshape(n, 1)).reshape(n) if view else Tensor(tg)
-    fast, slow = x._cross_entropy_uops(t, ignore), x.log_softmax(1)._nll(t, None, ignore, "mean")
+    fast, slow = x._cross_entropy_uops(t, ignore), _log_softmax_by_ops(x, 1)._nll(t, None, ignore, "mean")
     assert fast is not None and fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
     assert x.cross_entropy(t, ignore_index=ignore).uop is slow.uop
   assert x._cross_entropy_uops(t.float(), -100) is None and x.half()._cross_entropy_uops(t, -100) is None   # the general road

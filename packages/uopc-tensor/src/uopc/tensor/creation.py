@@ -12,14 +12,14 @@ from collections import OrderedDict
 from typing import Callable
 import numpy as np
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
-from uopc.uop import UOp
+from uopc.uop import UOp, Ops
 from uopc.runtime import np_dtype
 from uopc.backends import get_backend
 from uopc.tensor.errors import TensorError
 from uopc.tensor.args import NP_TO_DTYPE, to_dtype, number_arg, shape_arg, check_size, new_shape
 from uopc.tensor.storage import buffer_of, generator, seed_generator
 from uopc.tensor.capture import capturing
-from uopc.tensor.core import TensorCore
+from uopc.tensor.core import TensorCore, broadcast_uop
 
 
 def const_uop(value, dtype=None) -> UOp:
@@ -72,6 +72,16 @@ def positions(like: TensorCore, n: int) -> TensorCore:
   makes a tensor of the caller's own, and so does a composite whose result could be these positions themselves (a sort
   network's indices, nonzero's coordinates)."""
   return shared_constant(like, ("arange", n), lambda: np.arange(n, dtype=np.int32))
+
+
+def one_hot_uop(like: TensorCore, idx: UOp, n: int) -> UOp:
+  """idx (an i32 UOp) against 0..n-1 on a new last axis, as idx.unsqueeze(-1).eq(positions(like, n)) builds it in
+  Tensor ops (an i32 needs no gradient, so unsqueeze's reshape folds a reshape)."""
+  i = idx.src[0] if idx.op is Ops.RESHAPE else idx
+  i = i if i.shape == idx.shape + (1,) else i.reshape(idx.shape + (1,))
+  hit = idx.shape + (n,)
+  ne = UOp(Ops.CMPNE, (broadcast_uop(i, hit), broadcast_uop(positions(like, n).uop, hit)))
+  return UOp(Ops.CMPNE, (ne, ne.const_like(True)))
 
 
 def triangle(like: TensorCore, rows: int, cols: int, diagonal: int = 0, upper: bool = False) -> TensorCore:

@@ -14,7 +14,7 @@ from uopc.tensor.errors import TensorError, TensorIndexError, TensorTypeError
 from uopc.tensor.args import broadcast_shape, index_array
 from uopc.tensor.capture import check_indices
 from uopc.tensor.core import TensorCore, broadcast_uop
-from uopc.tensor.creation import positions, const_uop
+from uopc.tensor.creation import positions, const_uop, one_hot_uop
 import uopc.tensor.sorting as sorting
 
 
@@ -250,11 +250,7 @@ class IndexingMixin:
     if w.dtype is not dtypes.f32 or weight.device != self.device or not i.shape or 0 in i.shape or 0 in w.shape: return None
     (v, d), shape = w.shape, i.shape
     full = (d,) + shape + (v,)
-    i = i.src[0] if i.op is Ops.RESHAPE else i      # (i32 requires no gradient: unsqueeze's reshape folds a reshape)
-    i = i if i.shape == shape + (1,) else i.reshape(shape + (1,))
-    hit = shape + (v,)
-    onehot = UOp(Ops.CMPNE, (broadcast_uop(i, hit), broadcast_uop(positions(self, v).uop, hit)))
-    onehot = UOp(Ops.CMPNE, (onehot, onehot.const_like(True)))                       # .eq(positions): ne, then not
+    onehot = one_hot_uop(self, i, v)
     rows = broadcast_uop(w.permute((1, 0)).reshape((d,) + (1,) * len(shape) + (v,)), full)    # weight.T, a row a column
-    picked = UOp(Ops.WHERE, (broadcast_uop(onehot.reshape((1,) + hit), full), rows, broadcast_uop(const_uop(0, dtypes.f32), full)))
+    picked = UOp(Ops.WHERE, (broadcast_uop(onehot.reshape((1,) + onehot.shape), full), rows, broadcast_uop(const_uop(0, dtypes.f32), full)))
     return weight._new(picked.reduce(Ops.ADD, 1).permute(tuple(range(1, len(shape) + 1)) + (0,)))

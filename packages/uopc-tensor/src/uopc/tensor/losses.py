@@ -6,13 +6,13 @@ cross_entropy of scores (N, C, d...) or (C,) against class indices, whose values
 index past the classes would pick nothing and give a finite loss), or against class probabilities.
 """
 from __future__ import annotations
-import math
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops
 from uopc.tensor.errors import TensorError, TensorTypeError
 from uopc.tensor.capture import check_indices
 from uopc.tensor.core import TensorCore, f16_in_f32, broadcast_uop
-from uopc.tensor.creation import positions, const_uop
+from uopc.tensor.creation import positions, const_uop, one_hot_uop
+from uopc.tensor.normalization import log_softmax_last_uop
 
 
 class LossMixin:
@@ -135,17 +135,9 @@ class LossMixin:
     n, c = x.shape
     ADD, MUL = Ops.ADD, Ops.MUL
     neg = lambda u: UOp(MUL, (u, u.const_like(-1.0)))
-    # log_softmax(1): s = x - max (detached), then s - log(sum(exp(s)))
-    m = broadcast_uop(UOp(Ops.CAST, (x.reduce(Ops.MAX, 1).reshape((n, 1)),), dtypes.f32), x.shape)
-    s = UOp(ADD, (x, neg(m)))
-    e = UOp(Ops.EXP2, (UOp(MUL, (s, s.const_like(1 / math.log(2)))),))
-    lse = UOp(Ops.LOG2, (e.reduce(ADD, 1).reshape((n, 1)),))
-    logp = UOp(ADD, (s, neg(broadcast_uop(UOp(MUL, (lse, lse.const_like(math.log(2)))), x.shape))))
-    # _nll: a one-hot of the targets (unsqueezed: a reshape of a reshape folds), the kept ones' weight, the mean
-    t1 = t.src[0] if t.op is Ops.RESHAPE else t
-    t1 = t1 if t1.shape == (n, 1) else t1.reshape((n, 1))
-    hit = UOp(Ops.CMPNE, (broadcast_uop(t1, x.shape), broadcast_uop(positions(self, c).uop, x.shape)))
-    hit = UOp(Ops.CMPNE, (hit, hit.const_like(True)))
+    logp = log_softmax_last_uop(x)
+    # _nll: a one-hot of the targets, the kept ones' weight, the mean
+    hit = one_hot_uop(self, t, c)
     w = UOp(Ops.CAST, (UOp(Ops.CMPNE, (t, t.const_like(ignore_index))),), dtypes.f32)
     picked = UOp(Ops.WHERE, (hit, logp, broadcast_uop(const_uop(0.0, dtypes.f32), x.shape))).reduce(ADD, 1)
     loss = UOp(MUL, (neg(picked), w))

@@ -11,15 +11,30 @@ from uopc.uop import UOp, Ops
 from uopc.tensor.core import TensorCore, f16_in_f32, broadcast_uop
 
 
+def _minus_max_uop(u: UOp) -> UOp:
+  """u minus its (detached) max over the last axis, as softmax's and log_softmax's Tensor ops build it."""
+  m = broadcast_uop(UOp(Ops.CAST, (u.reduce(Ops.MAX, 1).reshape(u.shape[:-1] + (1,)),), dtypes.f32), u.shape)
+  return UOp(Ops.ADD, (u, UOp(Ops.MUL, (m, m.const_like(-1.0)))))
+
+
+def _exp_uop(u: UOp) -> UOp: return UOp(Ops.EXP2, (UOp(Ops.MUL, (u, u.const_like(1 / math.log(2)))),))   # exp() as built
+def _sum_last_uop(u: UOp) -> UOp: return u.reduce(Ops.ADD, 1).reshape(u.shape[:-1] + (1,))               # sum(-1, keepdim)
+
+
 def softmax_last_uop(u: UOp) -> UOp:
   """The graph softmax's Tensor ops build over the last axis of an f32 value with elements, built directly (the same
   nodes: a test holds them to it): minus the (detached) max, exp as exp2, over the sum."""
-  shape = u.shape
-  keep = shape[:-1] + (1,)
-  m = broadcast_uop(UOp(Ops.CAST, (u.reduce(Ops.MAX, 1).reshape(keep),), dtypes.f32), shape)
-  d = UOp(Ops.ADD, (u, UOp(Ops.MUL, (m, m.const_like(-1.0)))))
-  e = UOp(Ops.EXP2, (UOp(Ops.MUL, (d, d.const_like(1 / math.log(2)))),))
-  return UOp(Ops.MUL, (e, UOp(Ops.RECIP, (broadcast_uop(e.reduce(Ops.ADD, 1).reshape(keep), shape),))))
+  e = _exp_uop(_minus_max_uop(u))
+  return UOp(Ops.MUL, (e, UOp(Ops.RECIP, (broadcast_uop(_sum_last_uop(e), u.shape),))))
+
+
+def log_softmax_last_uop(u: UOp) -> UOp:
+  """The graph log_softmax's Tensor ops build over the last axis of an f32 value with elements, built directly (a test
+  holds them to it): s = u minus the (detached) max, then s - log(sum(exp(s))), log as log2 times ln 2."""
+  s = _minus_max_uop(u)
+  lse = UOp(Ops.LOG2, (_sum_last_uop(_exp_uop(s)),))
+  lse = broadcast_uop(UOp(Ops.MUL, (lse, lse.const_like(math.log(2)))), u.shape)
+  return UOp(Ops.ADD, (s, UOp(Ops.MUL, (lse, lse.const_like(-1.0)))))
 
 
 class NormalizationMixin:
@@ -36,6 +51,7 @@ class NormalizationMixin:
   @f16_in_f32
   def log_softmax(self, axis: int = -1) -> TensorCore:
     if self.numel() == 0: return self.float()
+    if self.dtype is dtypes.f32 and self.ndim and self._dim(axis) == self.ndim - 1: return self._new(log_softmax_last_uop(self.uop))
     m = self.max(axis, keepdim=True)._stop_gradient()
     s = self - m
     return s - s.exp().sum(axis, keepdim=True).log()
