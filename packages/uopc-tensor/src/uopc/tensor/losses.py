@@ -134,13 +134,12 @@ class LossMixin:
     t = self._class_targets(target, "cross_entropy", ignore_index).uop
     n, c = x.shape
     ADD, MUL = Ops.ADD, Ops.MUL
-    neg = lambda u: UOp(MUL, (u, u.const_like(-1.0)))
     logp = log_softmax_last_uop(x)
     # _nll: a one-hot of the targets, the kept ones' weight, the mean
     hit = one_hot_uop(self, t, c)
     w = UOp(Ops.CAST, (UOp(Ops.CMPNE, (t, t.const_like(ignore_index))),), dtypes.f32)
     picked = UOp(Ops.WHERE, (hit, logp, broadcast_uop(const_uop(0.0, dtypes.f32), x.shape))).reduce(ADD, 1)
-    loss = UOp(MUL, (neg(picked), w))
+    loss = UOp(MUL, (-picked, w))
     return self._new(UOp(MUL, (loss.reduce(ADD, 1), UOp(Ops.RECIP, (w.reduce(ADD, 1),)))))
   def sparse_categorical_crossentropy(self, target: TensorCore, ignore_index: int = -1, label_smoothing: float = 0.0,
                                       reduction: str = "mean") -> TensorCore:

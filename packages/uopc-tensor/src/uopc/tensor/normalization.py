@@ -14,7 +14,7 @@ from uopc.tensor.core import TensorCore, f16_in_f32, broadcast_uop
 def _minus_max_uop(u: UOp) -> UOp:
   """u minus its (detached) max over the last axis, as softmax's and log_softmax's Tensor ops build it."""
   m = broadcast_uop(UOp(Ops.CAST, (u.reduce(Ops.MAX, 1).reshape(u.shape[:-1] + (1,)),), dtypes.f32), u.shape)
-  return UOp(Ops.ADD, (u, UOp(Ops.MUL, (m, m.const_like(-1.0)))))
+  return u - m   # (UOp's x - y is x + y * -1, as Tensor's)
 
 
 def _exp_uop(u: UOp) -> UOp: return UOp(Ops.EXP2, (UOp(Ops.MUL, (u, u.const_like(1 / math.log(2)))),))   # exp() as built
@@ -34,7 +34,7 @@ def log_softmax_last_uop(u: UOp) -> UOp:
   s = _minus_max_uop(u)
   lse = UOp(Ops.LOG2, (_sum_last_uop(_exp_uop(s)),))
   lse = broadcast_uop(UOp(Ops.MUL, (lse, lse.const_like(math.log(2)))), u.shape)
-  return UOp(Ops.ADD, (s, UOp(Ops.MUL, (lse, lse.const_like(-1.0)))))
+  return s - lse
 
 
 class NormalizationMixin:
@@ -77,10 +77,10 @@ class NormalizationMixin:
     if weight is not None and not all(isinstance(t, TensorCore) and t.uop.dtype is dtypes.f32 and t.uop.shape == (c,) and
                                       t.device == self.device for t in (weight, bias)): return None
     ADD, MUL = Ops.ADD, Ops.MUL
-    keep = shape[:-1] + (1,)
-    mean = broadcast_uop(UOp(MUL, ((s := xu.reduce(ADD, 1).reshape(keep)), s.const_like(1.0 / c))), shape)
-    d = UOp(ADD, (xu, UOp(MUL, (mean, mean.const_like(-1.0)))))                       # x - mean
-    var = UOp(MUL, ((s := UOp(MUL, (d, d)).reduce(ADD, 1).reshape(keep)), s.const_like(1.0 / c)))
+    mean_last = lambda u: UOp(MUL, ((s := _sum_last_uop(u)), s.const_like(1.0 / c)))       # mean(-1, keepdim=True)
+    mean = broadcast_uop(mean_last(xu), shape)
+    d = xu - mean
+    var = mean_last(UOp(MUL, (d, d)))
     rstd = UOp(Ops.RECIP, (UOp(Ops.SQRT, (UOp(ADD, (var, var.const_like(eps))),)),))
     y = UOp(MUL, (d, broadcast_uop(rstd, shape)))
     if weight is None: return self._new(y)
