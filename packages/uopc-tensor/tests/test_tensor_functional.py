@@ -339,18 +339,6 @@ def _softmax_by_ops(s: Tensor, axis: int = -1) -> Tensor:
   return e / e.sum(axis, keepdim=True)
 
 
-@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 1), (5,), (1, 1)])
-def test_softmax_straight_to_uops_builds_the_graph_of_its_tensor_ops(shape):
-  rng = np.random.default_rng(7)
-  for grad, lazy in [(False, False), (True, False), (False, True), (True, True)]:
-    x = Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=grad)
-    if lazy: x = x * 2.0
-    for axis in (-1, len(shape) - 1):
-      fast, slow = x.softmax(axis), _softmax_by_ops(x, axis)
-      assert fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
-  if len(shape) > 1: assert x.softmax(0).uop is _softmax_by_ops(x, 0).uop   # another axis: the Tensor ops themselves
-
-
 def _log_softmax_by_ops(x: Tensor, axis: int = -1) -> Tensor:
   """log_softmax's Tensor expression (what its f32 road over the last axis builds directly)."""
   s = x - x.max(axis, keepdim=True)._stop_gradient()
@@ -358,14 +346,16 @@ def _log_softmax_by_ops(x: Tensor, axis: int = -1) -> Tensor:
 
 
 @pytest.mark.parametrize("shape", [(3, 4), (2, 3, 1), (5,), (1, 1)])
-def test_log_softmax_straight_to_uops_builds_the_graph_of_its_tensor_ops(shape):
-  rng = np.random.default_rng(8)
+@pytest.mark.parametrize("name, by_ops", [("softmax", _softmax_by_ops), ("log_softmax", _log_softmax_by_ops)])
+def test_softmaxes_straight_to_uops_build_the_graph_of_their_tensor_ops(shape, name, by_ops):
+  rng = np.random.default_rng(7)
   for grad, lazy in [(False, False), (True, False), (False, True), (True, True)]:
     x = Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=grad)
     if lazy: x = x * 2.0
-    fast, slow = x.log_softmax(-1), _log_softmax_by_ops(x)
-    assert fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
-  if len(shape) > 1: assert x.log_softmax(0).uop is _log_softmax_by_ops(x, 0).uop
+    for axis in (-1, len(shape) - 1):
+      fast, slow = getattr(x, name)(axis), by_ops(x, axis)
+      assert fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
+  if len(shape) > 1: assert getattr(x, name)(0).uop is by_ops(x, 0).uop   # another axis: the Tensor ops themselves
 
 
 @pytest.mark.parametrize("shapes", [((2, 3, 5, 4), (2, 3, 6, 4), (2, 3, 6, 7)), ((5, 4), (5, 4), (5, 1)), ((1, 1, 4), (1, 1, 4), (1, 1, 4))])
