@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 from uopc.dtype import dtypes
-from uopc.uop import UOp, Ops
+from uopc.uop import UOp, Ops, prod
 from uopc.tensor import Tensor, TensorError
 from test_tensor_ops import RNG, X234, X34, I34, check
 
@@ -130,6 +130,28 @@ def test_conv2d_matches_a_direct_loop(wshape, kw, bias):
   got = Tensor(x).conv2d(Tensor(w), Tensor(b) if bias else None, **kw)
   check(got, ref, rtol=1e-4, atol=1e-4)
 
+
+
+@pytest.mark.parametrize("shape, kernel, dilation", [
+  ((2, 4, 7, 6), (3, 3), (1, 1)), ((2, 4, 7, 6), (2, 3), (2, 1)), ((1, 1, 5, 5), (1, 1), (1, 1)),
+  ((3, 5, 8), (3,), (2,)), ((2, 2, 3, 3, 4), (3, 1, 2), (1, 1, 2)), ((1, 2, 4, 4), (4, 4), (1, 1))])
+def test_unit_stride_windows_straight_to_uops_build_the_graph_of_the_views(shape, kernel, dilation):
+  # a convolution's windows at stride 1 are built as UOps directly: the same graph, node for node, as the shrinks and
+  # stack of the general road, so kernels and gradients are theirs; and so is a padded input's pad and STAGE
+  nd = len(kernel)
+  for grad, lazy in [(False, False), (True, False), (False, True), (True, True)]:
+    x = Tensor(RNG.standard_normal(shape).astype(np.float32), requires_grad=grad)
+    if lazy: x = x * 2.0
+    fast, slow = x._unit_stride_windows(kernel, dilation), x._windows_by_views(kernel, (1,) * nd, dilation)
+    assert fast.uop is slow.uop and fast.requires_grad == slow.requires_grad and fast.shape == slow.shape
+    w = Tensor(RNG.standard_normal((2, shape[1]) + kernel).astype(np.float32))
+    pads = tuple((1, 1) for _ in kernel)
+    by_ops = x.pad(((0, 0), (0, 0)) + pads).contiguous()._windows_by_views(kernel, (1,) * nd, dilation)
+    out_sp = by_ops.shape[2:-1]
+    by_ops = by_ops.reshape((shape[0], 1, 1, shape[1]) + out_sp + (prod(kernel),)).permute((0, 1, 2) + tuple(range(4, 4 + nd)) + (3, 4 + nd))
+    by_ops = (by_ops * w.reshape((1, 1, 2) + (1,) * nd + (shape[1], prod(kernel)))).sum((-2, -1)).reshape((shape[0], 2) + out_sp)
+    assert x.conv2d(w, padding=1, dilation=dilation).uop is by_ops.uop
+  with pytest.raises(TensorError, match="doesn't fit"): x._unit_stride_windows((shape[-1] + 1,) * nd, dilation)
 
 def pool_ref(x, kernel, stride, padding, reduce, pad_value):
   (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
