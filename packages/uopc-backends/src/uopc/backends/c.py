@@ -528,13 +528,18 @@ def _threads() -> int:
 
 
 def _aligned(n: int, dtype: np.dtype, alignment: int = 64) -> np.ndarray:
-  """Zeros for n elements starting on a 64-byte boundary (a cache line; NumPy's 16-byte default made the same kernel
-  vary by 30% from run to run). Under UOPC_SANITIZE the bytes around them are poisoned for ASan, so that an access just
-  outside the buffer is reported as if the buffer were its own malloc."""
+  """Memory for n elements starting on a 64-byte boundary (a cache line; NumPy's 16-byte default made the same kernel
+  vary by 30% from run to run), not zeroed: a buffer from the pool holds its last owner's values anyway, and every
+  kernel stores its whole output before anything reads it (a test runs programs on memory filled with NaN to hold them
+  to it). Zeroing cost nanoGPT's plain step 100 ms of its 750: the step's temporaries outgrow the pool, and each step's
+  fresh gigabyte was cleared by calloc. Under UOPC_SANITIZE it is zeros (a run that read unwritten memory would read the
+  same each time), and the bytes around it are poisoned for ASan, so that an access just outside the buffer is reported
+  as if the buffer were its own malloc."""
   nbytes = n * dtype.itemsize
-  poison = _asan_poison() if sanitizing() else None
+  sanitized = sanitizing()
+  poison = _asan_poison() if sanitized else None
   # at least 4 KiB under ASan: NumPy keeps small freed blocks for reuse without freeing them, poison and all
-  raw = np.zeros(nbytes + alignment if poison is None else max(nbytes + alignment, 4096), np.uint8)
+  raw = (np.zeros if sanitized else np.empty)(nbytes + alignment if poison is None else max(nbytes + alignment, 4096), np.uint8)
   offset = (-raw.ctypes.data) % alignment
   if poison is not None:
     poison(ctypes.c_void_p(raw.ctypes.data), ctypes.c_size_t(offset))
