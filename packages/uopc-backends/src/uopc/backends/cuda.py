@@ -99,6 +99,7 @@ class CUDARenderer(CRenderer):
   barrier = "__syncthreads();"
   half = "half"
   chain_pragma = ""                   # nvcc has its own code generator: the C backend's gcc pragma means nothing to it
+  prefetch_bytes = 0                  # nor does its __builtin_prefetch (a GPU hides latency with other warps)
   vector_code_for_op: dict = {}       # no arithmetic on vectors: threads are the lanes, vectors only move memory
   helpers = HELPERS
   # shared memory is one dynamic block (uopc_shared) that every shared ALLOC is a piece of, at its offset in
