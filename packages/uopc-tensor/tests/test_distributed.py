@@ -66,3 +66,23 @@ def test_a_collective_inside_a_jitted_function_is_refused_as_a_replay_would_skip
     return g
   with pytest.raises(dist.DistributedError, match="allreduce inside a function uopc.jit is capturing"):
     step(Tensor(np.ones(3, np.float32)))                 # refused at the first call already
+
+
+def test_the_rank_watcher_sees_a_killed_process_ended_before_its_parent_collects_it():
+  # --nproc names the rank whose process ended first; a rank killed outright is a zombie until mpiexec's proxy collects
+  # it, and a signal 0 still reaches a zombie, so the watcher reads the process state: a killed, uncollected child has
+  # ended, a live one has not, a collected one has
+  import os, signal, subprocess, time
+  from uopc.gpt.cli import _ended
+  child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+  try:
+    assert not _ended(child.pid)
+    os.kill(child.pid, signal.SIGKILL)
+    deadline = time.time() + 10
+    while not _ended(child.pid) and time.time() < deadline: time.sleep(0.01)
+    assert _ended(child.pid)
+    if os.path.isdir("/proc/self"): assert os.path.exists(f"/proc/{child.pid}")    # still uncollected: a zombie
+  finally:
+    child.kill()
+    child.wait()
+  assert _ended(child.pid)

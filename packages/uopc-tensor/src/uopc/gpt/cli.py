@@ -130,17 +130,29 @@ def _rank_pids(pids: str) -> dict[str, str]:
 def _watch_ranks(pids: str, nproc: int, first_gone: list[set[str]], stop: threading.Event) -> None:
   """Until `stop`: every few ms, which ranks' processes no longer exist; the first poll to find any puts them, as a set,
   in first_gone (two found in one poll are both there: then it can't say which failed). The directory is read until
-  all `nproc` ranks have written their pids; then a poll is a signal 0 to each."""
+  all `nproc` ranks have written their pids; then a poll asks whether each has ended (_ended)."""
   known: dict[str, int] = {}
   while not first_gone and not stop.wait(0.005):
     if len(known) < nproc:
       for rank, pid in _rank_pids(pids).items(): known.setdefault(rank, int(pid))
-    gone = set()
-    for rank, pid in known.items():
-      try: os.kill(pid, 0)
-      except ProcessLookupError: gone.add(rank)
-      except OSError: pass          # another user's process by now: alive, as far as this can tell
+    gone = {rank for rank, pid in known.items() if _ended(pid)}
     if gone: first_gone.append(gone)
+
+
+def _ended(pid: int) -> bool:
+  """Has process `pid` ended? A process that has died is a zombie until its parent (mpiexec's proxy) collects it, and a
+  signal 0 still reaches a zombie: the proxy, told of a killed rank, could stop and collect the others before that
+  one, and the rank seen gone first was then one the proxy stopped (CI saw rank 0 named for a killed rank 1). So the
+  process state is read where /proc has it (Z or X: ended), and signal 0 answers elsewhere."""
+  try:
+    with open(f"/proc/{pid}/stat", "rb") as f: stat = f.read()
+    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] in (b"Z", b"X")   # the state follows "(name) "
+  except FileNotFoundError: return True
+  except (OSError, ValueError): pass
+  try: os.kill(pid, 0)
+  except ProcessLookupError: return True
+  except OSError: pass              # another user's process by now: alive, as far as this can tell
+  return False
 
 
 def _train(args, rank: int, world: int) -> int:
