@@ -193,6 +193,18 @@ def test_the_cuda_renderer_maps_grid_shared_memory_and_barriers():
   assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in tc and "half* __restrict__ data0" in tc and "cuda_fp16.h" in tc
 
 
+def test_cuda_kernels_have_no_cpu_prefetch():
+  # the C renderer prefetches a reduction loop's streams (__builtin_prefetch); its CUDA subclass turns that off: nvcc has
+  # no such builtin. One of these kernels would get one with it on
+  class Prefetching(CUDARenderer): prefetch_bytes = 4096
+  def source(renderer, sink):
+    lin = linearize(vectorized(sink, get_backend("CUDA")))
+    return renderer.render(LinearProgram("k", tuple(lin), tuple(program_buffers(lin))))
+  sinks = gpu_test_sinks()
+  assert not any("__builtin_prefetch" in rendered(sink) for sink in sinks)
+  assert any("__builtin_prefetch" in source(Prefetching(), sink) for sink in sinks)
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_cuda_kernels_compile_with_nvcc(arch):

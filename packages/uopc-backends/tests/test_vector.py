@@ -234,22 +234,21 @@ def test_chains_of_multiply_adds_compile_with_wrapping_indices_and_a_gemm_tile_w
 
 
 def test_a_reduction_prefetches_the_vector_streams_that_step_a_cache_line_or_more():
-  # the GEMM's B rows are 64 floats apart (256 bytes a step of k): prefetched 4096 bytes (16 steps) ahead, each of its
-  # two vector loads; the scalar A loads and the stores are not, nor is anything on CUDA (no such builtin there)
+  # the GEMM's B rows are 64 floats apart (256 bytes a step of k): prefetched prefetch_bytes ahead (4096: 16 steps),
+  # each of its two vector loads; the scalar A loads and the stores are not
   from uopc.backends.c import CRenderer
-  from uopc.backends.cuda import CUDARenderer
+  ahead = CRenderer.prefetch_bytes // 256 * 64
   root, inputs = gemm(8, 16, 64)
   opts = Opts(vector=(1, 16), upcast={1: 2}, fma=True)
   src = render_c(lower(root, buf(2, 8 * 64), Ctx(opts=opts)), "g")
   lines = src.splitlines()
   prefetches = [l.strip() for l in lines if "__builtin_prefetch" in l]
-  assert len(prefetches) == 2 and all(p.startswith("__builtin_prefetch(data1+") and p.endswith("+1024);") for p in prefetches)
+  assert len(prefetches) == 2 and all(p.startswith("__builtin_prefetch(data1+") and p.endswith(f"+{ahead});") for p in prefetches)
   loop = next(i for i, l in enumerate(lines) if "for (int ridx" in l and "< 16;" in l)
   assert all(loop < i for i, l in enumerate(lines) if "__builtin_prefetch" in l)
-  assert CRenderer.prefetch_bytes == 4096 and CUDARenderer.prefetch_bytes == 0
-  # dot products by 16 lanes step one line a step: each operand's stream is prefetched 64 steps ahead
+  # dot products by 16 lanes step one line a step: each operand's stream is prefetched prefetch_bytes / 64 steps ahead
   nt, _ = gemm_nt(4, 64, 8)
-  assert render_c(lower(nt, buf(2, 32), Ctx(opts=Opts(reduce_vector=16))), "d").count("+1024);") == 2
+  assert render_c(lower(nt, buf(2, 32), Ctx(opts=Opts(reduce_vector=16))), "d").count(f"+{CRenderer.prefetch_bytes // 4});") == 2
   # what it computes is unchanged: the program as the interpreter runs it
   assert same_bits(run_shaped(root, inputs, opts=opts), interpreted(root, inputs, opts))
 
@@ -264,12 +263,3 @@ def test_no_prefetch_where_a_stream_steps_less_than_a_line_or_is_scalar(program,
   src = render_c(lower(root, buf(len(inputs), int(np.prod(root.shape))), Ctx(opts=opts)), "p")
   assert "__builtin_prefetch" not in src, why
 
-
-def test_the_step_of_an_index_along_a_range():
-  from uopc.backends.c import _step
-  from uopc.uop import AxisType, range_
-  r, q = range_(16, 0, AxisType.REDUCE), range_(8, 1, AxisType.LOOP)
-  assert _step(r * 32 + q * 512 + 7, r) == 32
-  assert _step((r + 3) * 4 * 16 + q, r) == 64
-  assert _step(q * 100 + 5, r) == 0
-  assert _step((r % 4) * 32, r) is None and _step((r // 2) * 32, r) is None and _step(r * q, r) is None

@@ -165,3 +165,14 @@ def test_the_lane_step_of_an_affine_address_is_its_coefficient_of_the_lane():
     at = lambda c: simplify(address.substitute({lane: UOp.const(c)}))
     assert simplify(at(1) - at(0)) is got
   assert simplify(_lane_step(i * 16 + lane * n, lane)) is n
+
+
+def test_the_step_of_an_index_along_a_range():
+  # (the C renderer's prefetch distance: a constant step, or None where a floor division, modulo or product hides it)
+  from uopc.vectorize import index_step
+  from uopc.uop import AxisType, range_
+  r, q = range_(16, 0, AxisType.REDUCE), range_(8, 1, AxisType.LOOP)
+  assert index_step(r * 32 + q * 512 + 7, r) == 32
+  assert index_step((r + 3) * 4 * 16 + q, r) == 64
+  assert index_step(q * 100 + 5, r) == 0
+  assert index_step((r % 4) * 32, r) is None and index_step((r // 2) * 32, r) is None and index_step(r * q, r) is None

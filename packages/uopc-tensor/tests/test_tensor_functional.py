@@ -137,7 +137,7 @@ def test_conv2d_matches_a_direct_loop(wshape, kw, bias):
   ((3, 5, 8), (3,), (2,)), ((2, 2, 3, 3, 4), (3, 1, 2), (1, 1, 2)), ((1, 2, 4, 4), (4, 4), (1, 1))])
 def test_unit_stride_windows_straight_to_uops_build_the_graph_of_the_views(shape, kernel, dilation):
   # a convolution's windows at stride 1 are built as UOps directly: the same graph, node for node, as the shrinks and
-  # stack of the general road, so kernels and gradients are theirs; and so is a padded input's pad and STAGE
+  # stack of the general road, so kernels and gradients are theirs; the whole conv2d (padded) against its Tensor ops too
   nd = len(kernel)
   for grad, lazy in [(False, False), (True, False), (False, True), (True, True)]:
     x = Tensor(RNG.standard_normal(shape).astype(np.float32), requires_grad=grad)

@@ -64,6 +64,15 @@ def _affine(index: UOp, lane: UOp) -> bool:
   return True
 
 
+def index_step(index: UOp, var: UOp) -> int | None:
+  """How far `index` moves when `var` (a lane, a loop counter) steps by one, where that is a constant: index affine in
+  var with a step that simplifies to a number (the C renderer's prefetch distance reads it). None otherwise: a floor
+  division or modulo of var, a product of var and another range."""
+  if not _affine(index, var): return None
+  step = simplify(_lane_step(index, var))
+  return step.arg if step.op is Ops.CONST else None
+
+
 def _lane_step(index: UOp, lane: UOp) -> UOp:
   """The coefficient of lane in an index _affine in it (its derivative: 1 for the lane, the sum over an ADD's operands,
   the lane-free factor times the other's over a MUL): lane c's index is lane 0's plus c times this. Simplifying it
@@ -322,4 +331,4 @@ def _downstream(starts: list[UOp], users: dict[UOp, list[UOp]]) -> set[UOp]:
   return seen
 
 
-__all__ = ["vectorize", "fold_memory"]
+__all__ = ["vectorize", "fold_memory", "index_step"]

@@ -41,6 +41,7 @@ from uopc.dtype import AddrSpace, DType, dtypes, I32_MIN, I32_MAX
 from uopc.symbolic import vmin, bounds
 from uopc.evaluate import round_f32, round_f16
 from uopc.opt import Caps
+from uopc.vectorize import index_step
 from uopc.backends import BackendError, LinearProgram, base_memory, memory_name
 from uopc.backends.ccompiler import CFLAGS, SANITIZE_FLAGS, CCompiler, CProgram, compiler, sanitizing
 
@@ -346,19 +347,7 @@ def may_overflow(u: UOp) -> bool:
   return lo < I32_MIN or hi > I32_MAX
 
 
-def _step(index: UOp, r: UOp) -> int | None:
-  """How far `index` moves when RANGE r steps by one, where that is a constant: index reaches r only through ADDs and
-  MULs by constants. None otherwise (a floor division or modulo of r, a product of r and another range)."""
-  d: dict[UOp, int] = {}
-  for u in index.toposort():
-    ds = [d[s] for s in u.src]
-    if u is r: d[u] = 1
-    elif not any(ds): d[u] = 0
-    elif u.op is Ops.ADD: d[u] = sum(ds)
-    elif u.op is Ops.MUL and (c := next((s for s, x in zip(u.src, ds) if not x and s.op is Ops.CONST), None)) is not None:
-      d[u] = sum(ds) * c.arg
-    else: return None
-  return d[index]
+CACHE_LINE = 64   # bytes: a stream that moves less a step reads each line more than once (prefetch_bytes)
 
 
 def _gcc(d: DType) -> str:
@@ -515,7 +504,7 @@ class _Body:
     ahead = self.renderer.prefetch_bytes
     if not ahead or not self.loops or self.loops[-1].arg.kind is not AxisType.REDUCE: return 0
     item = at.dtype.scalar().itemsize
-    if (step := _step(at.src[1], self.loops[-1])) is None or abs(step) * item < 64: return 0
+    if (step := index_step(at.src[1], self.loops[-1])) is None or abs(step) * item < CACHE_LINE: return 0
     return step * max(1, ahead // (abs(step) * item))
 
   def store(self, u: UOp) -> None:

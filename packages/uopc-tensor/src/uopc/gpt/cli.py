@@ -146,7 +146,8 @@ def _ended(pid: int) -> bool:
   process state is read where /proc has it (Z or X: ended), and signal 0 answers elsewhere."""
   try:
     with open(f"/proc/{pid}/stat", "rb") as f: stat = f.read()
-    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] in (b"Z", b"X")   # the state follows "(name) "
+    state = stat.rindex(b")") + 2     # the state follows "(name) "
+    return stat[state:state + 1] in (b"Z", b"X")
   except FileNotFoundError: return True
   except (OSError, ValueError): pass
   try: os.kill(pid, 0)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, prod
-from uopc.composite import pad as _pad_uop
 from uopc.tensor.errors import TensorError
 from uopc.tensor.args import per_axis, padding_pairs, check_window_args, promote, check_size
 from uopc.tensor.core import TensorCore
@@ -124,14 +123,9 @@ class ConvMixin:
     pads = padding_pairs(padding, nd, kernel, dilation, "conv")
     # the padded input is stored once (padding through views costs index arithmetic in every read of every window)
     if any(p != (0, 0) for p in pads):
-      if x.numel() and all(b >= 0 and a >= 0 for b, a in pads):   # x.pad(...).contiguous()'s graph, straight to UOps
-        widths = ((0, 0), (0, 0)) + tuple(pads)
-        check_size(tuple(s + b + a for s, (b, a) in zip(x.shape, widths)), f"pad of {x.shape}")
-        x = x._new(UOp(Ops.STAGE, (_pad_uop(x.uop, widths),)))
-      else:
-        x = x.pad(((0, 0), (0, 0)) + pads)
-        if any(b > 0 or a > 0 for b, a in pads): x = x.contiguous()
-    win = x._windows(kernel, stride, dilation) if all(st == 1 for st in stride) else x._phase_windows(kernel, stride, dilation)
+      x = x.pad(((0, 0), (0, 0)) + pads)
+      if any(b > 0 or a > 0 for b, a in pads): x = x.contiguous()
+    win = x._unit_stride_windows(kernel, dilation) if all(st == 1 for st in stride) else x._phase_windows(kernel, stride, dilation)
     out_sp, K = win.shape[2:-1], prod(kernel)
     # out[n, o, *p] = sum over (c, window position): the window positions innermost, a small axis to unroll
     win = win.reshape((N, groups, 1, Cg) + out_sp + (K,)).permute((0, 1, 2) + tuple(range(4, 4 + nd)) + (3, 4 + nd))

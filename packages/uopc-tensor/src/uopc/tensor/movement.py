@@ -118,7 +118,8 @@ class MovementMixin:
       for ax, (b, a) in enumerate(pairs):
         if b > 0 or a > 0: t = t._pad_axis(ax, max(b, 0), max(a, 0), mode)
       return t if mode == "circular" else t.pad(crops)
-    t = self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape)))
+    # negative amounts crop first (no shrink to build for the usual pad: its pairs parse dearer than the pad itself)
+    t = self if all(b >= 0 and a >= 0 for b, a in pairs) else self.shrink(tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape)))
     widths = tuple((max(0, b), max(0, a)) for b, a in pairs)
     if all(w == (0, 0) for w in widths): return t
     check_size(tuple(s + b + a for s, (b, a) in zip(t.shape, widths)), f"pad of {self.shape}")
