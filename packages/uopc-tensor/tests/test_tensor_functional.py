@@ -348,6 +348,42 @@ def test_scaled_dot_product_attention(L, S, is_causal):
   check(got, attention_ref(q, k, v, is_causal), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("L, S, block", [(128, 128, None), (130, 130, None), (9, 9, 2), (10, 7, 3), (6, 11, 2), (12, 12, 3)])
+def test_causal_attention_in_blocks_of_queries_matches_numpy(L, S, block, monkeypatch):
+  # a long causal attention runs in blocks of queries, each against the keys up to its last query (_causal_blocks):
+  # forward and gradients as the one-block graph's. Small blocks (block) make small shapes split: uneven last blocks,
+  # more queries than keys (the blocks past the keys see them all) and fewer
+  import uopc.tensor.attention as attention
+  if block is not None: monkeypatch.setattr(attention, "CAUSAL_BLOCK", block)
+  rng = np.random.default_rng(L * S)
+  q = rng.standard_normal((2, 3, L, 8)).astype(np.float32)
+  k, v = (rng.standard_normal((2, 3, S, 8)).astype(np.float32) for _ in range(2))
+  def run():
+    tq, tk, tv = (Tensor(x, requires_grad=True) for x in (q, k, v))
+    out = tq.scaled_dot_product_attention(tk, tv, is_causal=True)
+    (out * out).sum().backward()
+    return out, [t.grad.numpy() for t in (tq, tk, tv)]
+  out, grads = run()
+  assert out.uop.op is Ops.STAGE   # the blocks' join, in a buffer of its own
+  check(out, attention_ref(q, k, v, True), rtol=1e-4, atol=1e-5)
+  monkeypatch.setattr(attention, "CAUSAL_BLOCK", 1 << 30)
+  whole, whole_grads = run()
+  assert whole.uop.op is not Ops.STAGE   # one block: the plain graph
+  for g, w in zip(grads, whole_grads): np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_causal_attention_in_blocks_refuses_what_the_general_road_refuses(monkeypatch):
+  # the blocks shrink the keys and values they read: values longer than the keys must still be an error, not shrunk away
+  import uopc.tensor.attention as attention
+  q, k, v = (Tensor(np.ones((1, n, 4), np.float32)) for n in (8, 8, 9))
+  with pytest.raises(TensorError) as whole:
+    q.scaled_dot_product_attention(k, v, is_causal=True)
+  monkeypatch.setattr(attention, "CAUSAL_BLOCK", 2)
+  with pytest.raises(TensorError) as blocks:
+    q.scaled_dot_product_attention(k, v, is_causal=True)
+  assert str(blocks.value) == str(whole.value) and "inner dimensions 8 and 9" in str(whole.value)
+
+
 def test_scaled_dot_product_attention_with_a_boolean_mask():
   q, k, v = (RNG.standard_normal((2, 4, 3)).astype(np.float32) for _ in range(3))
   mask = np.array([[True, False, True, True], [True, True, False, False], [False, True, True, True], [True, True, True, False]])

@@ -463,6 +463,16 @@ def test_scaled_dot_product_attention(is_causal):
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=is_causal), q, k, v)
 
 
+@pytest.mark.parametrize("L, S", [(7, 7), (9, 6), (5, 8)])
+def test_causal_attention_in_blocks_of_queries(L, S, monkeypatch):
+  # blocks of 2 queries (a long attention's blocks of 64, made small): each block against the keys up to its last query
+  import uopc.tensor.attention as attention
+  monkeypatch.setattr(attention, "CAUSAL_BLOCK", 2)
+  q, k, v = randn(2, 3, L, 8, seed=63), randn(2, 3, S, 8, seed=64), randn(2, 3, S, 4, seed=65)
+  check(lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True, scale=0.4),
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.4), q, k, v)
+
+
 def test_scaled_dot_product_attention_with_masks_scale_and_longer_keys():
   q, k, v = randn(2, 4, 8, seed=58), randn(2, 6, 8, seed=59), randn(2, 6, 3, seed=60)
   keep = np.random.default_rng(61).random((4, 6)) > 0.4
