@@ -190,3 +190,13 @@ def test_a_run_after_a_kernel_written_only_in_part_rebuilds_it(tmp_path, monkeyp
   monkeypatch.setattr(CC.os, "replace", real_replace)
   prog = CCompiler().compile(render_c(scale_program(scale), "scale"), "scale")
   check_scale(lambda arrays: CBackend().launch(prog, [arrays[0], arrays[1]]), scale)
+
+
+def test_a_kernel_that_is_built_but_wont_load_says_why(tmp_path, monkeypatch):
+  # the dynamic loader refusing a freshly built entry (an mmap that fails, a full address space) is an error that
+  # carries the loader's own reason, not only that the load failed
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path / "cache"))
+  def refuse(path, *a, **kw): raise OSError(f"{path}: failed to map segment from shared object")
+  monkeypatch.setattr(CC.ctypes, "CDLL", refuse)
+  with pytest.raises(CC.CompileError, match="was built but can't be loaded.*failed to map segment from shared object"):
+    CCompiler().compile(render_c(scale_program(fresh_scale()), "scale"), "scale")

@@ -104,8 +104,10 @@ class CCompiler:
     prog = self._load(path, name, src, key)
     if prog is None:
       built = self._store(self._build(src, flags), path)
-      prog = self._load(built, name, src, key)
-      if prog is None: raise CompileError(f"the shared object {built} was built but can't be loaded, or has no function {name!r}")
+      why: list[str] = []
+      prog = self._load(built, name, src, key, why)
+      if prog is None:
+        raise CompileError(f"the shared object {built} was built but can't be loaded, or has no function {name!r}: {why[0] if why else 'no entry'}")
     with self._lock: return self._loaded.setdefault(key, prog)
 
   def compile_many(self, items: Sequence[tuple[str, str]]) -> list[CProgram]:
@@ -150,9 +152,12 @@ class CCompiler:
     return flags, hashlib.sha256("\0".join([src, " ".join(flags), self.identity()]).encode()).hexdigest()[:32]
 
   @staticmethod
-  def _load(path: Path, name: str, src: str, key: str) -> CProgram | None:
-    # no entry, or a damaged one (removed by read_entry), or a cache directory we may not search (EACCES): _build makes it
-    if read_entry(path) is None: return None
+  def _load(path: Path, name: str, src: str, key: str, why: list[str] | None = None) -> CProgram | None:
+    # no entry, or a damaged one (removed by read_entry), or a cache directory we may not search (EACCES): _build makes it.
+    # `why` gets the reason a None was returned, for an error that must say it
+    if read_entry(path) is None:
+      if why is not None: why.append("no entry, or a damaged one, was found where it was stored")
+      return None
     try:
       lib = ctypes.CDLL(str(path))   # the seal after the ELF data is where the dynamic loader never looks
       # an entry a batch built exports the kernel as k<key> (its name may be another member's too); one built alone, as name
@@ -160,7 +165,8 @@ class CCompiler:
       except AttributeError: fn = getattr(lib, name)
       fn.restype = None
       return CProgram(name, src, path, fn, lib)
-    except (OSError, AttributeError):
+    except (OSError, AttributeError) as e:
+      if why is not None: why.append(str(e) or type(e).__name__)
       # an entry that doesn't load or lacks the symbol (a foreign file): remove it, and the caller rebuilds it
       try: path.unlink()
       except OSError: pass
