@@ -4,9 +4,11 @@ Ordinary Tensor ops (two matmuls, a masked softmax, dropout), so its forward and
 kernelizer fuses like any other. f16 inputs are computed in f32 and rounded once: f16 scores rounded
 before the softmax were 10x further off. With enable_gqa, key and value heads are shared by groups of query heads.
 
-A long causal attention is computed in blocks of queries (_causal_blocks): the block of queries [s, e) sees keys
-[0, e) only, so the scores above the diagonal blocks, which the mask would zero, are never computed, nor multiplied by
-v, nor differentiated: 10/16 of the work in 4 blocks. What torch's fused kernels skip the same way.
+A long causal attention (f32, no other mask, no dropout: the common case _attention_uops builds) is computed in blocks
+of queries (_causal_blocks): the block of queries [s, e) sees keys [0, e) only, so the scores above the diagonal
+blocks, which the mask would zero, are never computed, nor multiplied by v, nor differentiated: 10/16 of the work in 4
+blocks. What torch's fused kernels skip the same way. (With dropout the blocks would draw their random numbers in
+another order than the whole does, so that road keeps one block.)
 """
 from __future__ import annotations
 import math
