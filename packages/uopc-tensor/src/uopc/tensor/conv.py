@@ -9,10 +9,11 @@ out by the stride, with the flipped kernel whose in and out channels trade place
 from __future__ import annotations
 import itertools
 from uopc.dtype import dtypes
-from uopc.uop import UOp, Ops, prod
+from uopc.uop import prod
 from uopc.tensor.errors import TensorError
-from uopc.tensor.args import per_axis, padding_pairs, check_window_args, promote, check_size
+from uopc.tensor.args import per_axis, padding_pairs, check_window_args, promote
 from uopc.tensor.core import TensorCore
+from uopc.tensor.movement import stack_uop
 
 
 def _window_counts(kernel, stride, dilation, sizes) -> list[int]:
@@ -47,9 +48,7 @@ class ConvMixin:
       arg = whole + tuple((p * d, p * d + o) for p, d, o in zip(pos, dilation, outs))
       views.append(u if all(b == 0 and e == s for (b, e), s in zip(arg, u.shape)) else u.shrink(arg))
     if len(views) == 1: return self._new(views[0]).unsqueeze(-1)
-    check_size((len(views),) + views[0].shape, "stack")
-    n = len(views[0].shape)
-    return self._new(UOp(Ops.STACK, tuple(views)).permute(tuple(range(1, n + 1)) + (0,)))
+    return self._new(stack_uop(views, len(views[0].shape)))
 
   def _windows_by_views(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...], value: float = 0.0) -> TensorCore:
     """Sliding windows over the last len(kernel) axes: (..., *in) -> (..., *out, K), K = prod(kernel) window positions,

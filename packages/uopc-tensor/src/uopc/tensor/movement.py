@@ -29,6 +29,14 @@ def reshape_uop(t: TensorCore, shape: tuple[int, ...]) -> UOp:
   return u if u.shape == shape else u.reshape(shape)
 
 
+def stack_uop(uops: list[UOp], dim: int) -> UOp:
+  """Same-shaped UOps joined along a new axis at `dim` (0 to their rank): a STACK (the new axis first) moved there.
+  Tensor.stack's graph, for the composites that build theirs straight from UOps (a convolution's windows)."""
+  check_size((len(uops),) + uops[0].shape, "stack")
+  u = UOp(Ops.STACK, tuple(uops))
+  return u.permute(tuple(range(1, dim + 1)) + (0,) + tuple(range(dim + 1, len(u.shape)))) if dim else u
+
+
 class MovementMixin:
   """Views and rearrangements: every method here moves elements, none computes one."""
   __slots__ = ()
@@ -189,10 +197,7 @@ class MovementMixin:
     if any(t.shape != ts[0].shape for t in ts): raise TensorError(f"stack: shapes {' and '.join(str(t.shape) for t in ts)} differ")
     dt = promote(*(t.dtype for t in ts))
     ts = [t.cast(dt) for t in ts]
-    d = ts[0]._dim(dim, extra=1)
-    check_size((len(ts),) + ts[0].shape, "stack")
-    s = ts[0]._new(UOp(Ops.STACK, tuple(t.uop for t in ts)), *ts)
-    return s.permute(list(range(1, d + 1)) + [0] + list(range(d + 1, s.ndim))) if d else s
+    return ts[0]._new(stack_uop([t.uop for t in ts], ts[0]._dim(dim, extra=1)), *ts)
   def split(self, sizes, dim: int = 0) -> list[TensorCore]:
     d = self._dim(dim)
     n = self.shape[d]
