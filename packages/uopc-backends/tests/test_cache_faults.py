@@ -200,3 +200,22 @@ def test_a_kernel_that_is_built_but_wont_load_says_why(tmp_path, monkeypatch):
   monkeypatch.setattr(CC.ctypes, "CDLL", refuse)
   with pytest.raises(CC.CompileError, match="was built but can't be loaded.*failed to map segment from shared object"):
     CCompiler().compile(render_c(scale_program(fresh_scale()), "scale"), "scale")
+
+
+def test_a_fresh_entry_the_loader_takes_for_another_object_is_loaded_from_a_file_of_its_own(tmp_path, monkeypatch):
+  # another process may replace the entry between its write and its load, and the dynamic loader may answer with an
+  # object it already holds (seen in CI: another kernel's handle, without this kernel's function). The bytes just built
+  # are then loaded from a file of the compiler's own, and the kernel runs
+  cache = tmp_path / "cache"
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(cache))
+  real, refused = CC.ctypes.CDLL, []
+  def not_the_cache(path, *a, **kw):
+    if str(path).startswith(str(cache)):
+      refused.append(path)
+      raise OSError(f"{path}: undefined symbol: scale")
+    return real(path, *a, **kw)
+  monkeypatch.setattr(CC.ctypes, "CDLL", not_the_cache)
+  scale = fresh_scale()
+  prog = CCompiler().compile(render_c(scale_program(scale), "scale"), "scale")
+  check_scale(lambda arrays: CBackend().launch(prog, [arrays[0], arrays[1]]), scale)
+  assert refused and not str(prog.path).startswith(str(cache))

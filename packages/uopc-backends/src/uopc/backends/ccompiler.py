@@ -12,7 +12,7 @@ and the entries go to a private directory. uopc.backends.c renders the sources a
 borrows the environment rule (CCompiler._compiler_env).
 """
 from __future__ import annotations
-import atexit, ctypes, hashlib, os, re, shutil, subprocess, tempfile, threading, warnings
+import atexit, ctypes, hashlib, itertools, os, re, shutil, subprocess, tempfile, threading, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -81,6 +81,7 @@ class CCompiler:
     self._lock = threading.Lock()
     self._private: Path | None = None        # where entries go when the cache can't take them (see _fallback_dir)
     self._warned: set[Path] = set()
+    self._own = itertools.count()               # names of the files in it that only this compiler loads (compile)
 
   def identity(self) -> str:
     """The compiler's version and what -march=native means on this CPU: both change the machine code."""
@@ -103,11 +104,20 @@ class CCompiler:
     path = cache_dir() / f"{key}.so"
     prog = self._load(path, name, src, key)
     if prog is None:
-      built = self._store(self._build(src, flags), path)
+      so = self._build(src, flags)
+      built = self._store(so, path)
       why: list[str] = []
-      prog = self._load(built, name, src, key, why)
+      if (prog := self._load(built, name, src, key, why)) is None:
+        # the entry is a path other processes write too, and the dynamic loader knows a file by its inode: twice in CI
+        # (two test workers on one cache) loading a fresh entry gave the handle of another kernel's object, without
+        # this kernel's function. The bytes built here, from a file of this compiler's own, are this kernel
+        try:
+          with self._lock: own = self._private_dir() / f"{key}.{next(self._own)}.so"
+          write_entry(own, so)
+          prog = self._load(own, name, src, key, why)
+        except OSError as e: why.append(f"no file of its own either: {e.strerror or e}")
       if prog is None:
-        raise CompileError(f"the shared object {built} was built but can't be loaded, or has no function {name!r}: {why[0] if why else 'no entry'}")
+        raise CompileError(f"the shared object {built} was built but can't be loaded, or has no function {name!r}: {'; '.join(why)}")
     with self._lock: return self._loaded.setdefault(key, prog)
 
   def compile_many(self, items: Sequence[tuple[str, str]]) -> list[CProgram]:
@@ -219,14 +229,19 @@ class CCompiler:
       except OSError: pass
       return self._store(so, entry.parent / path.name)
 
+  def _private_dir(self) -> Path:
+    """This compiler's own temporary directory, removed at exit (made on first use; OSError if it can't be)."""
+    if self._private is None:
+      self._private = Path(tempfile.mkdtemp(prefix="uopc-private-cache-"))
+      atexit.register(shutil.rmtree, self._private, True)
+    return self._private
+
   def _fallback_dir(self, cache: Path, why: OSError) -> Path:
     """A temporary directory of this compiler's own, removed at exit, for the entries a broken cache can't take. The first
     time a cache directory fails, a warning says so and names the variable that chooses it."""
-    if self._private is None:
-      try: self._private = Path(tempfile.mkdtemp(prefix="uopc-private-cache-"))
-      except OSError as e: raise CompileError(f"the compile cache {cache} can't be written ({why.strerror or why}), and no private "
-                                              f"directory can be made under {tempfile.gettempdir()} ({e.strerror or e})") from None
-      atexit.register(shutil.rmtree, self._private, True)
+    try: self._private_dir()
+    except OSError as e: raise CompileError(f"the compile cache {cache} can't be written ({why.strerror or why}), and no private "
+                                            f"directory can be made under {tempfile.gettempdir()} ({e.strerror or e})") from None
     if cache not in self._warned:
       self._warned.add(cache)
       reason = "it is a file, not a directory" if cache.is_file() else (why.strerror or str(why))
