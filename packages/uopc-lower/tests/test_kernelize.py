@@ -65,6 +65,28 @@ def test_chained_matmuls_materialize_the_first():
   np.testing.assert_allclose(np.array(run_schedule(ks, {0: A, 1: B, 2: C})[3]).reshape(4, 4), A @ B @ C, rtol=1e-5, atol=1e-5)
 
 
+def test_a_broadcast_gemm_is_stored_with_its_bias():
+  """(a @ b + bias) @ c: the first GEMM's kernel stores its value with the bias added (its epilogue), and the second
+  reads that, not the bias: a broadcast operand with the bias added again for each copy cost the second GEMM a
+  vector slot per loaded value. The first GEMM's own users keep it stored alone (the bias is then recomputed)."""
+  a, b, c, bias = buf(0, 16).reshape((4, 4)), buf(1, 16).reshape((4, 4)), buf(2, 16).reshape((4, 4)), buf(3, 4)
+  def mm(x, y): return (x.reshape((4, 1, 4)).expand((4, 4, 4)) * y.permute((1, 0)).reshape((1, 4, 4)).expand((4, 4, 4))).reduce(Ops.ADD, 1)
+  first = mm(a, b)
+  ks = kernelize([(mm(first + bias.reshape((1, 4)).expand((4, 4)), c), buf(4, 16))])
+  assert len(ks) == 2 and ks[0].root.op is Ops.ADD and buf(3, 4) in ks[0].inputs and buf(3, 4) not in ks[1].inputs
+  rng = np.random.default_rng(1)
+  A, B, C = (rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3))
+  Bias = rng.standard_normal(4).astype(np.float32)
+  ref = (A @ B + Bias) @ C
+  np.testing.assert_allclose(np.array(run_schedule(ks, {0: A, 1: B, 2: C, 3: Bias})[4]).reshape(4, 4), ref, rtol=1e-5, atol=1e-5)
+  # the GEMM is also an output of its own: it is stored as it is, and the bias added where it is read
+  ks = kernelize([(mm(first + bias.reshape((1, 4)).expand((4, 4)), c), buf(4, 16)), (first, buf(5, 16))])
+  assert len(ks) == 2 and ks[0].root.op is Ops.REDUCE and buf(3, 4) in ks[1].inputs
+  out = run_schedule(ks, {0: A, 1: B, 2: C, 3: Bias})
+  np.testing.assert_allclose(np.array(out[4]).reshape(4, 4), ref, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.array(out[5]).reshape(4, 4), A @ B, rtol=1e-5, atol=1e-5)
+
+
 def test_stage_is_an_explicit_cut_and_sources_come_first():
   x = buf(0, 4)
   s = UOp(Ops.STAGE, (x * 3.0,))

@@ -291,6 +291,22 @@ def test_a_batch_of_gemms_gets_no_cache_tile_and_a_gemm_batched_over_one_b_keeps
   assert choose_opts(make_kernel((a * b).reduce(Ops.ADD, 1), buf(2, 8 * m * n)), caps).tile == ((1, 64), (2, 32))   # (and a panel's)
 
 
+def test_a_batch_of_gemms_with_a_bias_in_its_a_is_tiled_as_one_gemm_not_along_the_batch():
+  """Attention's scores over (batch, heads, queries, keys) with the projection's bias added to q inside the sum: the
+  bias is constant along the batch axis, but q and k both move along it, so a tile over it shares no loaded value. As a
+  convolution's second tile axis it made 4 batches x 4 rows x 2 vectors, 32 accumulators (nanoGPT's scores ran at
+  73-100 GFLOP/s); the tile is the GEMM's own, 8 rows x 2 vectors."""
+  from uopc.kernelize import make_kernel
+  bt, h, m, n, d = 8, 6, 64, 256, 64
+  q = buf(0, bt * h * m * d).reshape((bt, h, m, 1, d)).expand((bt, h, m, n, d))
+  bias = buf(1, h * d).reshape((1, h, 1, 1, d)).expand((bt, h, m, n, d))
+  k = buf(2, bt * h * n * d).reshape((bt, h, d, n)).permute((0, 1, 3, 2)).reshape((bt, h, 1, n, d)).expand((bt, h, m, n, d))   # k packed
+  kern = make_kernel(((q + bias) * k).reduce(Ops.ADD, 1), buf(3, bt * h * m * n))
+  o = choose_opts(kern, Caps(threads=2, vector_width=16, fma=True))
+  assert o.vector == (3, 16) and dict(o.upcast) == {2: 8, 3: 2}, o
+  check_opts(kern.canonical_root, o)
+
+
 def test_a_gemm_read_as_dot_products_gets_a_register_tile_and_threads_on_its_long_axis():
   """out[i, j] = sum_k x[i, k] w[j, k] for 16 rows of x (a decode step's x @ w.T, unpacked): both operands contiguous
   along k, so lanes of partial sums there. One accumulator per output read w once per row (61 GFLOP/s); 8 rows x 2

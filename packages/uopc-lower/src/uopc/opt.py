@@ -338,9 +338,11 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       # move, the input doesn't). An axis where the same operand is constant as along the row axis (a linear layer on
       # (batch, tokens, features): both are rows of x under one weight) is more rows of one GEMM, tiled as a GEMM: as a
       # second axis of 4 it made 32 accumulators, 3 more registers than AVX-512 has (the default GPT's MLP up
-      # projection, 1024 x 512 from 128, ran at 145 GFLOP/s, 13% of its jitted step)
+      # projection, 1024 x 512 from 128, ran at 145 GFLOP/s, 13% of its jitted step). Nor an axis whose constant loads
+      # are all constant along the rows too (attention's batch axis, where only a bias added to q is: its q and k both
+      # move, so a tile over it shares no loaded vector and only multiplies the accumulators, 32 in nanoGPT's scores)
       fixed = lambda k: frozenset(b for b in deciding if analysis.out_strides[b][k] == 0)
-      more = [k for k in rows if k != row and fixed(k) != fixed(row)]
+      more = [k for k in rows if k != row and fixed(k) - fixed(row)]
       if more and wide:
         # a convolution (its output channels are another tile axis: the weights move along them, the input doesn't) on
         # a machine of 32 vector registers: 4 rows x its vectors x output channels, up to 32 accumulators, so each
