@@ -400,6 +400,24 @@ def test_a_gemm_stored_transposed_packs_its_a_into_panels_a_vector_wide():
   assert not gathers and any(u.op is Ops.LOAD and u.dtype == dtypes.f32.vec(16) for u in program.toposort())
 
 
+def test_gemms_reading_slices_of_one_operand_share_one_pack_of_it_and_a_lone_slice_packs_itself():
+  """Attention's blocks of queries (uopc.tensor.attention) each read the first e keys of k, transposed: packed one by
+  one, the 4 blocks' packs copied 2.5 times the keys (64 + 128 + 192 + 256 of 256), in 4 kernels. Where other GEMMs
+  read slices of the same operand, each GEMM reads its panels from one pack of the whole; a slice no other GEMM shares
+  packs itself alone (a whole too long for it would be wasted)."""
+  g, m, k, n = 4, 64, 64, 256
+  kt = buf(1, g * n * k).reshape((g, n, k)).permute((0, 2, 1))                 # (g, k, n): k transposed, as attention has it
+  def scores(e: int, out: int) -> tuple[UOp, UOp]:
+    a = buf(0, g * m * k).reshape((g, m, 1, k)).expand((g, m, e, k))
+    b = kt.shrink(((0, g), (0, k), (0, e))).permute((0, 2, 1)).reshape((g, 1, e, k)).expand((g, m, e, k))
+    return (a * b).reduce(Ops.ADD, 1), buf(out, g * m * e)
+  packs = lambda ks: sorted(kk.root.shape for kk in ks if kk.root.op is not Ops.REDUCE)
+  ks = kernelize([scores(e, 2 + i) for i, e in enumerate((64, 128, 192, 256))], rewrite=graph_rewrite(CPU))
+  assert packs(ks) == [(g, n // 32, k, 32)] and len(ks) == 5, packs(ks)
+  ks = kernelize([scores(128, 2)], rewrite=graph_rewrite(CPU))
+  assert packs(ks) == [(g, 128 // 32, k, 32)]
+
+
 def test_a_transposing_copy_walks_blocks_of_rows_inside_each_column_and_its_threads_split_the_blocks():
   """P[j // 8, k, j % 8] = A[k, j], A's rows 16 elements or more apart (a GEMM operand packed into panels): in output
   order each step of k read a new line of A, whose other half waited for the next panel, and 2048 rows later it had left

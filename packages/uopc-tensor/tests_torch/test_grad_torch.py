@@ -473,6 +473,14 @@ def test_causal_attention_in_blocks_of_queries(L, S, monkeypatch):
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.4), q, k, v)
 
 
+def test_causal_attention_in_blocks_at_a_size_whose_keys_are_packed_once_for_every_block():
+  # nanoGPT's blocks (4 of 64 queries at context 256), big enough that the C backend packs the keys into panels: one pack
+  # of the whole keys, which each block's GEMMs read the first panels of (uopc.opt._in_panels)
+  q, k, v = randn(2, 2, 256, 64, seed=66), randn(2, 2, 256, 64, seed=67), randn(2, 2, 256, 64, seed=68)
+  check(lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True),
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
+
+
 def test_scaled_dot_product_attention_with_masks_scale_and_longer_keys():
   q, k, v = randn(2, 4, 8, seed=58), randn(2, 6, 8, seed=59), randn(2, 6, 3, seed=60)
   keep = np.random.default_rng(61).random((4, 6)) > 0.4

@@ -40,6 +40,7 @@ it packs: a GPU stages its own tiles, and its tensor cores need the f16 operand 
 """
 from __future__ import annotations
 import dataclasses, math
+from typing import Callable
 from dataclasses import dataclass
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, AxisType, MOVEMENT, prod
@@ -479,7 +480,7 @@ def _strides(view: UOp) -> tuple[int, int] | None:
   return along_n, along_k
 
 
-def _pack(u: UOp, panel: int, a_rows: int = PACK_ROWS) -> UOp:
+def _pack(u: UOp, panel: int, a_rows: int = PACK_ROWS, whole: Callable[[UOp], bool] = lambda base: False) -> UOp:
   """A GEMM C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (REDUCE of a product whose operands are broadcast along j
   and along i) whose B would be read badly is given B packed into panels of `panel` columns: B[..., k, j] is stored as
   P[..., j // panel, k, j % panel], so the kernel's vector loads of a row of a panel are contiguous and the panel it
@@ -490,7 +491,9 @@ def _pack(u: UOp, panel: int, a_rows: int = PACK_ROWS) -> UOp:
   transposed, summed over every token) is packed into panels of `a_rows` rows, A[..., i, k] stored as
   P[..., i // a_rows, k, i % a_rows]: the register tile's rows for one k are then one contiguous run instead of a
   cache line each, thousands of lines apart. (`a_rows` is PACK_ROWS, or `panel` where the kernel will store C
-  transposed, and so put its vector lanes along i: see GemmPacking.)"""
+  transposed, and so put its vector lanes along i: see GemmPacking.) An operand that is a slice of a longer one along
+  the packed axis (attention's blocks: the first e keys of k) packs the whole one instead where `whole(base)` says so
+  (GemmPacking: when other GEMMs read slices of it too), and reads its panels of the slice from that one pack."""
   if u.arg != (Ops.ADD, 1) or u.dtype is not dtypes.f32 or len(u.src[0].shape) < 3: return u
   if (product := _permuted_product(u.src[0])) is None: return u
   *batch, m, n, k = product.shape
@@ -504,22 +507,50 @@ def _pack(u: UOp, panel: int, a_rows: int = PACK_ROWS) -> UOp:
   lead = small.shape[:-3]
   if n % panel == 0 and n != panel and (st := _strides(small.reshape(lead + (n, k)).permute(tuple(range(len(lead))) + (len(lead) + 1, len(lead))))):
     along_k, along_j = st                                  # B[k, j]: rows are k, columns j
-    if along_j != 1 or (abs(along_k) >= PACK_STRIDE and n * k > PACK_BIG): new[b_at] = _in_panels(operands[b_at], n, panel)
+    if along_j != 1 or (abs(along_k) >= PACK_STRIDE and n * k > PACK_BIG): new[b_at] = _in_panels(operands[b_at], n, panel, whole)
   small = operands[1 - b_at].src[0]                        # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
   if m % a_rows == 0 and m != a_rows and (st := _strides(small.reshape(small.shape[:-3] + (m, k)))):
-    if abs(st[1]) >= 16 and k >= PACK_MIN_DEPTH: new[1 - b_at] = _in_panels(operands[1 - b_at], m, a_rows)   # a line per k
+    if abs(st[1]) >= 16 and k >= PACK_MIN_DEPTH: new[1 - b_at] = _in_panels(operands[1 - b_at], m, a_rows, whole)   # a line per k
   if all(a is b for a, b in zip(new, operands)): return u
   return u.replace(src=(product.replace(src=tuple(new)),))
 
 
-def _in_panels(x: UOp, count: int, rows: int) -> UOp:
+def _in_panels(x: UOp, count: int, rows: int, whole: Callable[[UOp], bool] = lambda base: False) -> UOp:
   """x, a GEMM operand broadcast from (..., count, 1, k) or (..., 1, count, k), read through a copy stored in panels of
-  `rows` of its count axis: P[..., c // rows, k, c % rows] (a STAGE, so a kernel of its own)."""
+  `rows` of its count axis: P[..., c // rows, k, c % rows] (a STAGE, so a kernel of its own). Where x is a slice of a
+  longer operand along that axis, at panel boundaries, and `whole` says so of the longer one's source, the longer one is
+  packed and its panels of the slice read."""
   small = x.src[0]
   lead = small.shape[:-3]
   swap = tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1)
-  packed = UOp(Ops.STAGE, (small.reshape(lead + (count // rows, rows, small.shape[-1])).permute(swap),))
+  axis = len(small.shape) - (3 if small.shape[-2] == 1 else 2)
+  if (found := _unshrunk(small, axis)) is not None and found[1] % rows == 0 and found[0].shape[axis] % rows == 0 and whole(found[2]):
+    longer, start, _ = found
+    packed = UOp(Ops.STAGE, (longer.reshape(lead + (longer.shape[axis] // rows, rows, small.shape[-1])).permute(swap),))
+    packed = packed.shrink(tuple((0, d) for d in lead) + ((start // rows, (start + count) // rows), (0, small.shape[-1]), (0, rows)))
+  else: packed = UOp(Ops.STAGE, (small.reshape(lead + (count // rows, rows, small.shape[-1])).permute(swap),))
   return packed.permute(swap).reshape(small.shape).expand(x.shape)
+
+
+def _unshrunk(view: UOp, axis: int) -> tuple[UOp, int, UOp] | None:
+  """view as a slice of a longer view along `axis`: (the longer view, where the slice starts, the source of the SHRINK
+  that cut it), when under view's PERMUTEs and RESHAPEs that only add or drop axes of 1 lies a SHRINK of that axis
+  alone (attention's blocks read the first keys of k so: transposed, shrunk, transposed back); else None."""
+  ops: list[tuple[UOp, int]] = []           # the ops above the SHRINK, top first, each with the axis in its output
+  u, a = view, axis
+  while u.op in (Ops.RESHAPE, Ops.PERMUTE):
+    ops.append((u, a))
+    if u.op is Ops.PERMUTE: a = u.arg[a]
+    else:
+      src = u.src[0].shape
+      if [d for d in u.shape if d != 1] != [d for d in src if d != 1] or u.shape[a] == 1: return None
+      a = [i for i, d in enumerate(src) if d != 1][sum(1 for d in u.shape[:a] if d != 1)]
+    u = u.src[0]
+  if u.op is not Ops.SHRINK or any(b != (0, d) for i, (b, d) in enumerate(zip(u.arg, u.src[0].shape)) if i != a): return None
+  longer, n = u.src[0], u.src[0].shape[a]
+  for op, at in reversed(ops):
+    longer = longer.permute(op.arg) if op.op is Ops.PERMUTE else longer.reshape(op.shape[:at] + (n,) + op.shape[at + 1:])
+  return longer, u.arg[a][0], u.src[0]
 
 
 def _permuted_product(x: UOp) -> UOp | None:
@@ -544,15 +575,27 @@ class GemmPacking:
     nodes = UOp(Ops.SINK, tuple(roots)).toposort()
     transposed = _transposed_sums(nodes)
     rows = lambda u: self.panel if u in transposed else PACK_ROWS
-    packed = [u for u in nodes if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and _pack(u, self.panel, rows(u)) is not u]
+    # an operand sliced from a longer one that other GEMMs slice too (attention's blocks, each the first keys of k) is
+    # packed whole, once, and each GEMM reads its panels of it: one pack of k a layer instead of one per block
+    bases: dict[UOp, list[UOp]] = {}
+    def note(u: UOp) -> Callable[[UOp], bool]:
+      def seen(base: UOp) -> bool:
+        bases.setdefault(u, []).append(base)
+        return False
+      return seen
+    packed = [u for u in nodes if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and _pack(u, self.panel, rows(u), note(u)) is not u]
     if not packed: return roots
+    readers: dict[UOp, set[UOp]] = {}
+    for u, bs in bases.items():
+      for b in bs: readers.setdefault(b, set()).add(u)
+    shared = {u for u, bs in bases.items() if bs and all(len(readers[b]) > 1 for b in bs)}
     # UOp.wrap hands each packed GEMM over rebuilt (over packed operands below it), walking the same toposort as
     # `nodes`: the originals come in `packed`'s order, and the A rows are decided on the original (its users)
     originals = iter(packed)
     def repack(u: UOp) -> UOp:
       orig = next(originals)
       assert u.arg == orig.arg and u.shape == orig.shape, "UOp.wrap visited the packed GEMMs out of the graph's order"
-      return _pack(u, self.panel, rows(orig))
+      return _pack(u, self.panel, rows(orig), lambda base: orig in shared)
     return UOp.wrap(roots, set(packed), repack)
 
 
