@@ -363,8 +363,9 @@ def _staged(roots: list[UOp]) -> set[UOp]:
 def _epilogue(carried: frozenset, users: dict[UOp, list[UOp]]) -> UOp | None:
   """The top of the one carried reduction's epilogue of its own: the last elementwise op up the chain of nodes that are
   each their source's only user, of the reduction's size (views, a bias added), before the value fans out or grows.
-  Stored instead of the reduction, it costs the reduction's kernel only its epilogue and stores no more. None when the
-  reduction's only user is its consumer's, or there are several reductions."""
+  Stored instead of the reduction, it costs the reduction's kernel only its epilogue and stores no more. None where no
+  elementwise op lies there (the reduction is read as it is), where the reduction is an output too (the SINK is its
+  other user: it is computed once, into its own buffer), or where several reductions are carried."""
   if len(carried) != 1: return None
   (r,) = carried
   cur, top, size = r, None, prod(r.shape)
