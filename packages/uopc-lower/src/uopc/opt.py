@@ -480,7 +480,7 @@ def _strides(view: UOp) -> tuple[int, int] | None:
   return along_n, along_k
 
 
-def _pack(u: UOp, panel: int, a_rows: int = PACK_ROWS, whole: Callable[[UOp], bool] = lambda base: False) -> UOp:
+def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool]) -> UOp:
   """A GEMM C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (REDUCE of a product whose operands are broadcast along j
   and along i) whose B would be read badly is given B packed into panels of `panel` columns: B[..., k, j] is stored as
   P[..., j // panel, k, j % panel], so the kernel's vector loads of a row of a panel are contiguous and the panel it
@@ -515,7 +515,7 @@ def _pack(u: UOp, panel: int, a_rows: int = PACK_ROWS, whole: Callable[[UOp], bo
   return u.replace(src=(product.replace(src=tuple(new)),))
 
 
-def _in_panels(x: UOp, count: int, rows: int, whole: Callable[[UOp], bool] = lambda base: False) -> UOp:
+def _in_panels(x: UOp, count: int, rows: int, whole: Callable[[UOp], bool]) -> UOp:
   """x, a GEMM operand broadcast from (..., count, 1, k) or (..., 1, count, k), read through a copy stored in panels of
   `rows` of its count axis: P[..., c // rows, k, c % rows] (a STAGE, so a kernel of its own). Where x is a slice of a
   longer operand along that axis, at panel boundaries, and `whole` says so of the longer one's source, the longer one is
@@ -588,7 +588,7 @@ class GemmPacking:
     readers: dict[UOp, set[UOp]] = {}
     for u, bs in bases.items():
       for b in bs: readers.setdefault(b, set()).add(u)
-    shared = {u for u, bs in bases.items() if bs and all(len(readers[b]) > 1 for b in bs)}
+    shared = {u for u, bs in bases.items() if all(len(readers[b]) > 1 for b in bs)}
     # UOp.wrap hands each packed GEMM over rebuilt (over packed operands below it), walking the same toposort as
     # `nodes`: the originals come in `packed`'s order, and the A rows are decided on the original (its users)
     originals = iter(packed)
