@@ -346,11 +346,13 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       more = [k for k in rows if k != row and fixed(k) - fixed(row)]
       if more and wide:
         # a convolution (its output channels are another tile axis: the weights move along them, the input doesn't) on
-        # a machine of 32 vector registers: 4 rows x its vectors x output channels, up to 32 accumulators, so each
-        # loaded input vector feeds several channels' FMAs (batch 8, 64 -> 64 channels, 32 x 32, 3 x 3, interleaved
-        # medians: 8 rows x 2 vectors 161 GFLOP/s, x 2 channels 168, 4 rows x 2 x 4 channels 188)
-        upcast[row] = _divisor(shape[row], 4)
-        upcast[more[-1]] = _divisor(shape[more[-1]], max(1, 32 // (upcast[row] * upcast.get(last, 1))))
+        # a machine of 32 vector registers: 8 output channels x its vectors x rows, up to 32 accumulators, so each
+        # loaded input vector feeds 8 channels' FMAs (batch 8, 64 -> 64 channels, 32 x 32, 3 x 3, interleaved
+        # medians: 8 rows x 2 vectors 161 GFLOP/s, x 2 channels 168, 4 rows x 2 x 4 channels 188; best of 3 runs
+        # alternating, whole conv2d: 4 rows x 2 x 4 channels 2.92-3.03 ms, 2 rows x 2 x 8 channels 2.70-2.72; at 1 x 1
+        # 0.58 -> 0.53 ms. At 16 x 16, one vector: 4 rows x 8 channels, 0.89 ms, ahead of 2 x 16 and 8 x 4)
+        upcast[more[-1]] = _divisor(shape[more[-1]], 8)
+        upcast[row] = _divisor(shape[row], max(1, 32 // (upcast[more[-1]] * upcast.get(last, 1))))
       # short rows (a convolution's 4 output rows): the tile grows along another such axis (its output channels, which
       # share each loaded input vector) to 16 accumulators; 4 alone kept each FMA chain waiting on the one before
       elif more and (accumulators := upcast[row] * upcast.get(last, 1)) < 16:
