@@ -229,8 +229,31 @@ def test_chains_of_multiply_adds_compile_with_wrapping_indices_and_a_gemm_tile_w
   tile, _ = gemm(8, 16, 32)
   gemm_src = render_c(lower(tile, buf(2, 8 * 32), Ctx(opts=Opts(vector=(1, 16), upcast={0: 4}, fma=True))))
   assert window.startswith('#pragma GCC optimize ("wrapv")') and "#pragma GCC optimize" not in gemm_src
+  # ...and holds its counters and index arithmetic in 64-bit longs (a wrapping 32-bit index is recomputed and
+  # sign-extended at every load); the GEMM keeps ints, which gcc widens itself
+  assert "for (long ridx" in window and "long alu" in window and "long" not in gemm_src
   X, K = F(8 * 9 * 4 * 16), F(8 * 9)
   assert same_bits(run_shaped(conv, [X, K], opts=opts), run_shaped(conv, [X, K], backend="LANES-AS-LOOPS", opts=opts))
+
+
+def test_a_chain_kernel_with_long_indices_computes_wrapping_i32_values_as_ints_do():
+  """In a kernel of multiply-add chains the i32 values are longs (see above), yet every value is what 32-bit ints give:
+  an i32 ADD or MUL that may leave i32 wraps through unsigned ints, floor division and max of in-range values stay in
+  range. The window's weights here come from i32 arithmetic that wraps (k * 99991 + k, past 2**31) and floor division
+  of it, against the interpreter bit for bit."""
+  x = buf(0, 8 * 9 * 4 * 16).reshape((8, 9, 4, 16)).permute((2, 3, 0, 1))
+  ki = buf(1, 8 * 9, dtypes.i32)
+  wrapped = ki * 99991 + ki
+  w = wrapped.alu(Ops.FLOORDIV, 7).alu(Ops.MAX, wrapped).cast(dtypes.f32) * 2.0 ** -31
+  conv = (x * w.reshape((1, 1, 8, 9)).expand((4, 16, 8, 9))).reduce(Ops.ADD, 2)
+  opts = Opts(vector=(1, 16), unroll=9, fma=True)
+  src = render_c(lower(conv, buf(2, 64), Ctx(opts=opts)))
+  assert "for (long ridx" in src and "(unsigned)" in src
+  X = F(8 * 9 * 4 * 16)
+  K = np.random.default_rng(3).integers(-2**31, 2**31, 8 * 9, endpoint=False).astype(np.int32)
+  got = run_shaped(conv, [X, K], opts=opts)
+  assert same_bits(got, interpreted(conv, [X, K], opts))
+  assert same_bits(got, run_shaped(conv, [X, K], backend="LANES-AS-LOOPS", opts=opts))
 
 
 def test_a_reduction_prefetches_the_vector_streams_that_step_a_cache_line_or_more():
