@@ -134,9 +134,9 @@ def test_a_gpu_schedule_keeps_an_f16_gemms_operands_for_the_tensor_cores_and_a_c
 
 
 def test_the_cpu_packs_what_it_packed_before_and_nothing_more():
-  # NN GEMMs of 2048 and 1024 (rows 8 and 4 KiB apart, B more than L2 holds: a column panel of B falls into a few cache
-  # sets) and an NT one (B read along its columns) are packed; 512 and 256 NN (B of 1 MiB and 256 KiB: it stays in L2) not
-  for n, kernels in ((2048, 2), (1024, 2), (512, 1), (256, 1)):
+  # NN GEMMs of 2048, 1024 and 512 (rows 8, 4 and 2 KiB apart: a column panel of B falls into a few cache sets; 512
+  # rows read a B of 1 MiB) and an NT one (B read along its columns) are packed; 256 NN (a B of 256 KiB) not
+  for n, kernels in ((2048, 2), (1024, 2), (512, 2), (256, 1)):
     assert len(kernelize([(gemm_graph(n), buf(2, n * n))], rewrite=graph_rewrite(CPU))) == kernels
   a = buf(0, 256 * 256).reshape((256, 1, 256)).expand((256, 256, 256))
   bt = buf(1, 256 * 256).reshape((1, 256, 256)).expand((256, 256, 256))      # B[k, j] = w[j, k]: x @ w.T
@@ -374,19 +374,31 @@ def test_an_a_read_down_its_columns_is_packed_into_row_panels():
     assert bool(stages) is packed, [kk.root.shape for kk in ks]
 
 
-def test_a_b_with_rows_apart_is_packed_only_when_too_big_for_l2():
+def test_a_b_with_rows_apart_is_packed_when_too_big_for_l2_or_read_by_enough_rows():
   """A B whose rows are 1 KiB or more apart is packed into panels when it holds more than a core's L2 keeps between the
   row tiles that walk each panel: nanoGPT's dx = dy @ W for the q, k and v weight (2048 x 1152 @ 1152 x 384, rows 384
-  floats apart, 1.7 MiB: packed, the nanoGPT step 640 -> 616 ms) and an NN GEMM 1024. A GEMM 512 (1 MiB, rows 2 KiB
-  apart) stays in L2 unpacked, and the copy was a launch and a pass for nothing (0.83 -> 0.77 ms); so does a GEMM 256
-  (0.147 against 0.173 ms packed)."""
-  from uopc.opt import PACK_BIG, PACK_STRIDE
-  for m, k, n, packed in ((2048, 1152, 384, True), (1024, 1024, 1024, True), (512, 512, 512, False), (256, 256, 256, False),
-                          (2048, PACK_BIG // 384, 384, False), (2048, 2048, PACK_STRIDE // 2, False)):
+  floats apart, 1.7 MiB: packed, the nanoGPT step 640 -> 616 ms) and an NN GEMM 1024. From 512 KiB, when 512 rows or
+  more read it: rows that far apart fall in a few of the L1's sets, so each row tile reads the panel from L2 again (GEMM
+  512: 1.09-1.96 -> 1.06-1.14 ms; 2048 x 384 @ 384 x 384: 2.15-2.20 -> 2.05-2.08 ms), counting the rows of every batch
+  that shares B. A GEMM 384 (384 rows) and a GEMM 256 (256 KiB) stay unpacked: the copy costs more than it saves (384:
+  0.44-0.46 against 0.49 ms packed; 256: 0.147 against 0.173 ms)."""
+  from uopc.opt import PACK_BIG, PACK_STRIDE, PACK_MID
+  for m, k, n, packed in ((2048, 1152, 384, True), (1024, 1024, 1024, True), (512, 512, 512, True), (256, 256, 256, False),
+                          (384, 384, 384, False), (2048, 384, 384, True), (2048, PACK_MID // 384 - 1, 384, False),
+                          (2048, 2048, PACK_STRIDE // 2, False)):
     a = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
     b = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
     ks = kernelize([((a * b).reduce(Ops.ADD, 1), buf(2, m * n))], rewrite=graph_rewrite(CPU))
     assert ((n // 32, k, 32) in [kk.root.shape for kk in ks]) is packed, (m, k, n, [kk.root.shape for kk in ks])
+  assert PACK_MID < PACK_BIG
+  # a batch of 8 x 256 rows under one 384 x 384 weight: 2048 rows read it, packed; 8 GEMMs of 256 rows, each with a B of
+  # its own, are not
+  for shared, packed in ((True, True), (False, False)):
+    x = buf(0, 8 * 256 * 384).reshape((8, 256, 1, 384)).expand((8, 256, 384, 384))
+    w = buf(1, (1 if shared else 8) * 384 * 384).reshape(((1 if shared else 8), 384, 384)).permute((0, 2, 1))
+    w = w.reshape(((1 if shared else 8), 1, 384, 384)).expand((8, 256, 384, 384))
+    ks = kernelize([((x * w).reduce(Ops.ADD, 1), buf(2, 8 * 256 * 384))], rewrite=graph_rewrite(CPU))
+    assert any(kk.root.shape[-3:] == (12, 384, 32) for kk in ks) is packed, (shared, [kk.root.shape for kk in ks])
 
 
 def test_a_gemm_stored_transposed_packs_its_a_into_panels_a_vector_wide():

@@ -441,6 +441,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
 
 PACK_STRIDE = 256          # a B operand whose rows are this many elements apart (1 KiB of f32) or more is packed
 PACK_BIG = 1 << 18         # ...when it holds more than this many (1 MiB of f32: more than stays in a core's L2 cache)
+PACK_MID = 1 << 17         # ...or this many or more (512 KiB) when PACK_MID_ROWS rows or more read it (see _pack)
+PACK_MID_ROWS = 512
 PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each packed panel
 PACK_ROWS = 8              # an A read down its columns is packed into panels of this many rows (the register tile's)
 PACK_MIN_DEPTH = 512       # ...when its rows are a cache line apart or more and the GEMM sums this many products or more
@@ -509,7 +511,14 @@ def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool]) -> UOp:
   lead = small.shape[:-3]
   if n % panel == 0 and n != panel and (st := _strides(small.reshape(lead + (n, k)).permute(tuple(range(len(lead))) + (len(lead) + 1, len(lead))))):
     along_k, along_j = st                                  # B[k, j]: rows are k, columns j
-    if along_j != 1 or (abs(along_k) >= PACK_STRIDE and n * k > PACK_BIG): new[b_at] = _in_panels(operands[b_at], n, panel, whole)
+    # rows PACK_STRIDE or more apart put a column panel's lines in a few of the L1's sets (2 KiB apart: 4 sets of 12
+    # ways for a GEMM 512's 1024 lines), so every row tile reads the panel from L2 again; a copy pays for itself when
+    # enough rows read the panels (the rows of every batch that shares this B). GEMM 512, 4 runs alternating:
+    # 1.09-1.96 (median 1.25) -> 1.06-1.14 ms; (8 x 256) x 384 @ 384 x 384 2.15-2.20 -> 2.05-2.08 ms; 384^3 (384 rows)
+    # lost to the copy, 0.44-0.46 -> 0.49 ms
+    reuse = m * prod(t for t, s in zip(batch, small.shape[:-3]) if s == 1)
+    if along_j != 1 or (abs(along_k) >= PACK_STRIDE and (n * k > PACK_BIG or (n * k >= PACK_MID and reuse >= PACK_MID_ROWS))):
+      new[b_at] = _in_panels(operands[b_at], n, panel, whole)
   small = operands[1 - b_at].src[0]                        # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
   if m % a_rows == 0 and m != a_rows and (st := _strides(small.reshape(small.shape[:-3] + (m, k)))):
     if abs(st[1]) >= 16 and k >= PACK_MIN_DEPTH: new[1 - b_at] = _in_panels(operands[1 - b_at], m, a_rows, whole)   # a line per k
@@ -694,4 +703,4 @@ def _gpu_candidates(root: UOp, caps: Caps, base: Opts, add) -> None:
 
 __all__ = ["Caps", "Analysis", "analyze", "choose_opts", "choose_gpu_opts", "candidates", "graph_rewrite", "GemmPacking", "THREAD_MIN_WORK",
            "TC_TILES", "PIPELINED_TC", "STAGED_TILES",
-           "PACK_STRIDE", "PACK_MIN_ROWS", "PACK_ROWS", "PACK_MIN_DEPTH", "PACK_MIN_WORK"]
+           "PACK_STRIDE", "PACK_MID", "PACK_MID_ROWS", "PACK_MIN_ROWS", "PACK_ROWS", "PACK_MIN_DEPTH", "PACK_MIN_WORK"]
