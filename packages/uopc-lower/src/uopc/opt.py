@@ -514,8 +514,8 @@ def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool]) -> UOp:
     # rows PACK_STRIDE or more apart put a column panel's lines in a few of the L1's sets (2 KiB apart: 4 sets of 12
     # ways for a GEMM 512's 1024 lines), so every row tile reads the panel from L2 again; a copy pays for itself when
     # enough rows read the panels (the rows of every batch that shares this B). GEMM 512, 4 runs alternating:
-    # 1.09-1.96 (median 1.25) -> 1.06-1.14 ms; (8 x 256) x 384 @ 384 x 384 2.15-2.20 -> 2.05-2.08 ms; 384^3 (384 rows)
-    # lost to the copy, 0.44-0.46 -> 0.49 ms
+    # 1.09-1.96 (median 1.25) -> 1.06-1.14 ms; 2048 x 384 @ 384 x 384 2.15-2.20 -> 2.05-2.08 ms, (8, 256, 384) @ (384,
+    # 384) 2.29-2.32 -> 2.15-2.16; 384^3 (384 rows) lost to the copy, 0.44-0.46 -> 0.49 ms
     reuse = m * prod(t for t, s in zip(batch, small.shape[:-3]) if s == 1)
     if along_j != 1 or (abs(along_k) >= PACK_STRIDE and (n * k > PACK_BIG or (n * k >= PACK_MID and reuse >= PACK_MID_ROWS))):
       new[b_at] = _in_panels(operands[b_at], n, panel, whole)
