@@ -346,13 +346,15 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       more = [k for k in rows if k != row and fixed(k) - fixed(row)]
       if more and wide:
         # a convolution (its output channels are another tile axis: the weights move along them, the input doesn't) on
-        # a machine of 32 vector registers: 8 output channels x its vectors x rows, up to 32 accumulators, so each
-        # loaded input vector feeds 8 channels' FMAs (batch 8, 64 -> 64 channels, 32 x 32, 3 x 3, interleaved
-        # medians: 8 rows x 2 vectors 161 GFLOP/s, x 2 channels 168, 4 rows x 2 x 4 channels 188; best of 3 runs
-        # alternating, whole conv2d: 4 rows x 2 x 4 channels 2.92-3.03 ms, 2 rows x 2 x 8 channels 2.70-2.72; at 1 x 1
-        # 0.58 -> 0.53 ms. At 16 x 16, one vector: 4 rows x 8 channels, 0.89 ms, ahead of 2 x 16 and 8 x 4)
+        # a machine of 32 vector registers: 8 output channels x 4 rows x one vector, 32 accumulators, so each loaded
+        # input vector feeds 8 channels' FMAs and each weight 4 rows' (batch 8, 64 -> 64 channels, 32 x 32, 3 x 3,
+        # interleaved medians: 8 rows x 2 vectors 161 GFLOP/s, x 2 channels 168, 4 rows x 2 x 4 channels 188; then the
+        # whole conv2d, best of 2-3 runs alternating: 4 rows x 2 vectors x 4 channels 2.92-3.03 ms, 2 x 2 x 8 2.59-2.64,
+        # 4 x 1 x 8 2.50; 128 channels 9.69-9.96 -> 9.07 ms, 32 channels 0.90-0.93 -> 0.87-0.90, 1 x 1 and 64 x 64 the
+        # same. A second vector a row needs fewer rows, and each weight then feeds fewer FMAs)
+        upcast.pop(last, None)
         upcast[more[-1]] = _divisor(shape[more[-1]], 8)
-        upcast[row] = _divisor(shape[row], max(1, 32 // (upcast[more[-1]] * upcast.get(last, 1))))
+        upcast[row] = _divisor(shape[row], max(1, 32 // upcast[more[-1]]))
       # short rows (a convolution's 4 output rows): the tile grows along another such axis (its output channels, which
       # share each loaded input vector) to 16 accumulators; 4 alone kept each FMA chain waiting on the one before
       elif more and (accumulators := upcast[row] * upcast.get(last, 1)) < 16:
