@@ -68,6 +68,17 @@ def test_a_collective_inside_a_jitted_function_is_refused_as_a_replay_would_skip
     step(Tensor(np.ones(3, np.float32)))                 # refused at the first call already
 
 
+def test_the_rank_watcher_counts_a_process_whose_exit_has_begun_as_ended():
+  # a killed rank tears itself down (closing its sockets) before it is a zombie, and the other rank, its allreduce
+  # broken, could end first: CI saw rank 0 named for a killed rank 1 (1 run in 12 under load, 0 in 16 with this). The
+  # kernel sets PF_EXITING (0x4) in the flags as the exit begins; the name may hold ") " itself
+  from uopc.gpt.cli import _stat_ended
+  line = lambda state, flags: f"1234 (python -m x) y) {state} 1 1234 1234 0 -1 {flags} 0 0 0 0 5 2 0 0 20 0 3".encode()
+  assert not _stat_ended(line("R", 0x400000)) and not _stat_ended(line("S", 0x400140))
+  assert _stat_ended(line("R", 0x400004)) and _stat_ended(line("D", 0x404044))    # exiting, not yet a zombie
+  assert _stat_ended(line("Z", 0x400000)) and _stat_ended(line("X", 0))
+
+
 def test_the_rank_watcher_sees_a_killed_process_ended_before_its_parent_collects_it():
   # --nproc names the rank whose process ended first; a rank killed outright is a zombie until mpiexec's proxy collects
   # it, and a signal 0 still reaches a zombie, so the watcher reads the process state: a killed, uncollected child has

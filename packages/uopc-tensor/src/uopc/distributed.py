@@ -112,6 +112,9 @@ def fail(exc: BaseException | str) -> None:
   if _world.comm is None: return
   msg = str(exc).strip() or type(exc).__name__ if isinstance(exc, BaseException) else str(exc)
   print(f"uopc: error: rank {_world.rank} of {_world.size} failed: {msg}", file=sys.stderr, flush=True)
+  # the line is in the pipe to mpiexec's proxy, which forwards it when its event loop reads it; told to abort first, it
+  # could stop everything with the line unread (a test under load saw the job end with an empty stderr, 1 run in 6)
+  time.sleep(0.2)
   _world.comm.Abort(1)
   os._exit(1)      # MPICH's MPI_Abort may return before mpiexec has stopped this process: no traceback after the line
 

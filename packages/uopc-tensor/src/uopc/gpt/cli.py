@@ -132,24 +132,34 @@ def _watch_ranks(pids: str, nproc: int, first_gone: list[set[str]], stop: thread
   in first_gone (two found in one poll are both there: then it can't say which failed). The directory is read until
   all `nproc` ranks have written their pids; then a poll asks whether each has ended (_ended)."""
   known: dict[str, int] = {}
-  while not first_gone and not stop.wait(0.005):
+  while not first_gone and not stop.wait(0.002):
     if len(known) < nproc:
       for rank, pid in _rank_pids(pids).items(): known.setdefault(rank, int(pid))
     gone = {rank for rank, pid in known.items() if _ended(pid)}
     if gone: first_gone.append(gone)
 
 
+_PF_EXITING = 0x4   # linux/sched.h: the task is exiting
+
+
+def _stat_ended(stat: bytes) -> bool:
+  """From a /proc/PID/stat line: a zombie (Z, X), or a process whose exit has begun (PF_EXITING in its flags)."""
+  fields = stat[stat.rindex(b")") + 2:].split()       # state, ppid, pgrp, session, tty, tpgid, flags, ... after "(name) "
+  return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & _PF_EXITING)
+
+
 def _ended(pid: int) -> bool:
-  """Has process `pid` ended? A process that has died is a zombie until its parent (mpiexec's proxy) collects it, and a
-  signal 0 still reaches a zombie: the proxy, told of a killed rank, could stop and collect the others before that
-  one, and the rank seen gone first was then one the proxy stopped (CI saw rank 0 named for a killed rank 1). So the
-  process state is read where /proc has it (Z or X: ended), and signal 0 answers elsewhere."""
+  """Has process `pid` ended, or begun to? A process that has died is a zombie until its parent (mpiexec's proxy)
+  collects it, and a signal 0 still reaches a zombie: the proxy, told of a killed rank, could stop and collect the
+  others before that one, and the rank seen gone first was then one the proxy stopped (CI saw rank 0 named for a killed
+  rank 1). And a killed process tears itself down for a while before it is a zombie, closing its sockets on the way: the
+  other rank, its allreduce broken, could end first (CI again). So the process state is read where /proc has it: a
+  zombie (Z, X) has ended, and a process whose flags hold PF_EXITING (0x4, set as its exit begins, before it closes a
+  file) is ending; signal 0 answers elsewhere."""
   try:
-    with open(f"/proc/{pid}/stat", "rb") as f: stat = f.read()
-    state = stat.rindex(b")") + 2     # the state follows "(name) "
-    return stat[state:state + 1] in (b"Z", b"X")
+    with open(f"/proc/{pid}/stat", "rb") as f: return _stat_ended(f.read())
   except FileNotFoundError: return True
-  except (OSError, ValueError): pass
+  except (OSError, ValueError, IndexError): pass
   try: os.kill(pid, 0)
   except ProcessLookupError: return True
   except OSError: pass              # another user's process by now: alive, as far as this can tell
