@@ -383,7 +383,7 @@ def test_a_b_with_rows_apart_is_packed_when_too_big_for_l2_or_read_by_enough_row
   512: 1.09-1.96 -> 1.06-1.14 ms; 2048 x 384 @ 384 x 384: 2.15-2.20 -> 2.05-2.08 ms), counting the rows of every batch
   that shares B. A GEMM 384 (384 rows) and a GEMM 256 (256 KiB) stay unpacked: the copy costs more than it saves (384:
   0.44-0.46 against 0.49 ms packed; 256: 0.147 against 0.173 ms)."""
-  from uopc.opt import PACK_BIG, PACK_STRIDE, PACK_MID
+  from uopc.opt import PACK_STRIDE, PACK_MID
   for m, k, n, packed in ((2048, 1152, 384, True), (1024, 1024, 1024, True), (512, 512, 512, True), (256, 256, 256, False),
                           (384, 384, 384, False), (2048, 384, 384, True), (2048, PACK_MID // 384 - 1, 384, False),
                           (2048, 2048, PACK_STRIDE // 2, False)):
@@ -391,7 +391,6 @@ def test_a_b_with_rows_apart_is_packed_when_too_big_for_l2_or_read_by_enough_row
     b = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
     ks = kernelize([((a * b).reduce(Ops.ADD, 1), buf(2, m * n))], rewrite=graph_rewrite(CPU))
     assert ((n // 32, k, 32) in [kk.root.shape for kk in ks]) is packed, (m, k, n, [kk.root.shape for kk in ks])
-  assert PACK_MID < PACK_BIG
   # a batch of 8 x 256 rows under one 384 x 384 weight: 2048 rows read it, packed; 8 GEMMs of 256 rows, each with a B of
   # its own, are not
   for shared, packed in ((True, True), (False, False)):

@@ -642,10 +642,9 @@ def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMa
 # A schedule that kernelize_cached gave again (a training step's, each step) runs as one LaunchGraph, kept by its Plan in
 # the program cache (_programs.graphs, the PLANNED_GRAPHS most recent): its Programs looked up once, its launches unchecked
 # past the checks of its table below, and from its 8th run (_PlannedGraph), when it has PLANNED_NATIVE_MIN kernels or
-# more, one native call (the default GPT's plain step: 230 launches, each checked, ~5 ms of Python a step). Two are
-# enough: each launch of its own is a ctypes call and a pointer read per buffer (attention's forward at N=512, 6
-# kernels, called plainly: 672-682 -> 641-646 us; exp(2x + 1).sum() over 65536, 2 kernels: 100-101 -> 92 us, best of 7,
-# alternating). One kernel, or fewer runs (a test's few steps), never pays for a graph's compile.
+# more, one native call (a plain GPT step: 230 launches, each checked, ~5 ms of Python). Two kernels are enough: a
+# launch of its own is a ctypes call and a pointer read a buffer (attention's forward called plainly, 6 kernels: 672-682
+# -> 641-646 us). One kernel, or fewer runs (a test's few steps), never pays for a graph's compile.
 PLANNED_GRAPHS = 64
 PLANNED_NATIVE_MIN = 2
 _planned_lock = threading.Lock()

@@ -537,11 +537,11 @@ def _in_panels(x: UOp, count: int, rows: int, whole: Callable[[UOp], bool]) -> U
   lead = small.shape[:-3]
   swap = tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1)
   axis = len(small.shape) - (3 if small.shape[-2] == 1 else 2)
+  stage = lambda v: UOp(Ops.STAGE, (v.reshape(lead + (v.shape[axis] // rows, rows, small.shape[-1])).permute(swap),))
   if (found := _unshrunk(small, axis)) is not None and found[1] % rows == 0 and found[0].shape[axis] % rows == 0 and whole(found[2]):
     longer, start, _ = found
-    packed = UOp(Ops.STAGE, (longer.reshape(lead + (longer.shape[axis] // rows, rows, small.shape[-1])).permute(swap),))
-    packed = packed.shrink(tuple((0, d) for d in lead) + ((start // rows, (start + count) // rows), (0, small.shape[-1]), (0, rows)))
-  else: packed = UOp(Ops.STAGE, (small.reshape(lead + (count // rows, rows, small.shape[-1])).permute(swap),))
+    packed = stage(longer).shrink(tuple((0, d) for d in lead) + ((start // rows, (start + count) // rows), (0, small.shape[-1]), (0, rows)))
+  else: packed = stage(small)
   return packed.permute(swap).reshape(small.shape).expand(x.shape)
 
 
