@@ -186,7 +186,7 @@ def render_const(v, dtype: DType, half: str = "_Float16") -> str:
 
 
 def _fmax(a: str, b: str) -> str: return f"((({a}>{b})||({a}!={a}))?{a}:{b})"   # NaN propagates, as numpy.maximum
-def _loop(ctype: str, var: str, end: str) -> str: return f"for ({ctype} {var} = 0; {var} < {end}; {var}++) {{"
+def _loop(var: str, end: str) -> str: return f"for (int {var} = 0; {var} < {end}; {var}++) {{"
 def _array(ctype: str, name: str, n: int, offset: int = 0) -> str: return f"{ctype} {name}{f'[{n}]' if n != 1 else ''};"
 
 def shared_layout(lin: tuple[UOp, ...] | list[UOp]) -> tuple[dict[UOp, int], int]:
@@ -244,17 +244,16 @@ class CRenderer:
     Ops.MULACC: lambda d, s, a, b, c: f"fma_{_gcc(d)}({a}, {b}, {c})",
   }
   # a RANGE by its kind: (renderer, counter, end, its position among the ranges of its kind, the sizes of all of the
-  # ranges of its kind, the counter's C type) -> the lines that open it. LOOP, REDUCE, THREAD and UPCAST open a block
-  # that their END closes; GLOBAL and LOCAL are the launch grid's coordinates (see grid_index). UPCAST lanes reach a
-  # renderer as a range only for a machine without vectors (uopc.vectorize turns them into vector values): a loop, the
-  # program's scalar meaning
-  range_code: dict[AxisType, Callable[[CRenderer, str, str, int, list[int], str], list[str]]] = {
-    AxisType.LOOP: lambda renderer, var, end, dim, sizes, ctype: [_loop(ctype, var, end)],
-    AxisType.REDUCE: lambda renderer, var, end, dim, sizes, ctype: [_loop(ctype, var, end)],
-    AxisType.UPCAST: lambda renderer, var, end, dim, sizes, ctype: [_loop(ctype, var, end)],
-    AxisType.THREAD: lambda renderer, var, end, dim, sizes, ctype: ["#pragma omp parallel for", _loop(ctype, var, end)],
-    AxisType.GLOBAL: lambda renderer, var, end, dim, sizes, ctype: [f"{ctype} {var} = {renderer.grid_index(AxisType.GLOBAL, dim, sizes)};"],
-    AxisType.LOCAL: lambda renderer, var, end, dim, sizes, ctype: [f"{ctype} {var} = {renderer.grid_index(AxisType.LOCAL, dim, sizes)};"],
+  # ranges of its kind) -> the lines that open it. LOOP, REDUCE, THREAD and UPCAST open a block that their END closes;
+  # GLOBAL and LOCAL are the launch grid's coordinates (see grid_index). UPCAST lanes reach a renderer as a range only for
+  # a machine without vectors (uopc.vectorize turns them into vector values): a loop, the program's scalar meaning
+  range_code: dict[AxisType, Callable[[CRenderer, str, str, int, list[int]], list[str]]] = {
+    AxisType.LOOP: lambda renderer, var, end, dim, sizes: [_loop(var, end)],
+    AxisType.REDUCE: lambda renderer, var, end, dim, sizes: [_loop(var, end)],
+    AxisType.UPCAST: lambda renderer, var, end, dim, sizes: [_loop(var, end)],
+    AxisType.THREAD: lambda renderer, var, end, dim, sizes: ["#pragma omp parallel for", _loop(var, end)],
+    AxisType.GLOBAL: lambda renderer, var, end, dim, sizes: [f"int {var} = {renderer.grid_index(AxisType.GLOBAL, dim, sizes)};"],
+    AxisType.LOCAL: lambda renderer, var, end, dim, sizes: [f"int {var} = {renderer.grid_index(AxisType.LOCAL, dim, sizes)};"],
   }
   opens_block = {AxisType.LOOP, AxisType.REDUCE, AxisType.UPCAST, AxisType.THREAD}
   # an ALLOC by its address space: (C type, name, elements, its byte offset in the block's shared memory: shared_layout)
@@ -394,7 +393,7 @@ class _Body:
     # a scalar bool value is held in an int (0 or 1; memory stays _Bool): GCC 12 at -O2 miscompiles
     # ((a < b) & c) | (c != 1) with c a _Bool temporary, and gets it right with an int
     if u.dtype is dtypes.bool: return "int"
-    return "long" if self.long_index and u.dtype is dtypes.i32 and (u.op in ALU or u.op is Ops.RANGE) else self.renderer.type_name(u.dtype)
+    return "long" if self.long_index and u.dtype is dtypes.i32 and u.op in ALU else self.renderer.type_name(u.dtype)
 
   # -- emitting
   def pad(self) -> str: return "  " * (sum(self.blocks) + 1)
@@ -478,8 +477,9 @@ class _Body:
     self.r[u] = f"ridx{u.arg.idx}"
     dim = self.dims.get(kind, 0)
     if kind in self.dims: self.dims[kind] += 1
-    self.lines.extend(self.pad() + line for line in renderer.range_code[kind](renderer, self.r[u], self.r[u.src[0]], dim,
-                                                                                self.grid.get(kind, []), self.ctype(u)))
+    lines = renderer.range_code[kind](renderer, self.r[u], self.r[u.src[0]], dim, self.grid.get(kind, []))
+    if self.long_index: lines = [line.replace(f"for (int {self.r[u]} = ", f"for (long {self.r[u]} = ") for line in lines]
+    self.lines.extend(self.pad() + line for line in lines)
     self.blocks.append(kind in renderer.opens_block)
     self.loops.append(u)
 
