@@ -191,6 +191,8 @@ def test_the_prelude_holds_only_the_helpers_the_kernel_uses():
   x = buf(0, 64)
   vec = render_c(lower((x * 2.0).alu(Ops.EXP2), buf(1, 64), Ctx(opts=Opts(vector=(0, 8)))), "vec")
   assert "typedef float f32x8 " in vec and "f32x8 exp2_f32x8(f32x8 x)" in vec and "sel_f32x8(" in vec and "bcast_f32x8(" in vec
-  assert "float uopc_exp2" not in vec and "fma_f32x8" not in vec and "f32x16" not in vec and "i32x8_u" not in vec
+  assert "f32x8 fma_f32x8(" in vec                                  # the polynomial's steps are fused multiply-adds
+  assert vec.index("f32x8 fma_f32x8(") < vec.index("f32x8 exp2_f32x8(")   # (declared before their use)
+  assert "float uopc_exp2" not in vec and "f32x16" not in vec and "i32x8_u" not in vec and "ldmask" not in vec
   for root, inputs in [(buf(0, 4).alu(Ops.EXP2), [np.zeros(4, np.float32)]), ((x * 2.0).alu(Ops.EXP2), [np.zeros(64, np.float32)])]:
     np.testing.assert_array_equal(run_shaped(root, inputs, opts=Opts(vector=(0, 4))), np.ones(root.shape, np.float32))   # it compiles

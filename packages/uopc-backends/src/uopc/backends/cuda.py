@@ -42,7 +42,7 @@ from uopc.opt import Caps
 from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import BackendError, CompileError, LinearProgram
 from uopc.runtime import debug_level
-from uopc.backends.c import (CCompiler, CRenderer, EXP2_POLY, EXP2_HORNER, FLOORDIV_I32, FLOORMOD_I32, CAST_F32_I32, _array,
+from uopc.backends.c import (CCompiler, CRenderer, EXP2_POLY, exp2_horner, FLOORDIV_I32, FLOORMOD_I32, CAST_F32_I32, _array,
                               sanitize_name, shared_layout, used_helpers)
 
 
@@ -53,7 +53,7 @@ class NoDeviceError(BackendError):
 # the prelude's pieces (see uopc.backends.c.used_helpers): a kernel's prelude holds those its code uses
 EXP2_CUDA = f"""__device__ static inline float uopc_exp2(float x) {{   /* the C backend's uopc_exp2, operation for operation */
   x = x < -160.0f ? -160.0f : x; x = x > 160.0f ? 160.0f : x;
-  float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{EXP2_HORNER}
+  float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{exp2_horner("fmaf")}
   int n = t == t ? (int)t : 0, a = n >> 1, b = n - a;
   return (p * __int_as_float((a + 127) << 23)) * __int_as_float((b + 127) << 23);
 }}

@@ -36,8 +36,8 @@ out (a 16-byte access is served a quarter-warp at a time, 8 bytes a half-warp, 4
 4-byte word share a pass). A test asserts a kernel's counts (a swizzled layout has none).
 
 Numbers follow the C backend's semantics: f32 rounds per operation, i32 wraps, MAX propagates NaN, integer division by
-zero gives 0, a float cast to i32 out of range gives INT_MIN, and EXP2 is the same polynomial. MULACC is computed in
-float64 and rounded once to f32 (exact for all but products that need more than double's 53 bits near a tie).
+zero gives 0, a float cast to i32 out of range gives INT_MIN, and EXP2 is the same polynomial. MULACC (and each of the
+polynomial's steps) is C's fmaf: computed in float64 and rounded once to f32, exactly (see _fma_f32).
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
@@ -108,6 +108,21 @@ def wmma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 # ---- scalar semantics, vectorized ------------------------------------------------------------------------------------
 
+def _fma_f32(a, b, c) -> np.ndarray:
+  """a*b + c rounded once to f32, elementwise, as C's fmaf: the product of two f32s is exact in a double, and the
+  double sum, rounded to odd (the neighbour with an odd last bit, where it was inexact), rounds to f32 as the exact
+  sum would (53 bits are more than 24 + 1)."""
+  p = np.asarray(a, np.float32).astype(np.float64) * np.asarray(b, np.float32).astype(np.float64)
+  c = np.asarray(c, np.float32).astype(np.float64)
+  with np.errstate(invalid="ignore", over="ignore"):
+    s = p + c
+    bv = s - p
+    err = (p - (s - bv)) + (c - bv)                           # the sum's rounding error, exactly (Knuth's two-sum)
+    odd = np.isfinite(s) & (err != 0) & ((s.view(np.int64) & 1) == 0)
+    s = np.where(odd, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return s.astype(np.float32)
+
+
 def _exp2(x: np.ndarray) -> np.ndarray:
   """uopc_exp2 of the C backend, operation for operation in f32 (see EXP2_POLY in uopc.backends.c)."""
   f32 = np.float32
@@ -117,7 +132,7 @@ def _exp2(x: np.ndarray) -> np.ndarray:
   t = (x + f32(12582912.0)) - f32(12582912.0)
   f = x - t
   p = np.full_like(f, f32(EXP2_POLY[-1]))
-  for coef in EXP2_POLY[-2::-1]: p = p * f + f32(coef)
+  for coef in EXP2_POLY[-2::-1]: p = _fma_f32(p, f, f32(coef))
   n = np.where(t == t, t, f32(0)).astype(np.int32)
   a = n >> 1
   b = n - a
@@ -172,7 +187,7 @@ _BOOL = {Ops.ADD: lambda a, b: a | b, Ops.MUL: lambda a, b: a & b, Ops.MAX: lamb
 _TERNARY = {
   Ops.WHERE: lambda c, a, b, d: np.where(c, a, b).astype(_np(d)),
   # in float64 and rounded once to f32 (exact for all but products that need more than double's 53 bits near a tie)
-  Ops.MULACC: lambda a, b, c, d: (np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)).astype(np.float32),
+  Ops.MULACC: lambda a, b, c, d: _fma_f32(a, b, c),
 }
 
 
