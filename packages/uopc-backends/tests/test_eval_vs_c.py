@@ -1,6 +1,6 @@
 """Differential: the evaluator (uopc.evaluate.run, pure Python) and the compiled C agree bit for bit on random
 memory-free shaped programs built from exact operations (+, *, max, fused multiply-add, comparisons, where, bool
-and/or, 1/x, sqrt, casts among f32/i32/bool/f16, floor div/mod by constants and arrays) and movement ops, reductions,
+and/or, 1/x, sqrt, casts among f32/i32/bool/f16, f16 arithmetic, floor div/mod by constants and arrays) and movement ops, reductions,
 STACK and INDEX. A failure prints the program as .uir. UOPC_FUZZ_ITERS=N draws N programs (CI: 150)."""
 import math, os
 import numpy as np
@@ -23,7 +23,8 @@ ITERS = int(os.environ.get("UOPC_FUZZ_ITERS", "150"))
 @st.composite
 def programs(draw):
   """A random memory-free shaped graph of exact operations over literal arrays of f32, i32 and bool: every ALU op the
-  evaluator and the C renderer share (MULACC, division by non-zero arrays, casts among f32/i32/bool/f16 included),
+  evaluator and the C renderer share (MULACC, division by non-zero arrays, casts among f32/i32/bool/f16 and f16
+  arithmetic included),
   broadcasting EXPANDs of size-1 axes, PERMUTE, SHRINK, RESHAPE, STACK, constant INDEX and REDUCE over any number of
   trailing axes, on shapes with size-1 axes and scalars, with -0.0, denormals, inf and NaN among the values."""
   shape = draw(st.sampled_from(SHAPES))
@@ -36,7 +37,7 @@ def programs(draw):
     a = draw(st.sampled_from(pool))
     same = [u for u in pool if u.shape == a.shape and u.dtype is a.dtype]
     b = draw(st.sampled_from(same))
-    k = draw(st.integers(0, 16))
+    k = draw(st.integers(0, 17))
     f, i, boolean = a.dtype is dtypes.f32, a.dtype is dtypes.i32, a.dtype is dtypes.bool
     if k == 0: u = a + b
     elif k == 1: u = a * b
@@ -67,6 +68,9 @@ def programs(draw):
     elif k == 14 and a.shape: u = a.index(*(draw(st.integers(0, s - 1)) for s in a.shape[:draw(st.integers(1, len(a.shape)))]))
     elif k == 15: u = (a < b) * a.ne(b) + (a.ne(b)).ne(True) if not boolean else a * b + a.ne(b)   # bool and/or
     elif k == 16: u = UOp(Ops.CMPLT, (a, b)).cast(dtypes.i32)
+    elif k == 17 and f:   # f16 arithmetic, each op rounded to f16
+      h, g = a.cast(dtypes.f16), b.cast(dtypes.f16)
+      u = draw(st.sampled_from([h * g + h, (h + g) * g, h.maximum(g) * h, (h < g).where(h * g, h + h)])).cast(dtypes.f32)
     else: continue
     pool.append(u)
   return pool[-1]
@@ -107,7 +111,11 @@ def test_regressions_the_fuzzer_found_stay_fixed():
                 "%5 = reshape true, (1,)\n%6 = expand %5, (3,)\n%7 = cmpne %3, %6\n%8 = add %4, %7\n")
   # an int past f16 rounded in the evaluator raised struct.error (C says inf, and inf cast to i32 is INT_MIN)
   f16 = UOp(Ops.CAST, (UOp(Ops.CAST, (UOp.const(65536),), dtypes.f16),), dtypes.i32)
-  for prog in (bools, f16):
+  # f16 a * b + a kept the product's float bits (gcc rounds _Float16 arithmetic to f16 only at a cast or an assignment
+  # where the CPU has no f16 arithmetic, and the product was pasted into the sum): 2.0029306, not 2.0039062
+  h = literal([1.001, 0.1], (2,), dtypes.f32).cast(dtypes.f16)
+  mul_add = (h * literal([1.001, 0.2], (2,), dtypes.f32).cast(dtypes.f16) + h).cast(dtypes.f32)
+  for prog in (bools, f16, mul_add):
     for opts in (Opts(), None):
       assert run_shaped(prog, [], opts=opts).tolist() == np.array(to_python(prog)).tolist(), to_uir(prog)
 

@@ -436,6 +436,10 @@ class _Body:
     if may_overflow(u): return f"((int)((unsigned){r[u.src[0]]}{'+' if op is Ops.ADD else '*'}(unsigned){r[u.src[1]]}))"
     if u.dtype is dtypes.f16 and op in _VIA_F32:
       return f"(({renderer.half})({renderer.code_for_op[op](dtypes.f32, *(f'((float){r[s]})' for s in u.src))}))"
+    # every f16 result is rounded to f16 by a cast: gcc computes _Float16 arithmetic in float where the CPU has none of
+    # its own (all but AVX512-FP16) and rounds only at a cast or an assignment, so an expression pasted into its user
+    # kept float's bits ((float)(a * b + c) rounded once, not twice: acosh(|x| + 1) of f16 x was 7 f16 ulps off)
+    if u.dtype is dtypes.f16 and op in renderer.code_for_op: return f"(({renderer.half}){renderer.code_for_op[op](u.dtype, *(r[s] for s in u.src))})"
     if op in renderer.code_for_op: return renderer.code_for_op[op](u.dtype, *(r[s] for s in u.src))
     raise BackendError(f"the C renderer has no rule for {op!r}")
 
