@@ -627,8 +627,12 @@ def _infer_range(op, src, arg):
   return _i32, (), _A
 
 def _shape_arg(op, arg):
-  if type(arg) is not tuple or not all(type(s) is int and s >= 0 for s in arg):
-    raise UOpError(f"{op.name} needs a tuple of non-negative ints, got {_show(arg)}")
+  # (a loop, not all() of a generator: every RESHAPE and EXPAND a Tensor op builds comes through here)
+  if type(arg) is tuple:
+    for s in arg:
+      if type(s) is not int or s < 0: break
+    else: return
+  raise UOpError(f"{op.name} needs a tuple of non-negative ints, got {_show(arg)}")
 
 def _infer_reshape(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
@@ -640,7 +644,9 @@ def _infer_expand(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
   _shape_arg(op, arg)
   s = src[0].shape
-  if len(arg) != len(s) or not all(a == b or a == 1 for a, b in zip(s, arg)): raise UOpError(f"EXPAND {s} -> {_show(arg)}")
+  if len(arg) != len(s): raise UOpError(f"EXPAND {s} -> {_show(arg)}")
+  for a, b in zip(s, arg):
+    if a != b and a != 1: raise UOpError(f"EXPAND {s} -> {_show(arg)}")
   return src[0].dtype, arg, src[0].addrspace
 
 def _infer_permute(op, src, arg):
