@@ -185,6 +185,24 @@ def test_softmax_and_log_softmax(axis):
   check(Tensor(x).log_softmax(axis), np_log_softmax(x.astype(np.float64), axis), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape, axis", [((4, 64), -1), ((2, 128, 128), -1), ((2, 128, 128), 1), ((256, 128), 0)])
+def test_a_large_softmax_computes_its_exp_once(shape, axis):
+  """From SOFTMAX_STAGE_MIN elements the exp is stored by a kernel of its own, which the sum and the quotient read;
+  below it, each of their kernels computes it. The values are NumPy's either way, and so are the gradients' (the
+  stored exp is a STAGE, which the gradient passes through)."""
+  from uopc.tensor.normalization import SOFTMAX_STAGE_MIN
+  x = np.random.default_rng(11).standard_normal(shape).astype(np.float32) * 3
+  t = Tensor(x, requires_grad=True)
+  y = t.softmax(axis)
+  exps = [k for k in y.schedule() if any(u.op is Ops.EXP2 for u in k.root.toposort())]
+  assert len(exps) == (1 if x.size >= SOFTMAX_STAGE_MIN else 2)
+  p = np.exp(np_log_softmax(x.astype(np.float64), axis))
+  check(y, p, rtol=1e-5, atol=1e-7)
+  w = np.random.default_rng(12).standard_normal(shape).astype(np.float32)
+  (y * Tensor(w)).sum().backward()
+  check(t.grad, p * (w - (w * p).sum(axis, keepdims=True)), rtol=1e-4, atol=1e-6)
+
+
 def test_softmax_is_stable_for_large_logits():
   x = np.array([[1000.0, 1001.0, 1002.0], [-1000.0, -1000.0, -1000.0]], np.float32)
   check(Tensor(x).softmax(), np.exp(np_log_softmax(x.astype(np.float64), -1)), rtol=1e-5, atol=1e-7)
@@ -393,7 +411,9 @@ def test_scaled_dot_product_attention_with_a_boolean_mask():
 
 def _softmax_by_ops(s: Tensor, axis: int = -1) -> Tensor:
   """softmax's Tensor expression (what its f32 road over the last axis builds directly)."""
+  from uopc.tensor.normalization import SOFTMAX_STAGE_MIN
   e = (s - s.max(axis, keepdim=True)._stop_gradient()).exp()
+  if e.numel() >= SOFTMAX_STAGE_MIN: e = e.contiguous()
   return e / e.sum(axis, keepdim=True)
 
 
@@ -403,7 +423,7 @@ def _log_softmax_by_ops(x: Tensor, axis: int = -1) -> Tensor:
   return s - s.exp().sum(axis, keepdim=True).log()
 
 
-@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 1), (5,), (1, 1)])
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 1), (5,), (1, 1), (2, 128, 128)])   # (the last: softmax stores its exp)
 @pytest.mark.parametrize("name, by_ops", [("softmax", _softmax_by_ops), ("log_softmax", _log_softmax_by_ops)])
 def test_softmaxes_straight_to_uops_build_the_graph_of_their_tensor_ops(shape, name, by_ops):
   rng = np.random.default_rng(7)

@@ -7,7 +7,7 @@ clipped at eps. Computed in f32 for f16 inputs and rounded once (f16_in_f32).
 from __future__ import annotations
 import math
 from uopc.dtype import dtypes
-from uopc.uop import UOp, Ops
+from uopc.uop import UOp, Ops, prod
 from uopc.tensor.core import TensorCore, f16_in_f32, broadcast_uop
 
 
@@ -21,10 +21,20 @@ def _exp_uop(u: UOp) -> UOp: return UOp(Ops.EXP2, (UOp(Ops.MUL, (u, u.const_like
 def _sum_last_uop(u: UOp) -> UOp: return u.reduce(Ops.ADD, 1).reshape(u.shape[:-1] + (1,))               # sum(-1, keepdim)
 
 
+# softmax of this many elements or more stores exp(x - max) (a STAGE) for its sum and its quotient to read, where a
+# smaller one computes it twice, once in each of their kernels. An exp is about 25 vector operations, more than writing
+# and reading its value back from the cache costs, but a kernel of its own costs a launch: attention's softmax over 512
+# x 512 (UOPC_DEBUG, the two exp kernels against exp, sum and quotient) 127 -> 95 us a call, the default GPT's
+# (16, 4, 64, 64) about 0.3 ms less a step; a GPT's sampling softmax, (16, 4, 1, 64), stays one pass fewer
+SOFTMAX_STAGE_MIN = 1 << 15
+
+
 def softmax_last_uop(u: UOp) -> UOp:
   """The graph softmax's Tensor ops build over the last axis of an f32 value with elements, built directly (the same
-  nodes: a test holds them to it): minus the (detached) max, exp as exp2, over the sum."""
+  nodes: a test holds them to it): minus the (detached) max, exp as exp2 (stored when SOFTMAX_STAGE_MIN elements or
+  more), over the sum."""
   e = _exp_uop(_minus_max_uop(u))
+  if prod(u.shape) >= SOFTMAX_STAGE_MIN: e = UOp(Ops.STAGE, (e,))
   return UOp(Ops.MUL, (e, UOp(Ops.RECIP, (broadcast_uop(_sum_last_uop(e), u.shape),))))
 
 
@@ -47,6 +57,7 @@ class NormalizationMixin:
     if self.dtype is dtypes.f32 and self.ndim and self._dim(axis) == self.ndim - 1: return self._new(softmax_last_uop(self.uop))
     m = self.max(axis, keepdim=True)._stop_gradient()
     e = (self - m).exp()
+    if e.numel() >= SOFTMAX_STAGE_MIN: e = e.contiguous()
     return e / e.sum(axis, keepdim=True)
   @f16_in_f32
   def log_softmax(self, axis: int = -1) -> TensorCore:
