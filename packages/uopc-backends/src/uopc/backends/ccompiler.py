@@ -123,7 +123,10 @@ class CCompiler:
   def compile_many(self, items: Sequence[tuple[str, str]]) -> list[CProgram]:
     """compile(src, name) for each item, the sources not in the cache built by one gcc run. A gcc run costs about 45 ms
     before it compiles anything (the driver, cc1, the assembler, the linker) and a kernel 30 more: a cold GPT step's 107
-    kernels built one per run took 8.3 s of gcc, in runs of 60 3.4 s. The run compiles one translation unit: every
+    kernels built one per run took 8.3 s of gcc, in runs of 60 3.4 s. Sources with an OpenMP pragma and sources without
+    are one run, with -fopenmp, which changes nothing in a function without a pragma (the object then needs libgomp); two
+    runs, one after the other, had each part of a cold GPT step's last compile wait 0.2-0.3 s more for its kernels
+    without threads. The run compiles one translation unit: every
     source in turn, each behind #defines that give its function and helpers names of their own (two kernels may share a
     name; their helpers are static and the same text), its function exported as k<key> (see _symbol). Its shared object
     becomes every member's cache entry (hard links to one file where the cache allows, copies otherwise), so a later
@@ -136,11 +139,13 @@ class CCompiler:
       with self._lock: results[i] = self._loaded.get(key)
       if results[i] is None and (prog := self._load(cache_dir() / f"{key}.so", name, src, key)) is not None:
         with self._lock: results[i] = self._loaded.setdefault(key, prog)
-      if results[i] is None: todo.setdefault(" ".join(flags), []).append((i, flags, key, src))
+      # (sources with an OpenMP pragma and sources without are one run, with -fopenmp: see above)
+      if results[i] is None: todo.setdefault(" ".join(f for f in flags if f != "-fopenmp"), []).append((i, flags, key, src))
     for group in todo.values():
       unique = list({key: (i, flags, key, src) for i, flags, key, src in group}.values())
       if len(unique) > 1:
-        try: so = self._build(_batch_source([(key, src, items[i][1]) for i, _, key, src in unique]), unique[0][1])
+        run_flags = max((flags for _, flags, _, _ in unique), key=lambda f: "-fopenmp" in f)
+        try: so = self._build(_batch_source([(key, src, items[i][1]) for i, _, key, src in unique]), run_flags)
         except CompileError: so = None    # one of them doesn't compile: each alone says which
         if so is not None:
           first = self._store(so, cache_dir() / f"{unique[0][2]}.so")
