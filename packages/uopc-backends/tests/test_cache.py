@@ -168,6 +168,31 @@ def test_kernels_compiled_together_are_one_gcc_run_and_each_an_entry_a_fresh_com
   assert len(builds) == 1
 
 
+def test_threads_switch_often_while_a_compile_runs_and_the_interval_comes_back_after(tmp_path, monkeypatch):
+  """A compile's Python part (storing, linking, loading a finished run's entries) runs beside the planner's thread:
+  while any compile runs, Python switches threads every SWITCH_WHILE_COMPILING s; when the last one ends, the
+  interpreter's own interval is back, however the compiles overlapped (two threads here, each compiling twice)."""
+  import sys, threading
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
+  seen, real_run = [], subprocess.run
+  def spy(cmd, *a, **kw):
+    if "-shared" in cmd: seen.append(sys.getswitchinterval())
+    return real_run(cmd, *a, **kw)
+  monkeypatch.setattr(CC.subprocess, "run", spy)
+  before = sys.getswitchinterval()
+  compiler = CCompiler()
+  def work():
+    for _ in range(2):
+      items = [(render_c(scale_program(fresh_scale()), "k"), "k"), (render_c(scale_program(fresh_scale()), "k"), "k")]
+      for prog, (src, _) in zip(compiler.compile_many(items), items): assert prog.src == src
+      compiler.compile(render_c(scale_program(fresh_scale()), "one"), "one")
+  threads = [threading.Thread(target=work) for _ in range(2)]
+  for t in threads: t.start()
+  for t in threads: t.join()
+  assert len(seen) == 8 and all(x == CC.SWITCH_WHILE_COMPILING for x in seen)
+  assert sys.getswitchinterval() == before != CC.SWITCH_WHILE_COMPILING
+
+
 def test_a_batch_in_a_cache_without_hard_links_stores_copies(tmp_path, monkeypatch):
   monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
   def no_links(*a): raise OSError(1, "Operation not permitted")

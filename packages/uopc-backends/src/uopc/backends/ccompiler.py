@@ -12,7 +12,7 @@ and the entries go to a private directory. uopc.backends.c renders the sources a
 borrows the environment rule (CCompiler._compiler_env).
 """
 from __future__ import annotations
-import atexit, ctypes, hashlib, itertools, os, re, shutil, subprocess, tempfile, threading, warnings
+import atexit, ctypes, hashlib, itertools, os, re, shutil, subprocess, sys, tempfile, threading, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -63,6 +63,27 @@ def _batch_source(members: Sequence[tuple[str, str, str]]) -> str:
   return "\n".join(parts) + "\n"
 
 
+class _SwitchingOften:
+  """Python switches threads every SWITCH_WHILE_COMPILING s while a compile runs, not every 5 ms. A compile runs in a
+  thread of its own beside the planning of the next kernels (uopc.runtime.compile_kernels), and each syscall of its
+  Python part (writing, linking and loading the entries of a finished gcc run) waited up to 5 ms for the planner to let
+  the GIL go: 0.1-0.2 s a batch, the next gcc waiting for it (a cold GPT step 2.75 -> 2.47 s). Nested and concurrent
+  uses share one setting; the last to leave restores the interpreter's."""
+  def __init__(self): self.lock, self.users, self.saved = threading.Lock(), 0, 0.0
+  def __enter__(self):
+    with self.lock:
+      if self.users == 0: self.saved, _ = sys.getswitchinterval(), sys.setswitchinterval(SWITCH_WHILE_COMPILING)
+      self.users += 1
+  def __exit__(self, *exc):
+    with self.lock:
+      self.users -= 1
+      if self.users == 0: sys.setswitchinterval(self.saved)
+
+
+SWITCH_WHILE_COMPILING = 0.0005
+_switching_often = _SwitchingOften()
+
+
 @dataclass
 class CProgram:
   name: str
@@ -96,6 +117,9 @@ class CCompiler:
 
   def compile(self, src: str, name: str) -> CProgram:
     """The loaded function `name` of C source `src` (with -fopenmp when the source has an OpenMP pragma)."""
+    with _switching_often: return self._compile(src, name)
+
+  def _compile(self, src: str, name: str) -> CProgram:
     flags, key = self._flags_key(src)
     with self._lock:
       if (p := self._loaded.get(key)) is not None: return p
@@ -132,6 +156,9 @@ class CCompiler:
     becomes every member's cache entry (hard links to one file where the cache allows, copies otherwise), so a later
     process loads each kernel from its own entry as if it had been built alone. A run that fails is retried kernel by
     kernel, so that the error is the failing kernel's, with its source."""
+    with _switching_often: return self._compile_many(items)
+
+  def _compile_many(self, items: Sequence[tuple[str, str]]) -> list[CProgram]:
     results: list[CProgram | None] = [None] * len(items)
     todo: dict[str, list[tuple[int, list[str], str, str]]] = {}      # flags -> (index, flags, key, source) still to build
     for i, (src, name) in enumerate(items):
