@@ -644,10 +644,11 @@ def _infer_expand(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
   _shape_arg(op, arg)
   s = src[0].shape
-  if len(arg) != len(s): raise UOpError(f"EXPAND {s} -> {_show(arg)}")
-  for a, b in zip(s, arg):
-    if a != b and a != 1: raise UOpError(f"EXPAND {s} -> {_show(arg)}")
-  return src[0].dtype, arg, src[0].addrspace
+  if len(arg) == len(s):
+    for a, b in zip(s, arg):
+      if a != b and a != 1: break
+    else: return src[0].dtype, arg, src[0].addrspace
+  raise UOpError(f"EXPAND {s} -> {_show(arg)}")
 
 def _infer_permute(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)

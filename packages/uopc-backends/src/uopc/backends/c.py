@@ -60,6 +60,8 @@ def exp2_horner(fma: str, const: str = "") -> str:
   """The polynomial's steps after its leading coefficient, highest degree first: `p = fma(p, f, c);` with `fma` the
   fused multiply-add's name and `const` what makes a coefficient its operand (a vector's broadcast)."""
   return "".join(f" p = {fma}(p, f, {const}({repr(c)}f));" for c in EXP2_POLY[-2::-1])
+
+
 EXP2_SCALAR = f"""static inline float uopc_exp2(float x) {{    /* 2**x to an ulp, see EXP2_POLY in uopc.backends.c */
   x = x < -160.0f ? -160.0f : x; x = x > 160.0f ? 160.0f : x;
   float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{exp2_horner("__builtin_fmaf")}
@@ -436,12 +438,12 @@ class _Body:
     if may_overflow(u): return f"((int)((unsigned){r[u.src[0]]}{'+' if op is Ops.ADD else '*'}(unsigned){r[u.src[1]]}))"
     if u.dtype is dtypes.f16 and op in _VIA_F32:
       return f"(({renderer.half})({renderer.code_for_op[op](dtypes.f32, *(f'((float){r[s]})' for s in u.src))}))"
+    if op not in renderer.code_for_op: raise BackendError(f"the C renderer has no rule for {op!r}")
+    code = renderer.code_for_op[op](u.dtype, *(r[s] for s in u.src))
     # every f16 result is rounded to f16 by a cast: gcc computes _Float16 arithmetic in float where the CPU has none of
     # its own (all but AVX512-FP16) and rounds only at a cast or an assignment, so an expression pasted into its user
     # kept float's bits ((float)(a * b + c) rounded once, not twice: acosh(|x| + 1) of f16 x was 7 f16 ulps off)
-    if u.dtype is dtypes.f16 and op in renderer.code_for_op: return f"(({renderer.half}){renderer.code_for_op[op](u.dtype, *(r[s] for s in u.src))})"
-    if op in renderer.code_for_op: return renderer.code_for_op[op](u.dtype, *(r[s] for s in u.src))
-    raise BackendError(f"the C renderer has no rule for {op!r}")
+    return f"(({renderer.half}){code})" if u.dtype is dtypes.f16 else code
 
   def vector_alu(self, u: UOp) -> str:
     """An ALU op on vectors: the renderer's vector_code_for_op, else (a cast, a transcendental, floor division that

@@ -72,7 +72,9 @@ class _SwitchingOften:
   def __init__(self): self.lock, self.users, self.saved = threading.Lock(), 0, 0.0
   def __enter__(self):
     with self.lock:
-      if self.users == 0: self.saved, _ = sys.getswitchinterval(), sys.setswitchinterval(SWITCH_WHILE_COMPILING)
+      if self.users == 0:
+        self.saved = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_WHILE_COMPILING)
       self.users += 1
   def __exit__(self, *exc):
     with self.lock:

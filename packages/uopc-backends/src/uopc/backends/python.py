@@ -186,7 +186,6 @@ _BOOL = {Ops.ADD: lambda a, b: a | b, Ops.MUL: lambda a, b: a & b, Ops.MAX: lamb
          Ops.CMPNE: lambda a, b: a != b}
 _TERNARY = {
   Ops.WHERE: lambda c, a, b, d: np.where(c, a, b).astype(_np(d)),
-  # in float64 and rounded once to f32 (exact for all but products that need more than double's 53 bits near a tie)
   Ops.MULACC: lambda a, b, c, d: _fma_f32(a, b, c),
 }
 

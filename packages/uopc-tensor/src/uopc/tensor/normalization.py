@@ -25,7 +25,7 @@ def _sum_last_uop(u: UOp) -> UOp: return u.reduce(Ops.ADD, 1).reshape(u.shape[:-
 # smaller one computes it twice, once in each of their kernels. An exp is about 25 vector operations, more than writing
 # and reading its value back from the cache costs, but a kernel of its own costs a launch: attention's softmax over 512
 # x 512 (UOPC_DEBUG, the two exp kernels against exp, sum and quotient) 127 -> 95 us a call, the default GPT's
-# (16, 4, 64, 64) about 0.3 ms less a step; a GPT's sampling softmax, (16, 4, 1, 64), stays one pass fewer
+# (16, 4, 64, 64) about 0.3 ms less a step. A GPT's sampling softmax, (16, 4, 1, 64), keeps its two kernels
 SOFTMAX_STAGE_MIN = 1 << 15
 
 
