@@ -281,6 +281,29 @@ def test_a_chain_kernel_with_long_indices_computes_wrapping_i32_values_as_ints_d
   assert same_bits(got, run_shaped(conv, [X, K], backend="LANES-AS-LOOPS", opts=opts))
 
 
+def test_a_tile_of_multiply_add_chains_is_rendered_step_by_step_and_computes_the_same():
+  """Two rows of a convolution-like kernel (as above, a tile of 2 accumulators, each a chain of 9 multiply-adds an
+  iteration): each multiply-add is a statement of its own, in the linearizer's order, the accumulators' steps taking
+  turns (pasted into one expression, each chain would be one accumulator's after the other's, whatever the order).
+  The values are the interpreter's and the lanes-as-loops backend's, bit for bit."""
+  x = buf(0, 8 * 9 * 4 * 16).reshape((8, 9, 4, 16)).permute((2, 3, 0, 1))
+  k = buf(1, 8 * 9).reshape((1, 1, 8, 9)).expand((4, 16, 8, 9))
+  conv = (x * k).reduce(Ops.ADD, 2)
+  opts = Opts(vector=(1, 16), upcast={0: 2}, unroll=9, fma=True)
+  src = render_c(lower(conv, buf(2, 64), Ctx(opts=opts)))
+  steps = [l.strip() for l in src.splitlines() if "fma_f32x16(" in l and "static inline" not in l]
+  # (each chain's last step is pasted into the accumulator's store: acc0 = fma_f32x16(...))
+  assert len(steps) == 18 and all(l.count("fma_f32x16(") == 1 for l in steps)
+  assert all(l.startswith("f32x16 alu") for l in steps[:16]) and all(l.startswith("acc") for l in steps[16:])
+  made = [l.split()[1] if l.startswith("f32x16") else l.split()[0] for l in steps]
+  onto = [l.rsplit(", ", 1)[1].rstrip(");") for l in steps]
+  assert all(onto[i + 1] != made[i] for i in range(len(steps) - 1))    # no step goes straight onto the one before it
+  X, K = F(8 * 9 * 4 * 16), F(8 * 9)
+  got = run_shaped(conv, [X, K], opts=opts)
+  assert same_bits(got, interpreted(conv, [X, K], opts))
+  assert same_bits(got, run_shaped(conv, [X, K], backend="LANES-AS-LOOPS", opts=opts))
+
+
 def test_a_reduction_prefetches_the_vector_streams_that_step_a_cache_line_or_more():
   # the GEMM's B rows are 64 floats apart (256 bytes a step of k): prefetched prefetch_bytes ahead (4096: 16 steps),
   # each of its two vector loads; the scalar A loads and the stores are not

@@ -346,15 +346,18 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       more = [k for k in rows if k != row and fixed(k) - fixed(row)]
       if more and wide:
         # a convolution (its output channels are another tile axis: the weights move along them, the input doesn't) on
-        # a machine of 32 vector registers: 8 output channels x 4 rows x one vector, 32 accumulators, so each loaded
-        # input vector feeds 8 channels' FMAs and each weight 4 rows' (batch 8, 64 -> 64 channels, 32 x 32, 3 x 3,
-        # interleaved medians: 8 rows x 2 vectors 161 GFLOP/s, x 2 channels 168, 4 rows x 2 x 4 channels 188; then the
-        # whole conv2d, best of 2-3 runs alternating: 4 rows x 2 vectors x 4 channels 2.92-3.03 ms, 2 x 2 x 8 2.59-2.64,
-        # 4 x 1 x 8 2.50; 128 channels 9.69-9.96 -> 9.07 ms, 32 channels 0.90-0.93 -> 0.87-0.90, 1 x 1 and 64 x 64 the
-        # same. A second vector a row needs fewer rows, and each weight then feeds fewer FMAs)
+        # a machine of 32 vector registers: 8 output channels x 2 rows x one vector, 16 accumulators, so each loaded
+        # input vector feeds 8 channels' FMAs and each weight 2 rows'. A second vector a row needs fewer rows, and each
+        # weight then feeds fewer FMAs (whole conv2d, best of 2-3 runs alternating: 4 rows x 2 vectors x 4 channels
+        # 2.92-3.03 ms, 2 x 2 x 8 2.59-2.64, 4 x 1 x 8 2.50). Not 4 rows, 32 accumulators, since a window's 9
+        # multiply-adds an accumulator are made step by step across the accumulators (uopc.linearize): 32 of them with
+        # their loaded vectors and weights outgrow the registers (batch 8, 64 -> 64 channels, 32 x 32, 3 x 3, the
+        # kernel's UOPC_DEBUG median in 3 runs alternating: 8 x 4, one accumulator's chain after another, 3.66-3.80 ms;
+        # 8 x 2 step by step 2.83-3.32. The whole call at 128 channels 15.6-16.9 -> 12.7-13.3 ms, at 32 1.54-1.63 ->
+        # 1.31-1.43; a 1 x 1 convolution, whose chains are one step long, 0.46-0.63 ms with either tile)
         upcast.pop(last, None)
         upcast[more[-1]] = _divisor(shape[more[-1]], 8)
-        upcast[row] = _divisor(shape[row], max(1, 32 // upcast[more[-1]]))
+        upcast[row] = _divisor(shape[row], max(1, 16 // upcast[more[-1]]))
       # short rows (a convolution's 4 output rows): the tile grows along another such axis (its output channels, which
       # share each loaded input vector) to 16 accumulators; 4 alone kept each FMA chain waiting on the one before
       elif more and (accumulators := upcast[row] * upcast.get(last, 1)) < 16:

@@ -416,10 +416,13 @@ class _Body:
 
   def value(self, u: UOp, expr: str) -> None:
     """u is the expression `expr`, pasted into its users, or a variable when it is used more than once, inside a deeper
-    loop than where it is computed, or is long (see MAX_INLINE)."""
+    loop than where it is computed, is long (see MAX_INLINE), or is a step of a chain of multiply-adds: the linearizer
+    lays a register tile's steps out in turns (uopc.linearize), and pasted into the next step each chain would be one
+    expression again, one accumulator's whole chain after another's."""
     self.r[u] = expr
     us = self.uses(u)
-    if len(us) > 1 or len(expr) > MAX_INLINE or any(self.depth[w] > self.depth[u] for w in us): self.var("alu", u, expr)
+    if len(us) > 1 or len(expr) > MAX_INLINE or any(self.depth[w] > self.depth[u] for w in us) or \
+       (u.op is Ops.MULACC and any(w.op is Ops.MULACC and w.src[2] is u for w in us)): self.var("alu", u, expr)
 
   def emit(self, u: UOp) -> None:
     """Render one statement of the program: an ALU op is an expression (see value), every other op one of the
