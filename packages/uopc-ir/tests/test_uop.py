@@ -33,6 +33,16 @@ def test_argkey_keeps_python_equal_values_apart():
   assert len(set(keys)) == len(keys) and _argkey((1, 2))[1] == (1, 2)
   nodes = [UOp(Ops.SINK, (), a) for a in [(1, 2), (1.0, 2), (True, 2), ((1, 2),), ((True, 2),)]]   # held: ids stay apart
   assert len({id(u) for u in nodes}) == 5 and [u.arg for u in nodes][1] == (1.0, 2)
+  # so does a tuple of pairs of ints (a SHRINK's bounds), apart from pairs with a float or a bool, longer tuples, ints
+  pairs = [((0, 2), (1, 3)), ((0, 2.0), (1, 3)), ((0, True), (1, 3)), ((0, 2, 1), (1, 3)), ((0, 2), 1), (0, 2, 1, 3)]
+  keys = [_argkey(a) for a in pairs]
+  assert len(set(keys)) == len(keys) and _argkey(pairs[0])[1] == pairs[0]
+  x = param(0, dtypes.f32, (4, 5))
+  held = x.shrink(((0, 2), (1, 3)))
+  class Index:   # an integer that isn't an int (NumPy's int64): a bound is converted to one
+    def __init__(self, v): self.v = v
+    def __index__(self): return self.v
+  assert x.shrink([[Index(0), 2], (1, Index(3))]) is held and held.arg == ((0, 2), (1, 3)) and held.shape == (2, 2)
   assert UOp.const(float("nan")) is UOp.const(float("nan"))
   assert UOp.const(1).dtype is dtypes.i32 and UOp.const(1.0).dtype is dtypes.f32 and UOp.const(True).dtype is dtypes.bool
 

@@ -125,6 +125,10 @@ class _Ints:
   """The tag of a key for a tuple of ints alone (a shape, a permutation): the tuple itself is then its key."""
 
 
+class _IntPairs:
+  """The tag of a key for a tuple of pairs of ints alone (a SHRINK's bounds): the tuple itself is then its key."""
+
+
 def _argkey(arg, depth: int = 0):
   # 1 == 1.0 == True and 0.0 == -0.0 in python; the cache must not merge them. repr also gives every nan one key.
   t = type(arg)
@@ -135,6 +139,10 @@ def _argkey(arg, depth: int = 0):
     for a in arg:
       if type(a) is not int: break
     else: return (_Ints, arg)
+    # a SHRINK's bounds, as plain: a recursive key of each pair was 3 us of each SHRINK a convolution's windows build
+    for a in arg:
+      if type(a) is not tuple or len(a) != 2 or type(a[0]) is not int or type(a[1]) is not int: break
+    else: return (_IntPairs, arg)
     if depth >= _MAX_ARG_DEPTH: raise UOpError(f"an arg of tuples nested more than {_MAX_ARG_DEPTH} deep")
     return (tuple, tuple(_argkey(a, depth + 1) for a in arg))
   return (t, arg)
@@ -294,7 +302,7 @@ class UOp:
   def reshape(self, shape): return UOp(Ops.RESHAPE, (self,), _ints(shape))
   def expand(self, shape): return UOp(Ops.EXPAND, (self,), _ints(shape))
   def permute(self, perm): return UOp(Ops.PERMUTE, (self,), _ints(perm))
-  def shrink(self, arg): return UOp(Ops.SHRINK, (self,), tuple(_ints(x) for x in arg))
+  def shrink(self, arg): return UOp(Ops.SHRINK, (self,), _int_pairs(arg))
   def reduce(self, op: Ops, n: int = 1): return UOp(Ops.REDUCE, (self,), (op, int(n)))
 
 
@@ -360,6 +368,15 @@ def _ints(xs) -> tuple[int, ...]:
     else: return xs
   try: return tuple(x if type(x) is int else operator.index(x) for x in xs)
   except TypeError: raise UOpError(f"expected a tuple of integers, got {_show(xs)}") from None
+
+
+def _int_pairs(xs) -> tuple[tuple[int, ...], ...]:
+  # a SHRINK's bounds: pairs of python ints, most often already (a loop, not a generator of _ints: 2 us a SHRINK)
+  if type(xs) is tuple:
+    for x in xs:
+      if type(x) is not tuple or len(x) != 2 or type(x[0]) is not int or type(x[1]) is not int: break
+    else: return xs
+  return tuple(_ints(x) for x in xs)
 
 
 def _py_scalar(v):
@@ -659,11 +676,14 @@ def _infer_permute(op, src, arg):
 def _infer_shrink(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
   s = src[0].shape
-  if not (type(arg) is tuple and len(arg) == len(s) and all(type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int
-                                                            and 0 <= p[0] <= p[1] <= n for p, n in zip(arg, s))):
-    raise UOpError(f"SHRINK {_show(arg)} of {s}")
-  x = src[0]
-  return x.dtype, tuple(end - begin for begin, end in arg), x.addrspace
+  # (a loop, not all() of a generator: a convolution's windows are nine SHRINKs a call)
+  if type(arg) is tuple and len(arg) == len(s):
+    out = []
+    for p, n in zip(arg, s):
+      if type(p) is not tuple or len(p) != 2 or type(p[0]) is not int or type(p[1]) is not int or not 0 <= p[0] <= p[1] <= n: break
+      out.append(p[1] - p[0])
+    else: return src[0].dtype, tuple(out), src[0].addrspace
+  raise UOpError(f"SHRINK {_show(arg)} of {s}")
 
 def _infer_reduce(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
