@@ -68,7 +68,6 @@ def linearize(sink: UOp) -> list[UOp]:
   sink = _normalize_ends(sink)
   nodes = sink.toposort()
   order = {u: i for i, u in enumerate(nodes)}
-  step = _chain_steps(nodes)
 
   rset = range_sets(nodes, lambda u: u.op is Ops.RANGE)
 
@@ -94,6 +93,7 @@ def linearize(sink: UOp) -> list[UOp]:
   # where each node sits: its position is the path of loops down to it, then the node (or, for RANGE/END, the loop)
   pos: dict[UOp, tuple] = {}
   users = users_of(nodes)
+  step = _chain_steps(nodes, users)
   for u in nodes:
     if u.op is Ops.RANGE: pos[u] = path[parent[u]] + (("loop", u),)
     elif u.op is Ops.END: pos[u] = path[parent[u.src[1]]] + (("loop", u.src[1]),)
@@ -160,7 +160,7 @@ def linearize(sink: UOp) -> list[UOp]:
   return out
 
 
-def _chain_steps(nodes: list[UOp]) -> dict[UOp, int]:
+def _chain_steps(nodes: list[UOp], users: dict[UOp, list[UOp]]) -> dict[UOp, int]:
   """For the nodes that feed a chain of multiply-adds (an accumulator's unrolled updates, acc = a*b + acc), the first
   step of a chain they feed: a MULACC onto another is one step further than it, and anything else takes its users' least
   step. Among ready nodes, the lower step goes first, so a register tile's accumulators are updated step by step, each
@@ -172,7 +172,7 @@ def _chain_steps(nodes: list[UOp]) -> dict[UOp, int]:
   step: dict[UOp, int] = {}
   for u in nodes:
     if u.op is Ops.MULACC: step[u] = step[u.src[2]] + 1 if u.src[2].op is Ops.MULACC else 0
-  users = users_of(nodes)
+  if not any(step.values()): return {}   # no chain of two steps or more (a GEMM's tile): every node is at step 0
   for u in reversed(nodes):
     if u.op is not Ops.MULACC and (s := min((step[w] for w in users.get(u, ()) if w in step), default=None)) is not None: step[u] = s
   return step
