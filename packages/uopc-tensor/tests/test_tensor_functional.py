@@ -132,6 +132,23 @@ def test_conv2d_matches_a_direct_loop(wshape, kw, bias):
 
 
 
+def test_conv2d_gradients_at_a_vectorized_size_match_numpy():
+  """The gradients of a 3x3 convolution at a size the C backend vectorizes (rows of 32 floats, 16 channels): the weight's
+  a sum over (batch, rows, columns) read along the columns, in 16 lanes, each of the 9 window positions its own copy;
+  the input's summed over output channels with lanes along the columns and the 9 positions a tile. Against NumPy's."""
+  N, C, O, H, W = 2, 16, 16, 32, 32
+  x, w = RNG.standard_normal((N, C, H, W)).astype(np.float32), (RNG.standard_normal((O, C, 3, 3)) / 12).astype(np.float32)
+  g = RNG.standard_normal((N, O, H, W)).astype(np.float32)
+  tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  (tx.conv2d(tw, padding=1) * Tensor(g)).sum().backward()
+  win = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))   # (N, C, H, W, 3, 3)
+  dw = np.einsum("nohw,nchwij->ocij", g.astype(np.float64), win.astype(np.float64))
+  gwin = np.lib.stride_tricks.sliding_window_view(np.pad(g, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+  dx = np.einsum("nohwij,ocij->nchw", gwin.astype(np.float64), w[:, :, ::-1, ::-1].astype(np.float64))
+  check(tw.grad, dw, rtol=1e-4, atol=1e-3)
+  check(tx.grad, dx, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("shape, kernel, dilation", [
   ((2, 4, 7, 6), (3, 3), (1, 1)), ((2, 4, 7, 6), (2, 3), (2, 1)), ((1, 1, 5, 5), (1, 1), (1, 1)),
   ((3, 5, 8), (3,), (2,)), ((2, 2, 3, 3, 4), (3, 1, 2), (1, 1, 2)), ((1, 2, 4, 4), (4, 4), (1, 1))])

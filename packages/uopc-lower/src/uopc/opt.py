@@ -22,7 +22,10 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
     the axis before it) computes 8 rows x 2 vectors of outputs per iteration, which keeps 16 vector accumulators and
     the FMA units busy while each loaded value is used 8 or 2 times (Opts.upcast); where the machine has 32 vector
     registers (16 f32 lanes: AVX-512), 8 rows x 3 or 4 vectors; with 256 rows or more, they are walked 64 at a time
-    (a cache tile, Opts.tile).
+    (a cache tile, Opts.tile). A convolution tiles 8 output channels x 2 rows of one vector; a sum vectorized along an
+    earlier output axis tiles a later one its vector loads are constant along (a convolution's input gradient, its 9
+    window positions); output axes along which no load moves, in a kernel with a STACK, are unrolled whole, so each
+    copy loads its own branch (a convolution's weight gradient, its window positions).
   * fused multiply-adds on the backend that has them (Opts.fma).
   * a concatenation's kernel splits its last loop where the branch changes (Opts.split).
   * threads: the outermost axis with enough iterations for every thread, when the kernel does enough work to pay for
@@ -130,7 +133,7 @@ def analyze(kernel: Kernel) -> Analysis:
   out_ranges = [r for r in ranges if r.arg.kind is AxisType.LOOP]
   reduce_ranges = {r for r in ranges if r.arg.kind is AxisType.REDUCE}
   axis_range: dict[int, UOp] = dict(zip([k for k, s in enumerate(shape) if s > 1], out_ranges))
-  innermost = _innermost_reduce_ranges(ranges, reduces)
+  innermost = _innermost_reduce_ranges(lin)
   zero = {r: UOp.const(0) for r in ranges}
   def stride(index: UOp, r: UOp) -> int | None:
     if r not in set(index.toposort()): return 0
@@ -159,13 +162,17 @@ def _under_movement(u: UOp) -> UOp:
   return u
 
 
-def _innermost_reduce_ranges(ranges: list[UOp], reduces: list[UOp]) -> list[UOp]:
-  """The loops over each reduction's innermost axis: the REDUCE ranges whose size is some reduction's innermost size
-  and that no other reduce loop of the same reduction nests inside (with plain Opts every loop is its own RANGE), in
-  loop order. A load read inside nested reductions counts along the outermost one's axis, where Opts.reduce_vector
-  puts the lanes (a reduction inside another one's lanes keeps a scalar loop)."""
-  sizes = {u.src[0].shape[-1] for u in reduces}
-  return [r for r in ranges if r.arg.kind is AxisType.REDUCE and r.src[0].op is Ops.CONST and r.src[0].arg in sizes]
+def _innermost_reduce_ranges(lin: list[UOp]) -> list[UOp]:
+  """The loops over each reduction's innermost axis, in loop order: of the reduce loops one END closes (a reduction's
+  accumulator update, closed over all of its loops), the last (with plain Opts every axis is its own loop). A load read
+  inside nested reductions counts along the outermost one's axis, where Opts.reduce_vector puts the lanes (a reduction
+  inside another one's lanes keeps a scalar loop). (Every reduce loop of the innermost axis's size was one: a sum over
+  (8, 32, 32), a convolution's weight gradient, was read along its rows, 32 floats a step, and kept scalar.)"""
+  inner = set()
+  for u in lin:
+    if u.op is Ops.END and (loops := [r for r in u.src[1:] if r.op is Ops.RANGE and r.arg.kind is AxisType.REDUCE]):
+      inner.add(max(loops, key=lambda r: r.arg))
+  return sorted(inner, key=lambda r: r.arg)
 
 
 def _contiguous_axis(analysis: Analysis, width: int) -> int | None:
@@ -385,11 +392,26 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
         # 16 accumulators where the machine has 32 vector registers (AVX-512), DOT_ROWS where it has 16
         if (other := [k for k in axes if k != rows]) and caps.vector_width >= 16: upcast[other[-1]] = _divisor(shape[other[-1]], 2)
         unroll = 1
+      # output axes along which no load moves, in a kernel with a STACK, are where a branch is chosen (a convolution's
+      # weight gradient, out[o, c, kh, kw]: each of x's 9 window positions is a load of its own and the position picks
+      # one): few enough, they are unrolled whole instead, so that each copy loads its one branch, not all 9 to pick
+      # one (8 x 64 x 32 x 32, 3 x 3: 11.4 -> 6.5 ms)
+      branches = [k for k in range(n) if shape[k] > 1 and all(analysis.out_strides[b][k] == 0 for b in deciding)]
+      if analysis.stacked and branches and prod(shape[k] for k in branches) <= UNROLL_WHOLE:
+        upcast, unroll = {k: shape[k] for k in branches}, 1
   elif vectorizable and caps.vector_width > 1 and analysis.reduce_sizes and (k := _contiguous_axis(analysis, caps.vector_width)) is not None:
     # a reduction read contiguously along an earlier output axis only (an embedding's gradient: sum over the tokens of
     # (token == v) * dx[token, c], computed as (c, v)): lanes along that axis; only the store scatters, once per output
     # (1024 scalar compares and adds per output were 2.4 GFLOP/s)
     vector = (k, _lanes(shape[k], caps.vector_width))
+    # and a register tile along a later axis where the loads that move along the vector axis are constant and another
+    # moves (a convolution's input gradient, (n, h, w, c, 9 window positions) summed over the output channels: each
+    # vector of the output's gradient feeds the 9 positions' FMAs; 24.8 -> 4.6 ms, 8 x 64 x 32 x 32, 3 x 3)
+    deciding = analysis.deciding()
+    moving = [b for b in deciding if analysis.out_strides[b][k]]
+    reuse = [j for j in range(k + 1, n) if shape[j] > 1 and analysis.products and all(analysis.out_strides[b][j] == 0 for b in moving)
+             and any(analysis.out_strides[b][j] for b in deciding)]
+    if reuse: upcast[reuse[-1]] = _divisor(shape[reuse[-1]], 16 if caps.vector_width >= 16 else 8)
   # a reduction left scalar (its operands read across the reduced axis: an MLP's logits, x @ W2 with W2 10 columns wide)
   # sums each output in one chain of dependent multiply-adds, one FMA latency a step; a tile of the last output axis
   # runs up to 16 chains side by side on one load of the operand that doesn't move along it (the logits, 256 x 10
