@@ -140,9 +140,7 @@ def _argkey(arg, depth: int = 0):
       if type(a) is not int: break
     else: return (_Ints, arg)
     # a SHRINK's bounds, as plain: a recursive key of each pair was 3 us of each SHRINK a convolution's windows build
-    for a in arg:
-      if type(a) is not tuple or len(a) != 2 or type(a[0]) is not int or type(a[1]) is not int: break
-    else: return (_IntPairs, arg)
+    if _all_int_pairs(arg): return (_IntPairs, arg)
     if depth >= _MAX_ARG_DEPTH: raise UOpError(f"an arg of tuples nested more than {_MAX_ARG_DEPTH} deep")
     return (tuple, tuple(_argkey(a, depth + 1) for a in arg))
   return (t, arg)
@@ -370,13 +368,16 @@ def _ints(xs) -> tuple[int, ...]:
   except TypeError: raise UOpError(f"expected a tuple of integers, got {_show(xs)}") from None
 
 
+def _all_int_pairs(xs: tuple) -> bool:
+  """Whether every element of the tuple xs is a pair of python ints (a SHRINK's bounds; bools are not ints here)."""
+  for x in xs:
+    if type(x) is not tuple or len(x) != 2 or type(x[0]) is not int or type(x[1]) is not int: return False
+  return True
+
+
 def _int_pairs(xs) -> tuple[tuple[int, ...], ...]:
   # a SHRINK's bounds: pairs of python ints, most often already (a loop, not a generator of _ints: 2 us a SHRINK)
-  if type(xs) is tuple:
-    for x in xs:
-      if type(x) is not tuple or len(x) != 2 or type(x[0]) is not int or type(x[1]) is not int: break
-    else: return xs
-  return tuple(_ints(x) for x in xs)
+  return xs if type(xs) is tuple and _all_int_pairs(xs) else tuple(_ints(x) for x in xs)
 
 
 def _py_scalar(v):

@@ -396,8 +396,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       # weight gradient, out[o, c, kh, kw]: each of x's 9 window positions is a load of its own and the position picks
       # one): few enough, they are unrolled whole instead, so that each copy loads its one branch, not all 9 to pick
       # one (8 x 64 x 32 x 32, 3 x 3: 11.4 -> 6.5 ms)
-      branches = [k for k in range(n) if shape[k] > 1 and all(analysis.out_strides[b][k] == 0 for b in deciding)]
-      if analysis.stacked and branches and prod(shape[k] for k in branches) <= UNROLL_WHOLE:
+      branches = [k for k in range(n) if shape[k] > 1 and all(analysis.out_strides[b][k] == 0 for b in deciding)] if analysis.stacked else []
+      if branches and prod(shape[k] for k in branches) <= UNROLL_WHOLE:
         upcast, unroll = {k: shape[k] for k in branches}, 1
   elif vectorizable and caps.vector_width > 1 and analysis.reduce_sizes and (k := _contiguous_axis(analysis, caps.vector_width)) is not None:
     # a reduction read contiguously along an earlier output axis only (an embedding's gradient: sum over the tokens of
@@ -407,10 +407,9 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     # and a register tile along a later axis where the loads that move along the vector axis are constant and another
     # moves (a convolution's input gradient, (n, h, w, c, 9 window positions) summed over the output channels: each
     # vector of the output's gradient feeds the 9 positions' FMAs; 24.8 -> 4.6 ms, 8 x 64 x 32 x 32, 3 x 3)
-    deciding = analysis.deciding()
     moving = [b for b in deciding if analysis.out_strides[b][k]]
-    reuse = [j for j in range(k + 1, n) if shape[j] > 1 and analysis.products and all(analysis.out_strides[b][j] == 0 for b in moving)
-             and any(analysis.out_strides[b][j] for b in deciding)]
+    reuse = [j for j in range(k + 1, n) if shape[j] > 1 and all(analysis.out_strides[b][j] == 0 for b in moving)
+             and any(analysis.out_strides[b][j] for b in deciding)] if analysis.products else []
     if reuse: upcast[reuse[-1]] = _divisor(shape[reuse[-1]], 16 if caps.vector_width >= 16 else 8)
   # a reduction left scalar (its operands read across the reduced axis: an MLP's logits, x @ W2 with W2 10 columns wide)
   # sums each output in one chain of dependent multiply-adds, one FMA latency a step; a tile of the last output axis
