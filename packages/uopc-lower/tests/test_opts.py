@@ -373,6 +373,20 @@ def test_a_gemm_read_as_dot_products_gets_a_register_tile_and_threads_on_its_lon
   assert dict(choose_opts(k, narrow).upcast) == {0: 8}
 
 
+def test_a_reduction_whose_loads_move_along_every_output_axis_gets_no_register_tile():
+  """A layer norm's gradient, out[b, t] = sum_c x[b, t, c] * w[c] * dy[b, t, c]: contiguous along c like a GEMM read as
+  dot products, but only w is shared across (b, t). A tile of 8 x 2 outputs would load as many vectors per multiply-add
+  as none (x and dy, one each per output) and made 30 KB of C a kernel; lanes along c and an unrolled sum instead."""
+  from uopc.kernelize import make_kernel
+  x = buf(0, 16 * 64 * 128).reshape((16, 64, 128))
+  dy = buf(1, 16 * 64 * 128).reshape((16, 64, 128))
+  w = buf(2, 128).reshape((1, 1, 128)).expand((16, 64, 128))
+  k = make_kernel((x * w * dy).reduce(Ops.ADD, 2), buf(3, 16 * 64))
+  o = choose_opts(k, CPU)
+  assert o.reduce_vector == 16 and not o.upcast and o.unroll == 4, o
+  check_opts(k.canonical_root, o)
+
+
 def test_a_reduction_contiguous_along_an_earlier_output_axis_gets_its_lanes_there():
   """An embedding's gradient, out[c, v] = sum_n (tokens[n] == v) * dx[n, c]: nothing is contiguous along v (the last
   axis) or along n, but dx is along c. Scalar, each output's 1024 compares and adds ran at 2.4 GFLOP/s (7 ms of a 35 ms

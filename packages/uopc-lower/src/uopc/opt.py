@@ -388,10 +388,17 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       # memory once instead of once per row (a decode step's 16 x 384 @ 384 x 1536: 61 -> 170 GFLOP/s, unpacked)
       if (axes := analysis.tile_axes(n)) and len(analysis.reduce_sizes) == 1:
         rows = min(axes, key=lambda k: shape[k])
-        upcast[rows] = _divisor(shape[rows], DOT_ROWS)
         # 16 accumulators where the machine has 32 vector registers (AVX-512), DOT_ROWS where it has 16
-        if (other := [k for k in axes if k != rows]) and caps.vector_width >= 16: upcast[other[-1]] = _divisor(shape[other[-1]], 2)
-        unroll = 1
+        other = [k for k in axes if k != rows][-1:] if caps.vector_width >= 16 else []
+        # only where at least half the loads are shared across the tile (a GEMM's: each operand is broadcast along an
+        # axis of it). A reduction whose loads move along every output axis but one weight's (a layer norm's gradient,
+        # sum over 128 of (x - mean) * rstd * w * dy, (16, 64) outputs) loads as many vectors per multiply-add tiled or
+        # not, and the tile's 16 accumulators and their horizontal sums were 30 KB of C a kernel: a fifth of a cold GPT
+        # step's gcc time, for 0.4 ms of its 25
+        if 2 * sum(any(analysis.out_strides[b][k] == 0 for k in [rows, *other]) for b in deciding) >= len(deciding):
+          upcast[rows] = _divisor(shape[rows], DOT_ROWS)
+          if other: upcast[other[0]] = _divisor(shape[other[0]], 2)
+          unroll = 1
       # output axes along which no load moves, in a kernel with a STACK, are where a branch is chosen (a convolution's
       # weight gradient, out[o, c, kh, kw]: each of x's 9 window positions is a load of its own and the position picks
       # one): few enough, they are unrolled whole instead, so that each copy loads its one branch, not all 9 to pick
