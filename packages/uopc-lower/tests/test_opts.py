@@ -375,8 +375,8 @@ def test_a_gemm_read_as_dot_products_gets_a_register_tile_and_threads_on_its_lon
 
 def test_a_reduction_whose_loads_move_along_every_output_axis_gets_no_register_tile():
   """A layer norm's gradient, out[b, t] = sum_c x[b, t, c] * w[c] * dy[b, t, c]: contiguous along c like a GEMM read as
-  dot products, but only w is shared across (b, t). A tile of 8 x 2 outputs would load as many vectors per multiply-add
-  as none (x and dy, one each per output) and made 30 KB of C a kernel; lanes along c and an unrolled sum instead."""
+  dot products, but only w is shared across (b, t). A tile of 8 x 2 outputs would load nearly as many vectors per
+  multiply-add as none (x and dy, one each per output) and made 30 KB of C a kernel; lanes along c and an unrolled sum instead."""
   from uopc.kernelize import make_kernel
   x = buf(0, 16 * 64 * 128).reshape((16, 64, 128))
   dy = buf(1, 16 * 64 * 128).reshape((16, 64, 128))

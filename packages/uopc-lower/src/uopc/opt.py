@@ -392,9 +392,9 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
         other = [k for k in axes if k != rows][-1:] if caps.vector_width >= 16 else []
         # only where at least half the loads are shared across the tile (a GEMM's: each operand is broadcast along an
         # axis of it). A reduction whose loads move along every output axis but one weight's (a layer norm's gradient,
-        # sum over 128 of (x - mean) * rstd * w * dy, (16, 64) outputs) loads as many vectors per multiply-add tiled or
-        # not, and the tile's 16 accumulators and their horizontal sums were 30 KB of C a kernel: a fifth of a cold GPT
-        # step's gcc time, for 0.4 ms of its 25
+        # sum over 128 of (x - mean) * rstd * w * dy, (16, 64) outputs) loads nearly as many vectors per multiply-add
+        # tiled as not (2 per output and 1 per tile, against 3 per output), and the tile's 16 accumulators with their
+        # horizontal sums were 30 KB of C a kernel: a fifth of a cold GPT step's gcc time, for 0.4 ms of its 25
         if 2 * sum(any(analysis.out_strides[b][k] == 0 for k in [rows, *other]) for b in deciding) >= len(deciding):
           upcast[rows] = _divisor(shape[rows], DOT_ROWS)
           if other: upcast[other[0]] = _divisor(shape[other[0]], 2)
