@@ -93,6 +93,23 @@ def test_random_movement_chains_with_reduce_stack_index(case):
   np.testing.assert_allclose(run_shaped(u, [x], opts=opts), ref, rtol=1e-5, atol=1e-5)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(chains())
+def test_the_strides_choose_opts_reads_are_what_simplify_folds_the_index_to(case):
+  """uopc.opt.analyze reads each load's strides by evaluating its index at loop counters 0, 1 and 2 (_int_at), and only
+  where that reaches something else (a loaded index) by simplifying the substituted index, as it did for all: the two
+  must read the same Analysis of every kernel."""
+  import uopc.opt
+  from uopc.kernelize import make_kernel
+  u = case[0]
+  if not u.shape or 0 in u.shape: return
+  k = make_kernel(u, buf(1, int(np.prod(u.shape))))
+  evaluated = uopc.opt.analyze(k)
+  real, uopc.opt._int_at = uopc.opt._int_at, lambda *a: None
+  try: assert uopc.opt.analyze(k) == evaluated
+  finally: uopc.opt._int_at = real
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_random_movement_chains(seed):
   """A small random chain: six random steps (permute, shrink, a broadcast new axis, flatten) on 24 elements."""

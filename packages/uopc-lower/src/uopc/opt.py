@@ -52,6 +52,7 @@ from uopc.rangeify import lower, check_opts, gemm_pattern
 from uopc.gpulower import block_threads
 from uopc.kernelize import Kernel
 from uopc.symbolic import simplify
+from uopc.evaluate import exec_alu, EvalError
 
 
 @dataclass(frozen=True)
@@ -135,20 +136,44 @@ def analyze(kernel: Kernel) -> Analysis:
   axis_range: dict[int, UOp] = dict(zip([k for k, s in enumerate(shape) if s > 1], out_ranges))
   innermost = _innermost_reduce_ranges(lin)
   zero = {r: UOp.const(0) for r in ranges}
-  def stride(index: UOp, r: UOp) -> int | None:
-    if r not in set(index.toposort()): return 0
-    at = [simplify(index.substitute({**zero, r: UOp.const(i)})) for i in range(3 if _size(r) > 2 else 2)]
-    if any(a.op is not Ops.CONST for a in at): return None
+  def stride(index: UOp, nodes: list[UOp], r: UOp) -> int | None:
+    if r not in nodes: return 0
+    at = [_int_at(nodes, r, i) for i in range(3 if _size(r) > 2 else 2)]
+    if any(a is None for a in at):   # a leaf other than a loop counter (a gather's loaded index): the rules decide
+      at = [simplify(index.substitute({**zero, r: UOp.const(i)})) for i in range(len(at))]
+      if any(a.op is not Ops.CONST for a in at): return None
+      at = [a.arg for a in at]
     # a step that changes (a 2x2 pooling window read as 4 positions: +1, then +31) is no stride: its lanes are a gather
-    return at[1].arg - at[0].arg if len(at) == 2 or at[2].arg - at[1].arg == at[1].arg - at[0].arg else None
+    return at[1] - at[0] if len(at) == 2 or at[2] - at[1] == at[1] - at[0] else None
+  def strides(index: UOp) -> tuple[tuple[int | None, ...], int | None, bool]:
+    nodes = dict.fromkeys(index.toposort())     # (ordered, and a set)
+    out = tuple(stride(index, nodes, axis_range[k]) if k in axis_range else None for k in range(len(shape)))
+    red = next((s for r in innermost if (s := stride(index, nodes, r)) != 0), 0) if innermost else None
+    return out, red, any(r in reduce_ranges for r in nodes)
   loads = [u.src[0].src[1] for u in lin if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.BUFFER]
-  out_strides = tuple(tuple(stride(i, axis_range[k]) if k in axis_range else None for k in range(len(shape))) for i in loads)
-  reduce_strides = tuple(next((stride(i, r) for r in innermost if stride(i, r) != 0), 0) if innermost else None for i in loads)
-  inner = tuple(bool(reduce_ranges & set(i.toposort())) for i in loads)
+  per_load = [strides(i) for i in loads]
+  out_strides, reduce_strides, inner = (tuple(s[n] for s in per_load) for n in range(3))
   products = any(u.arg[0] is Ops.ADD and u.dtype is dtypes.f32 and _under_movement(u.src[0]).op is Ops.MUL for u in reduces)
   reduced = max((prod(u.src[0].shape[len(u.src[0].shape) - u.arg[1]:]) for u in reduces), default=1)
   return Analysis(shape, tuple(u.src[0].shape[-1] for u in reduces), out_strides, reduce_strides, inner,
                   frozenset(u.dtype for u in nodes), products, reduced, any(u.op is Ops.STACK for u in nodes))
+
+
+def _int_at(nodes: dict[UOp, None], r: UOp, i: int) -> int | None:
+  """An index's value with loop counter r at i and every other counter at 0, evaluated (what simplify folds the
+  substituted index to, at a fraction of the cost: a cold GPT step's analysis simplified 2-3 copies of every load's index
+  per axis); None when it reaches anything but constants, counters and integer arithmetic, or divides by zero."""
+  vals: dict[UOp, int] = {}
+  for u in nodes:
+    if u.op is Ops.CONST: vals[u] = u.arg
+    elif u.op is Ops.RANGE: vals[u] = i if u is r else 0
+    elif u.op in _INT_ALU and u.dtype in (dtypes.i32, dtypes.bool):
+      try: vals[u] = exec_alu(u.op, u.dtype, *[vals[s] for s in u.src])
+      except EvalError: return None
+    else: return None
+  return vals[next(reversed(nodes))]
+
+_INT_ALU = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.FLOORDIV, Ops.FLOORMOD, Ops.WHERE})
 
 
 def _size(r: UOp) -> int:
