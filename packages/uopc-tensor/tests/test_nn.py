@@ -266,3 +266,47 @@ def test_layernorm_straight_to_uops_builds_the_graph_of_its_tensor_ops(shape, fo
     assert fast is not None and fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
     assert ln(x).uop is slow.uop
   assert x.half()._layernorm_uops(1e-5, None, None) is None   # f16 is normalized in f32 and rounded once (f16_in_f32)
+
+
+@pytest.fixture
+def no_schedules(monkeypatch):
+  """Fails the test if anything is scheduled: a realize that would compile and launch a kernel."""
+  import uopc.tensor.core
+  def forbidden(*a, **k): raise AssertionError("a kernel was scheduled")
+  monkeypatch.setattr(uopc.tensor.core, "run_schedule", forbidden)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", [(), (3,), (2, 5), (0, 4)])
+def test_a_constant_leaf_that_requires_grad_is_filled_without_a_kernel(no_schedules, shape, dtype):
+  for value in (0.0, 1.0, 0.1, -2.5e-3, 7):
+    t = Tensor.full(shape, value, dtype=dtype, requires_grad=True)
+    assert t.requires_grad and t.shape == shape and t.dtype.name == {"float32": "f32", "float16": "f16"}[dtype]
+    np.testing.assert_array_equal(t.numpy(), np.full(shape, value, dtype))
+  a, b = Tensor.zeros(3, requires_grad=True), Tensor.zeros(3, requires_grad=True)
+  assert a.uop is not b.uop                     # two leaves, two buffers
+  assert Tensor.ones(2, 2, requires_grad=True).numpy().tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
+def test_a_lazy_constant_is_the_same_number_as_a_filled_leaf():
+  for value in (0.1, 1 / 3, 1e-45, 65504.0, 65520.0, 2.0 ** -25 * 1.0000001, 1e30, 1e300):
+    for dtype in ("float32", "float16"):
+      lazy = Tensor.full((4,), value, dtype=dtype).numpy()
+      leaf = Tensor.full((4,), value, dtype=dtype, requires_grad=True).numpy()
+      np.testing.assert_array_equal(lazy.view(np.uint32 if dtype == "float32" else np.uint16),
+                                    leaf.view(np.uint32 if dtype == "float32" else np.uint16))
+
+
+def test_an_integer_leaf_that_requires_grad_is_still_refused():
+  with pytest.raises(TensorError, match="only float tensors"): Tensor.full((2,), 1, dtype="int32", requires_grad=True)
+
+
+@pytest.mark.parametrize("make", [lambda ps: nn.AdamW(ps), lambda ps: nn.Adam(ps), lambda ps: nn.SGD(ps, momentum=0.9)])
+def test_an_optimizers_state_starts_as_zeros_without_a_kernel(no_schedules, make):
+  ps = [Tensor(np.ones((3, 4), np.float32), requires_grad=True), Tensor(np.ones(5, np.float32), requires_grad=True)]
+  opt = make(ps)
+  state = [*getattr(opt, "m", []), *getattr(opt, "v", []), *getattr(opt, "buf", [])]
+  assert len(state) in (2, 4)
+  for s, p in zip(state, ps * 2):
+    assert s.shape == p.shape and s.dtype.name == "f32" and s.uop is not p.uop
+    assert not s.numpy().any()

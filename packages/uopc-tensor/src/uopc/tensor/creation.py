@@ -99,6 +99,12 @@ class CreationMixin:
   def full(cls, shape, value, dtype=None, requires_grad: bool = False, device: str | None = None) -> TensorCore:
     shape = new_shape(shape, "full")
     c = const_uop(value, dtype)
+    # a leaf that requires grad is a buffer of its own: filled from NumPy, not by a fill kernel compiled and scheduled
+    # alone (a GPT's layer norms asked for two, with a cold compile cache 45 ms each); lazy otherwise, to fuse
+    if requires_grad and c.dtype.is_float:
+      with np.errstate(over="ignore"):     # (past the largest finite value is inf, as the constant's cast gives)
+        filled = np.full(shape, np.float32(float(value)), np.float32).astype(np_dtype(c.dtype))   # f16's CONST is f32's cast
+      return cls(filled, device=device).requires_grad_()
     t = cls(c.reshape((1,) * len(shape)).expand(shape) if shape else c, device=device)
     return t.requires_grad_() if requires_grad else t
   @classmethod
