@@ -136,7 +136,7 @@ def analyze(kernel: Kernel) -> Analysis:
   axis_range: dict[int, UOp] = dict(zip([k for k, s in enumerate(shape) if s > 1], out_ranges))
   innermost = _innermost_reduce_ranges(lin)
   zero = {r: UOp.const(0) for r in ranges}
-  def stride(index: UOp, nodes: list[UOp], r: UOp) -> int | None:
+  def stride(index: UOp, nodes: dict[UOp, None], r: UOp) -> int | None:
     if r not in nodes: return 0
     at = [_int_at(nodes, r, i) for i in range(3 if _size(r) > 2 else 2)]
     if any(a is None for a in at):   # a leaf other than a loop counter (a gather's loaded index): the rules decide
