@@ -39,7 +39,7 @@ import numpy as np
 from uopc.uop import UOp, Ops, AxisType, ALU, users_of
 from uopc.dtype import AddrSpace, DType, dtypes, I32_MIN, I32_MAX
 from uopc.symbolic import vmin, bounds
-from uopc.evaluate import round_f32, round_f16
+from uopc.evaluate import round_f32, round_f16, const_value
 from uopc.opt import Caps
 from uopc.vectorize import index_step
 from uopc.backends import BackendError, LinearProgram, base_memory, memory_name
@@ -291,7 +291,8 @@ class CRenderer:
     raise BackendError(f"the C renderer has no GPU grid for a {kind.name} range: lower with Opts(gpu=False) for a CPU backend")
 
   def render_cast(self, x: UOp, to: DType, xs: str) -> str:
-    if x.op is Ops.CONST and to is dtypes.f16: return render_const(x.arg, dtypes.f16, self.half)
+    # the constant's value (an f32 CONST's is its double rounded to f32), then rounded to f16: one literal, two roundings
+    if x.op is Ops.CONST and to is dtypes.f16: return render_const(const_value(x), dtypes.f16, self.half)
     if to is dtypes.i32 and x.dtype.is_float: return f"cast_f32_i32({xs})"
     return f"(({self.type_name(to)})({xs}))"
 
