@@ -52,7 +52,7 @@ from uopc.rangeify import lower, check_opts, gemm_pattern
 from uopc.gpulower import block_threads
 from uopc.kernelize import Kernel
 from uopc.symbolic import simplify
-from uopc.evaluate import exec_alu, EvalError
+from uopc.evaluate import exec_alu, const_value, EvalError
 
 
 @dataclass(frozen=True)
@@ -135,11 +135,11 @@ def analyze(kernel: Kernel) -> Analysis:
   reduce_ranges = {r for r in ranges if r.arg.kind is AxisType.REDUCE}
   axis_range: dict[int, UOp] = dict(zip([k for k, s in enumerate(shape) if s > 1], out_ranges))
   innermost = _innermost_reduce_ranges(lin)
-  zero = {r: UOp.const(0) for r in ranges}
   def stride(index: UOp, nodes: dict[UOp, None], r: UOp) -> int | None:
     if r not in nodes: return 0
     at = [_int_at(nodes, r, i) for i in range(3 if _size(r) > 2 else 2)]
     if any(a is None for a in at):   # a leaf other than a loop counter (a gather's loaded index): the rules decide
+      zero = {q: UOp.const(0) for q in ranges}
       at = [simplify(index.substitute({**zero, r: UOp.const(i)})) for i in range(len(at))]
       if any(a.op is not Ops.CONST for a in at): return None
       at = [a.arg for a in at]
@@ -165,7 +165,7 @@ def _int_at(nodes: dict[UOp, None], r: UOp, i: int) -> int | None:
   per axis); None when it reaches anything but constants, counters and integer arithmetic, or divides by zero."""
   vals: dict[UOp, int] = {}
   for u in nodes:
-    if u.op is Ops.CONST: vals[u] = u.arg
+    if u.op is Ops.CONST: vals[u] = const_value(u)
     elif u.op is Ops.RANGE: vals[u] = i if u is r else 0
     elif u.op in _INT_ALU and u.dtype in (dtypes.i32, dtypes.bool):
       try: vals[u] = exec_alu(u.op, u.dtype, *[vals[s] for s in u.src])

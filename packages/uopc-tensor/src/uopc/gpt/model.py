@@ -127,8 +127,7 @@ class GPT:
     self.cfg = cfg
     self.wte, self.wpe = nn.Embedding(cfg.vocab, cfg.width), nn.Embedding(cfg.context, cfg.width)
     # GPT-2's N(0, 0.02) embeddings, realized in one schedule (one compile for both, with a cold cache)
-    scaled = [e.weight.assign(e.weight * 0.02) for e in (self.wte, self.wpe)]
-    scaled[0].realize(*scaled[1:])
+    Tensor.realize(*(e.weight.assign(e.weight * 0.02) for e in (self.wte, self.wpe)))
     self.blocks = [Block(cfg) for _ in range(cfg.layers)]
     self.lnf = nn.LayerNorm(cfg.width)
     self.head = None if cfg.tied_head else nn.Linear(cfg.width, cfg.vocab, bias=False)

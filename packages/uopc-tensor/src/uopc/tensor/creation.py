@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.uop import UOp, Ops
+from uopc.evaluate import to_python
 from uopc.runtime import np_dtype
 from uopc.backends import get_backend
 from uopc.tensor.errors import TensorError
@@ -101,10 +102,8 @@ class CreationMixin:
     c = const_uop(value, dtype)
     # a leaf that requires grad is a buffer of its own: filled from NumPy, not by a fill kernel compiled and scheduled
     # alone (a GPT's layer norms asked for two, with a cold compile cache 45 ms each); lazy otherwise, to fuse
-    if requires_grad and c.dtype.is_float:
-      with np.errstate(over="ignore"):     # (past the largest finite value is inf, as the constant's cast gives)
-        filled = np.full(shape, np.float32(float(value)), np.float32).astype(np_dtype(c.dtype))   # f16's CONST is f32's cast
-      return cls(filled, device=device).requires_grad_()
+    # (the constant's value is the IR's, which a fill kernel would write: f16's is the f32 constant's cast)
+    if requires_grad and c.dtype.is_float: return cls(np.full(shape, to_python(c), np_dtype(c.dtype)), device=device).requires_grad_()
     t = cls(c.reshape((1,) * len(shape)).expand(shape) if shape else c, device=device)
     return t.requires_grad_() if requires_grad else t
   @classmethod
