@@ -294,6 +294,7 @@ def test_a_reshape_maps_each_group_of_axes_on_its_own_and_passes_a_kept_axis_thr
   import uopc.rangeify as R
   calls = []
   monkeypatch.setattr(R, "simplify", lambda u: calls.append(u) or simplify(u))
+  monkeypatch.setattr(R, "_regroup_memo", {})   # (no unravel remembered from an earlier lowering)
   idx = tuple(range_(s, k) for k, s in enumerate(new))
   got = R.INDEX_MAPS[Ops.RESHAPE](buf(0, prod(old)).reshape(old).reshape(new), idx)
   assert len(got) == len(old) and len(calls) == simplified
@@ -301,6 +302,25 @@ def test_a_reshape_maps_each_group_of_axes_on_its_own_and_passes_a_kept_axis_thr
     at = {r: UOp.const(int(v)) for r, v in zip(idx, point)}
     assert tuple(simplify(c.substitute(at)).arg for c in got) == np.unravel_index(np.ravel_multi_index(point, new), old), point
 
+
+
+def test_an_unravel_remembered_from_an_earlier_kernel_is_the_one_computed_afresh(monkeypatch):
+  """The unravels of a reshape's groups are remembered across lowerings (a kernel of the same shapes asks for them
+  again): lowering with every answer remembered gives the program lowering from nothing gives, node for node, and the
+  memo keeps at most UNRAVELED answers, the oldest dropped first."""
+  import uopc.rangeify as R
+  monkeypatch.setattr(R, "_regroup_memo", {})
+  programs = [(buf(0, prod(old)).reshape(old).reshape(new) * 2.0, buf(1, prod(new))) for old, new, _ in RESHAPES]
+  fresh = [lower(x, out) for x, out in programs]
+  assert len(R._regroup_memo) > 0
+  assert [lower(x, out) for x, out in programs] == fresh                        # every unravel remembered
+  monkeypatch.setattr(R, "_regroup_memo", {})
+  monkeypatch.setattr(R, "UNRAVELED", 3)
+  assert [lower(x, out) for x, out in programs] == fresh and len(R._regroup_memo) == 3
+  last = programs[-1][0].src[0]
+  idx = tuple(range_(s, k) for k, s in enumerate(last.shape))
+  R.INDEX_MAPS[Ops.RESHAPE](last, idx)
+  assert (idx, last.shape, last.src[0].shape) in R._regroup_memo                   # the newest is kept
 
 def test_split_cuts_the_last_loop_where_a_concatenation_changes_branch():
   """Opts.split: a pad of 1 on each side of a (3, 8) array's last axis is three pieces of the last loop, one step of

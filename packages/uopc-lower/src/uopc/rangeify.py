@@ -31,7 +31,7 @@ receives their values (or, needing none, returns the value at once), driven by a
 two indices is two computations, and hash consing makes the index tuple an exact, cheap key.
 """
 from __future__ import annotations
-import dataclasses, functools
+import dataclasses, functools, threading
 from typing import Callable, Generator
 from uopc.uop import UOp, Ops, AxisType, ALU, MOVEMENT, sink, prod
 from uopc.dtype import dtypes, I32_MAX
@@ -91,9 +91,30 @@ def _reshaped(u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
       if po < pn: po, i2 = po * old[i2], i2 + 1
       else: pn, j2 = pn * new[j2], j2 + 1
     if i2 - i == 1 and j2 - j == 1: out.append(idx[j])
-    else: out += [simplify(c) for c in unravel(ravel(idx[j:j2], new[j:j2]), old[i:i2])]
+    else: out += _regrouped(idx[j:j2], new[j:j2], old[i:i2])
     i, j = i2, j2
   return tuple(out)
+
+
+# _regrouped's answers, the UNRAVELED most recent, keys and values held alive: an index of loop counters dies with the
+# kernel that lowered it, and the node memo of simplify with it, while the next kernel of the same shapes (a GPT's two
+# layers, each Adam update, every elementwise kernel of a (16, 64, 128) activation) asks for the very same unravel again
+# (hash consing makes it the same key). Only index arithmetic is held: RANGEs, constants, and loaded indices of a
+# kernel's canonical BUFFERs, which name a slot, not memory.
+UNRAVELED = 4096
+_regroup_memo: dict[tuple, tuple[UOp, ...]] = {}
+_regroup_lock = threading.Lock()
+
+
+def _regrouped(idx: tuple[UOp, ...], new: tuple[int, ...], old: tuple[int, ...]) -> tuple[UOp, ...]:
+  """The indices into `old` of the element at index `idx` of `new` (one group of axes of equal product), simplified."""
+  key = (idx, new, old)
+  if (hit := _regroup_memo.get(key)) is not None: return hit
+  out = tuple(simplify(c) for c in unravel(ravel(idx, new), old))
+  with _regroup_lock:
+    _regroup_memo[key] = out
+    while len(_regroup_memo) > UNRAVELED: del _regroup_memo[next(iter(_regroup_memo))]
+  return out
 
 
 # a movement op's value at idx is its source's value at another index: the index maps of the table above
