@@ -274,7 +274,7 @@ def test_debug_level_2_also_prints_each_programs_source_once(monkeypatch, capfd,
   monkeypatch.setenv("UOPC_DEBUG", "2")
   fresh(2.25).numpy()
   first = capfd.readouterr().err
-  assert first.count("\nvoid r_3__4(") >= 1 and "#include <math.h>" in first
+  assert first.count("\nvoid r_3__4(") >= 1 and "-INFINITY" in first   # (the max reduction starts from it)
   fresh(2.25).numpy()                         # compiled already: launch lines only
   second = capfd.readouterr().err
   assert "void " not in second and all(LINE.match(line) for line in second.splitlines())

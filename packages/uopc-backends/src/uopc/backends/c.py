@@ -90,8 +90,13 @@ CAST_F32_I32 = """static inline int cast_f32_i32(float x) {             /* C lea
 
 # The prelude's pieces, in the order they are written: (a pattern that finds a use, the code). A kernel's prelude holds
 # the pieces its code uses, and those the pieces it holds use in turn (a piece uses only pieces before it).
+# The libm names a kernel uses, declared as <math.h> declares them (gcc takes each for its builtin: sqrtf is one
+# instruction under -fno-math-errno, the same machine code as with the header), without the header: parsing <math.h>
+# was 8 ms of gcc's CPU for each source that used one of them (every batch of a training step's kernels).
+MATH_DECLS = ('#define NAN (__builtin_nanf(""))\n#define INFINITY (__builtin_inff())\n'
+              "float fmaf(float, float, float); float log2f(float); float sqrtf(float); float sinf(float);\n")
 HELPERS: list[tuple[str, str]] = [
-  (r"\b(?:NAN|INFINITY|fmaf|log2f|sqrtf|sinf)\b", "#include <math.h>\n"),
+  (r"\b(?:NAN|INFINITY|fmaf|log2f|sqrtf|sinf)\b", MATH_DECLS),
   (r"\bfloordiv_i32\b", FLOORDIV_I32), (r"\bfloormod_i32\b", FLOORMOD_I32), (r"\bcast_f32_i32\b", CAST_F32_I32),
   (r"\buopc_exp2\b", EXP2_SCALAR),
 ]
@@ -160,7 +165,7 @@ _C_KEYWORDS = {"auto", "break", "case", "char", "const", "continue", "default", 
                "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static",
                "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "main", "asm", "typeof",
                "bool", "true", "false", "alignas", "alignof", "static_assert", "thread_local", "nullptr", "constexpr"}
-# Names the prelude's #include <math.h> (glibc, -std=gnu11) and gcc itself already use: a kernel called `exp`, `y0`, `NAN`
+# Names <math.h> (glibc, -std=gnu11), which MATH_DECLS stands in for, and gcc itself use: a kernel called `exp`, `y0`, `NAN`
 # or `linux` (a predefined macro) would not compile. Each math function also comes with an f and an l variant.
 _MATH_FUNCS = ("acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh drem erf erfc exp exp2 expm1 fabs fdim finite "
                "floor fma fmax fmin fmod frexp gamma hypot ilogb isinf isnan j0 j1 jn ldexp lgamma lgamma_r llrint llround log "
@@ -704,4 +709,4 @@ class CGraph:
 
 __all__ = ["CRenderer", "CBackend", "CCompiler", "CProgram", "CGraph", "compiler", "sanitize_name", "render_const", "HELPERS", "vector_helpers",
            "used_helpers", "shared_layout", "EXP2_POLY",
-           "exp2_horner", "CFLAGS", "SANITIZE_FLAGS", "sanitizing", "MAX_INLINE"]
+           "exp2_horner", "MATH_DECLS", "CFLAGS", "SANITIZE_FLAGS", "sanitizing", "MAX_INLINE"]

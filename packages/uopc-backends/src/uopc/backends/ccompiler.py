@@ -63,7 +63,7 @@ _HELPER = re.compile(r"^static inline [\w ]+?\b(\w+)\(", re.M)
 def _batch_source(members: Sequence[tuple[str, str, str]]) -> str:
   """One translation unit of kernel sources (key, source, function name): each behind #defines that rename its function
   to _symbol(key) and its static helpers to names of its own, #undef'd after it. The typedefs the sources repeat are
-  the same text, which C11 allows; <math.h> is included once."""
+  the same text, as are the libm declarations (MATH_DECLS in uopc.backends.c), which C11 allows."""
   parts = []
   for n, (key, src, name) in enumerate(members):
     renames = [(name, _symbol(key))] + [(h, f"{h}__{n}") for h in dict.fromkeys(_HELPER.findall(src))]
