@@ -1,7 +1,7 @@
 """The C listings of the example programs (testing/example_programs.py), as a test of values (against NumPy) and of loop
 structure: how many loops, which loop each accumulator lives in, which loads are hoisted. Variable numbering is not
 pinned."""
-import re
+import re, subprocess
 import numpy as np
 import pytest
 from uopc.dtype import dtypes
@@ -11,7 +11,9 @@ from uopc.symbolic import simplify
 from uopc.composite import pad_axis, flip_axis, anti_eye, move_axis
 from uopc.rangeify import lower, Opts, Ctx
 from uopc.testing import render_c, run_c
-from uopc.backends.c import MATH_DECLS
+from uopc.backends.c import MATH_DECLS, VECTORIZE_PRAGMA, CCompiler, scalar_loop
+from uopc.vectorize import vectorize
+from uopc.linearize import linearize
 from uopc.testing import run_shaped
 from example_programs import ROWSUM_UIR, gemm_uir, syllabus_uir, view_chain, sub_max, sub_max_through_a_flatten, neighbors, conv1d
 
@@ -182,15 +184,47 @@ def test_gemm_from_movement_ops_values(N):
   np.testing.assert_allclose(run_shaped(parse(gemm_uir(N)), [a.ravel(), b.ravel()]), a @ b, atol=1e-4)
 
 
+def linear(sink: UOp) -> list[UOp]: return linearize(vectorize(sink))   # as the C backend renders it (lanes as vectors)
+
+
+def test_a_kernel_with_a_loop_of_scalar_work_on_memory_is_built_at_the_vectorizers_level():
+  """CFLAGS are -Og, without gcc's loop optimizer: uopc vectorizes a kernel itself. A kernel with an innermost loop that
+  loads or stores with no vector value in it (a 65-wide softmax row, a copy uopc gave no lanes) starts with
+  VECTORIZE_PRAGMA, the level whose vectorizer takes such loops; a kernel whose inner loops are vectors does not, nor
+  does a GEMM tile's k loop (a scalar of A broadcast against vectors of B), nor a kernel without loops."""
+  x = buf(0, 65 * 8).reshape((8, 65))
+  assert scalar_loop(linear(lower(x.reduce(Ops.ADD, 1), buf(1, 8))))                                   # a row's sum
+  assert scalar_loop(linear(lower(x * 2.0, buf(1, 65 * 8))))                                           # no lanes
+  y = buf(0, 64)
+  assert not scalar_loop(linear(lower((y * 2.0).alu(Ops.EXP2), buf(1, 64), Ctx(opts=Opts(vector=(0, 8))))))
+  assert not scalar_loop(linear(lower(buf(0, 1) * 2.0, buf(1, 1))))                                    # no loop at all
+  gemm = parse(gemm_uir(16))
+  tiled = lower(gemm, buf(2, 256), Ctx(opts=Opts(vector=(1, 8))))
+  assert not scalar_loop(linear(tiled)) and VECTORIZE_PRAGMA not in render_c(tiled, "tile")
+
+
+def test_a_kernels_helpers_are_inlined_at_cflags_level(tmp_path, monkeypatch):
+  """-Og inlines no function on its own: a vector fma called per multiply-add made a GEMM's tile 2x slower. The prelude's
+  helpers are always_inline, so a kernel built with CFLAGS keeps none of them as a function of its own (nm lists the
+  local symbols of its shared object)."""
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
+  x = buf(0, 64)
+  src = render_c(lower(((x * 2.0).alu(Ops.EXP2) < 3.0).where(x, x * x), buf(1, 64), Ctx(opts=Opts(vector=(0, 8)))), "helped")
+  helpers = [h for h in ("exp2_f32x8", "fma_f32x8", "sel_f32x8", "bcast_f32x8") if f"{h}(" in src]
+  assert len(helpers) == 4 and VECTORIZE_PRAGMA not in src
+  prog = CCompiler().compile(src, "helped")
+  symbols = subprocess.run(["nm", str(prog.path)], capture_output=True, text=True, check=True).stdout
+  assert "helped" in symbols and not [h for h in helpers if h in symbols], symbols
+
 def test_the_prelude_holds_only_the_helpers_the_kernel_uses():
   plain = c_of(buf(0, 4) * 2.0, 1, "plain")
-  assert plain.startswith("void plain(")                       # no libm declarations, no helper, no vector type
+  assert plain.startswith(VECTORIZE_PRAGMA + "void plain(")    # no libm declarations, no helper, no vector type
   ex = c_of(buf(0, 4).alu(Ops.EXP2), 1, "ex")
   assert "float uopc_exp2(float x)" in ex and MATH_DECLS not in ex and "floordiv_i32" not in ex and "typedef" not in ex
   div = c_of(buf(0, 4, dtypes.i32) // buf(1, 4, dtypes.i32), 2, "div")
   assert "int floordiv_i32(int a, int b)" in div and "floormod_i32" not in div and "uopc_exp2" not in div
   mx = c_of(buf(0, 8).reshape((2, 4)).reduce(Ops.MAX, 1), 1, "mx")
-  assert mx.startswith(MATH_DECLS) and "-INFINITY" in mx and "#include" not in mx   # libm declared, not included
+  assert mx.startswith(VECTORIZE_PRAGMA + MATH_DECLS) and "-INFINITY" in mx and "#include" not in mx   # libm declared, not included
   x = buf(0, 64)
   vec = render_c(lower((x * 2.0).alu(Ops.EXP2), buf(1, 64), Ctx(opts=Opts(vector=(0, 8)))), "vec")
   assert "typedef float f32x8 " in vec and "f32x8 exp2_f32x8(f32x8 x)" in vec and "sel_f32x8(" in vec and "bcast_f32x8(" in vec

@@ -334,3 +334,20 @@ def test_every_file_uopc_writes_gets_the_mode_open_gives_and_a_file_without_a_se
       assert not any(p.name.startswith(f".{f.name}.") or p == f for p in synced), f
       assert compile_cache.read_entry(f) is not None, f                    # sealed, and whole
     assert f.stat().st_mode & 0o777 == 0o666 & ~umask, f
+
+
+def test_options_a_batch_member_sets_stay_with_that_member(tmp_path, monkeypatch):
+  """A member's `#pragma GCC optimize` (the C renderer's wrapv for chains of multiply-adds) applies to its own function
+  and not to the members batched after it. gcc shows which options a function got: without -fwrapv it folds x + 1 > x
+  to true (signed overflow being undefined), with it INT_MAX + 1 wraps and the comparison is false."""
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
+  tag = uuid.uuid4().hex[:8]     # sources no earlier run has cached
+  probe = "void {name}(int* restrict data0) {{ /* %s */ int x = data0[0]; data0[1] = x + 1 > x; }}\n" % tag
+  wrapping = '#pragma GCC optimize ("wrapv")\n' + probe.format(name="wrapping")
+  progs = CCompiler().compile_many([(wrapping, "wrapping"), (probe.format(name="plain"), "plain")])
+  got = {}
+  for prog in progs:
+    a = np.array([2**31 - 1, -1], np.int32)
+    CBackend().launch(prog, [a])
+    got[prog.name] = int(a[1])
+  assert got == {"wrapping": 0, "plain": 1}

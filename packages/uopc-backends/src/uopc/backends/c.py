@@ -43,7 +43,7 @@ from uopc.evaluate import round_f32, round_f16, const_value
 from uopc.opt import Caps
 from uopc.vectorize import index_step
 from uopc.backends import BackendError, LinearProgram, base_memory, memory_name
-from uopc.backends.ccompiler import CFLAGS, SANITIZE_FLAGS, CCompiler, CProgram, compiler, sanitizing
+from uopc.backends.ccompiler import CFLAGS, VECTORIZE_PRAGMA, SANITIZE_FLAGS, CCompiler, CProgram, compiler, sanitizing
 
 
 # 2**x in f32 to within an ulp (libm's exp2f is 0.5 ulp but a call per element, and per lane of a vector): round x to
@@ -62,7 +62,7 @@ def exp2_horner(fma: str, const: str = "") -> str:
   return "".join(f" p = {fma}(p, f, {const}({repr(c)}f));" for c in EXP2_POLY[-2::-1])
 
 
-EXP2_SCALAR = f"""static inline float uopc_exp2(float x) {{    /* 2**x to an ulp, see EXP2_POLY in uopc.backends.c */
+EXP2_SCALAR = f"""static inline __attribute__((always_inline)) float uopc_exp2(float x) {{    /* 2**x to an ulp, see EXP2_POLY in uopc.backends.c */
   x = x < -160.0f ? -160.0f : x; x = x > 160.0f ? 160.0f : x;
   float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{exp2_horner("__builtin_fmaf")}
   int n = t == t ? (int)t : 0, a = n >> 1, b = n - a;
@@ -70,20 +70,21 @@ EXP2_SCALAR = f"""static inline float uopc_exp2(float x) {{    /* 2**x to an ulp
   return (p * sa.f) * sb.f;
 }}
 """
-FLOORDIV_I32 = """static inline int floordiv_i32(int a, int b) {
+FLOORDIV_I32 = """static inline __attribute__((always_inline)) int floordiv_i32(int a, int b) {
   if (b == 0) return 0;                               /* numpy's x // 0 */
   if (b == -1) return (int)(0u - (unsigned)a);        /* INT_MIN // -1 wraps, it does not trap */
   int q = a / b;
   return q - ((a % b != 0) & ((a < 0) != (b < 0)));
 }
 """
-FLOORMOD_I32 = """static inline int floormod_i32(int a, int b) {
+FLOORMOD_I32 = """static inline __attribute__((always_inline)) int floormod_i32(int a, int b) {
   if (b == 0 || b == -1) return 0;
   int r = a % b;
   return r + ((r != 0) & ((r < 0) != (b < 0))) * b;
 }
 """
-CAST_F32_I32 = """static inline int cast_f32_i32(float x) {             /* C leaves NaN and out-of-range undefined; uopc says INT_MIN */
+CAST_F32_I32 = """static inline __attribute__((always_inline)) int cast_f32_i32(float x) {
+  /* C leaves NaN and out-of-range undefined; uopc says INT_MIN */
   return (x >= -2147483648.0f && x < 2147483648.0f) ? (int)x : (-2147483647-1);
 }
 """
@@ -124,14 +125,16 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
     (rf"\bf32x{w}_u\b", f"typedef float f32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));\n"),
     (rf"\bi32x{w}_u\b", f"typedef int i32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));\n"),
     # x - (+0) is x for every x, -0.0 and NaN included (x + 0 would turn -0.0 into +0.0)
-    (rf"\bbcast_f32x{w}\b", f"static inline f32x{w} bcast_f32x{w}(float x) {{ return x - (f32x{w}){{}}; }}\n"),
-    (rf"\bbcast_i32x{w}\b", f"static inline i32x{w} bcast_i32x{w}(int x) {{ return x - (i32x{w}){{}}; }}\n"),
+    (rf"\bbcast_f32x{w}\b", f"static inline __attribute__((always_inline)) f32x{w} bcast_f32x{w}(float x) {{ return x - (f32x{w}){{}}; }}\n"),
+    (rf"\bbcast_i32x{w}\b", f"static inline __attribute__((always_inline)) i32x{w} bcast_i32x{w}(int x) {{ return x - (i32x{w}){{}}; }}\n"),
     (rf"\bsel_f32x{w}\b",
-     f"static inline f32x{w} sel_f32x{w}(i32x{w} m, f32x{w} a, f32x{w} b) {{ return (f32x{w})((m & (i32x{w})a) | (~m & (i32x{w})b)); }}\n"),
-    (rf"\bsel_i32x{w}\b", f"static inline i32x{w} sel_i32x{w}(i32x{w} m, i32x{w} a, i32x{w} b) {{ return (m & a) | (~m & b); }}\n"),
-    (rf"\bfma_f32x{w}\b", f"static inline f32x{w} fma_f32x{w}(f32x{w} a, f32x{w} b, f32x{w} c) {{{fma}}}\n"),
+     f"static inline __attribute__((always_inline)) f32x{w} sel_f32x{w}(i32x{w} m, f32x{w} a, f32x{w} b) "
+     f"{{ return (f32x{w})((m & (i32x{w})a) | (~m & (i32x{w})b)); }}\n"),
+    (rf"\bsel_i32x{w}\b",
+     f"static inline __attribute__((always_inline)) i32x{w} sel_i32x{w}(i32x{w} m, i32x{w} a, i32x{w} b) {{ return (m & a) | (~m & b); }}\n"),
+    (rf"\bfma_f32x{w}\b", f"static inline __attribute__((always_inline)) f32x{w} fma_f32x{w}(f32x{w} a, f32x{w} b, f32x{w} c) {{{fma}}}\n"),
     # uopc_exp2 on every lane, operation for operation (see EXP2_POLY)
-    (rf"\bexp2_f32x{w}\b", f"static inline f32x{w} exp2_f32x{w}(f32x{w} x) {{\n"
+    (rf"\bexp2_f32x{w}\b", f"static inline __attribute__((always_inline)) f32x{w} exp2_f32x{w}(f32x{w} x) {{\n"
      f"  x = sel_f32x{w}(x < -160.0f, bcast_f32x{w}(-160.0f), x); x = sel_f32x{w}(x > 160.0f, bcast_f32x{w}(160.0f), x);\n"
      f"  f32x{w} t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = bcast_f32x{w}({repr(EXP2_POLY[-1])}f);"
      f"{exp2_horner(f'fma_f32x{w}', f'bcast_f32x{w}')}\n"
@@ -141,7 +144,7 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
     # 16 bools (bytes, 0 or 1) as a mask: AVX-512's zero-extending byte -> int move (gcc's __builtin_convertvector
     # makes 16 scalar loads of it), negated to 0 / -1
     (r"\bldmask_i32x16\b", "typedef char c8x16_u __attribute__((vector_size(16), aligned(1), may_alias));\n"
-     "static inline i32x16 ldmask_i32x16(const _Bool* p) {\n#if defined(__x86_64__) && defined(__AVX512F__)\n"
+     "static inline __attribute__((always_inline)) i32x16 ldmask_i32x16(const _Bool* p) {\n#if defined(__x86_64__) && defined(__AVX512F__)\n"
      "  return -(i32x16)__builtin_ia32_pmovzxbd512_mask(*(const c8x16_u*)p, (i32x16){}, (unsigned short)-1);\n#else\n"
      "  i32x16 r; for (int l = 0; l < 16; l++) r[l] = -(int)p[l]; return r;\n#endif\n}\n"),
   ] if w == 16 else [])
@@ -281,6 +284,8 @@ class CRenderer:
   # than the code it makes for non-wrapping indices (a GEMM's tile, one multiply-add per accumulator and k, is the other
   # way round: 1.6x slower with it). Nothing here relies on signed overflow either way (see may_overflow)
   chain_pragma = '#pragma GCC optimize ("wrapv")\n'
+  # a kernel with a loop of scalar work on memory is built at the level gcc's vectorizer runs at (see CFLAGS)
+  scalar_loop_pragma = VECTORIZE_PRAGMA
   # a vector load in a reduction's loop that moves a cache line or more at each step (a GEMM's packed panel of B walked
   # down its rows, B's rows themselves) is prefetched this many bytes ahead: the hardware's prefetcher meets each such
   # stream late, and a decode step's weights are such streams, read once (nanoGPT's b16 sampling 2.85-2.92 -> 3.52-3.54
@@ -350,7 +355,25 @@ class CRenderer:
     body = _Body(self, lin, long_index=bool(chains))
     for u in lin: body.emit(u)
     code = self.signature(program) + " {\n" + "\n".join(body.lines) + "\n}\n"
-    return chains + self.prelude(program, code) + code
+    # loops gcc's vectorizer takes: scalar work on memory, or an op done lane by lane (Adam's square root)
+    level = self.scalar_loop_pragma if body.lane_loops or scalar_loop(lin) else ""
+    return level + chains + self.prelude(program, code) + code
+
+
+def scalar_loop(lin: Sequence[UOp]) -> bool:
+  """Does an innermost loop of the linearized program `lin` load or store without any vector value in it: scalar work
+  on memory, which gcc's vectorizer may take (see CFLAGS)?"""
+  loops: list[list[bool]] = []    # for each open loop: holds a loop, holds a vector value, touches memory
+  for u in lin:
+    if u.op is Ops.RANGE:
+      if loops: loops[-1][0] = True
+      loops.append([False, False, False])
+    elif u.op is Ops.END:
+      if loops and (lp := loops.pop()) and not lp[0] and not lp[1] and lp[2]: return True
+    elif loops:
+      if isinstance(u.dtype, DType) and u.dtype.count > 1: loops[-1][1] = True
+      if u.op in (Ops.LOAD, Ops.STORE): loops[-1][2] = True
+  return False
 
 
 def may_overflow(u: UOp) -> bool:
@@ -403,6 +426,7 @@ class _Body:
     self.wide: dict[UOp, tuple[str, str]] = {}  # a vector INDEX: (its memory, its first element's index)
     self.blocks: list[bool] = []       # for each open RANGE: did it open a { block
     self.loops: list[UOp] = []         # the open RANGEs, innermost last
+    self.lane_loops = False            # has an op on vectors been done lane by lane, in a loop (vector_alu)
 
   def ctype(self, u: UOp) -> str:
     # a scalar bool value is held in an int (0 or 1; memory stays _Bool): GCC 12 at -O2 miscompiles
@@ -473,6 +497,7 @@ class _Body:
     else: code = renderer.code_for_op[op](scalar, *lane)
     if scalar is dtypes.bool: code = f"-(int)({code})"
     decls = " ".join(f"{renderer.type_name(s.dtype)} {a} = {x};" for a, s, x in zip(args, srcs, v))
+    self.lane_loops = True
     return f"({{ {decls} {renderer.type_name(d)} _r; for (int _l = 0; _l < {d.count}; _l++) _r[_l] = {code}; _r; }})"
 
   def divmod(self, u: UOp, a: str, b: str) -> str:
@@ -709,4 +734,4 @@ class CGraph:
 
 __all__ = ["CRenderer", "CBackend", "CCompiler", "CProgram", "CGraph", "compiler", "sanitize_name", "render_const", "HELPERS", "vector_helpers",
            "used_helpers", "shared_layout", "EXP2_POLY",
-           "exp2_horner", "MATH_DECLS", "CFLAGS", "SANITIZE_FLAGS", "sanitizing", "MAX_INLINE"]
+           "exp2_horner", "MATH_DECLS", "scalar_loop", "CFLAGS", "VECTORIZE_PRAGMA", "SANITIZE_FLAGS", "sanitizing", "MAX_INLINE"]

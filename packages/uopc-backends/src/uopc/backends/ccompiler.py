@@ -20,20 +20,25 @@ from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import CompileError
 
 
-# -O1 and the two -O3 passes that still find work in uopc's source: it comes vectorized, tiled and unrolled (uopc.opt,
-# uopc.vectorize), so what -O2 and -O3 add (GCSE, PRE, VRP, scheduling, peeling) costs gcc time and gains nothing
-# measurable. gcc's CPU time for a cold GPT step's 99 kernels (13 runs): -O3 3.8-4.5 s, these 2.6-2.7 s, -O1 alone 2.4-3.0.
-# The kernels' times, both builds in one process, alternating: the same within noise (the default GPT step's 234
-# launches 19.3-20.9 ms against -O3's 21.9-22.1; nanoGPT's 936 ms against 965; GEMM 256-1024, conv2d, attention and a
-# 16M sum within 2%). -O1 alone left one kernel scalar: a pad's copy, whose selects -funswitch-loops hoists and whose
-# loop the vectorizer then takes (conv2d's border, 0.15 ms at -O3, 0.3-0.47 ms at -O1).
-CFLAGS = ["-O1", "-funswitch-loops", "-ftree-vectorize", "-fvect-cost-model=dynamic",
-          "-march=native", "-fPIC", "-shared", "-std=gnu11", "-ffp-contract=off", "-fno-math-errno"]
+# -Og: gcc's optimizations without its loop optimizer. uopc's source comes vectorized, tiled and unrolled (uopc.opt,
+# uopc.vectorize), and gcc's loop passes find nothing to add to most of it. What -Og does not do is inline a helper on
+# its own (each vector fma a call: a GEMM tile 2x slower), so the prelude's helpers are always_inline. The kernels the
+# loop passes still improve are those with a loop of scalar work on memory or an op done lane by lane (a 65-token
+# softmax, a transposing copy, a pad's selects, Adam's square root: the vectorizer takes those loops, up to 6x faster):
+# the C renderer starts them with VECTORIZE_PRAGMA, the level before, -O1 with the two -O3 passes that find work in
+# uopc's source (-funswitch-loops hoists a pad's selects, whose loop the vectorizer then takes), and gcc builds the very
+# machine code it built before (objdump, the 30 such kernels of a GPT step). The GPT step's 100 kernels, these flags
+# against -O1 with the two passes for all: gcc's CPU time 1.07-1.23 s against 1.67-1.71 (the same sources, alternating);
+# each kernel's median time the same within noise (their sum 21.8 ms a step against 23.3, UOPC_DEBUG); the jitted step
+# 19.8-20.9 ms against 19.6-21.3, nanoGPT's 839-873 against 853-873; the cold first step 1.17-1.37 s against 1.47-1.73.
+# -O3 had been no faster than -O1 either (the default step 21.9-22.1 ms against 19.3-20.9) for 1.5x gcc's time.
+CFLAGS = ["-Og", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-ffp-contract=off", "-fno-math-errno"]
+VECTORIZE_PRAGMA = '#pragma GCC optimize ("O1", "unswitch-loops", "tree-vectorize", "vect-cost-model=dynamic")\n'
 # UOPC_SANITIZE=1 (nox -s sanitize): every kernel is also built with AddressSanitizer and UndefinedBehaviorSanitizer, and
 # the first report ends the process (-fno-sanitize-recover), so a test run fails on any out-of-bounds access, overflow
 # or other undefined behaviour in generated code. The ASan runtime must be preloaded into python (LD_PRELOAD), and
 # buffers are then allocated at their exact size, unpooled, so that a read one past the end hits ASan's red zone.
-# -O1, the level the sanitizers are made for, is CFLAGS' too: said again here so that it holds if CFLAGS changes.
+# -O1, the level the sanitizers are made for, comes after CFLAGS' -Og and so replaces it.
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
 
 
@@ -57,17 +62,22 @@ def _symbol(key: str) -> str:
   return f"k{key}"
 
 
-_HELPER = re.compile(r"^static inline [\w ]+?\b(\w+)\(", re.M)
+_HELPER = re.compile(r"^static inline (?:__attribute__\(\(always_inline\)\) )?[\w ]+?\b(\w+)\(", re.M)
 
 
 def _batch_source(members: Sequence[tuple[str, str, str]]) -> str:
   """One translation unit of kernel sources (key, source, function name): each behind #defines that rename its function
   to _symbol(key) and its static helpers to names of its own, #undef'd after it. The typedefs the sources repeat are
-  the same text, as are the libm declarations (MATH_DECLS in uopc.backends.c), which C11 allows."""
+  the same text, as are the libm declarations (MATH_DECLS in uopc.backends.c), which C11 allows. Each source is also
+  between push_options and pop_options: a source may set options for the functions after it (a convolution's
+  `#pragma GCC optimize ("wrapv")`), which must not reach the next member's (a GEMM's tile is 1.6x slower with wrapv; in
+  a cold GPT step's batches, 3-32 kernels after a pragma were built with it, which ones depending on how the kernels
+  happened to be batched)."""
   parts = []
   for n, (key, src, name) in enumerate(members):
     renames = [(name, _symbol(key))] + [(h, f"{h}__{n}") for h in dict.fromkeys(_HELPER.findall(src))]
-    parts += [f"#define {old} {new}" for old, new in renames] + [src] + [f"#undef {old}" for old, _ in renames]
+    parts += ["#pragma GCC push_options"] + [f"#define {old} {new}" for old, new in renames] + [src]
+    parts += [f"#undef {old}" for old, _ in renames] + ["#pragma GCC pop_options"]
   return "\n".join(parts) + "\n"
 
 
@@ -303,4 +313,4 @@ class CCompiler:
 compiler = CCompiler()
 
 
-__all__ = ["CCompiler", "CProgram", "compiler", "CFLAGS", "SANITIZE_FLAGS", "sanitizing"]
+__all__ = ["CCompiler", "CProgram", "compiler", "CFLAGS", "VECTORIZE_PRAGMA", "SANITIZE_FLAGS", "sanitizing"]

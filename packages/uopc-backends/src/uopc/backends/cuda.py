@@ -98,7 +98,7 @@ class CUDARenderer(CRenderer):
   buffer_qualifier = " __restrict__"
   barrier = "__syncthreads();"
   half = "half"
-  chain_pragma = ""                   # nvcc has its own code generator: the C backend's gcc pragma means nothing to it
+  chain_pragma = scalar_loop_pragma = ""   # nvcc has its own code generator: the C backend's gcc pragmas mean nothing to it
   prefetch_bytes = 0                  # nor does its __builtin_prefetch (a GPU hides latency with other warps)
   vector_code_for_op: dict = {}       # no arithmetic on vectors: threads are the lanes, vectors only move memory
   helpers = HELPERS
