@@ -115,6 +115,12 @@ def column_sum(r, c):
   return buf(0, r * c).reshape((r, c)).permute((1, 0)).reduce(Ops.ADD, 1), [F(r, c)]
 
 
+def sqrt_and_mask(r, c):
+  x = F(r, c) * np.float32(4) - np.float32(1)
+  x[0, :6] = [-0.0, np.inf, -np.inf, np.nan, 1e-45, 3e-39]     # -0.0 stays -0.0, negatives are NaN, subnormals round
+  return buf(0, r * c).reshape((r, c)).alu(Ops.SQRT) + (buf(0, r * c).reshape((r, c)) < 0.5).cast(dtypes.f32), [x]
+
+
 CASES = [
   (gemm, (8, 16, 32), [Opts(vector=(1, 16)), Opts(vector=(1, 8), upcast={0: 2, 1: 2}, fma=True), Opts(vector=(1, 4), thread=0, fma=True),
                         Opts(vector=(0, 4)), Opts(vector=(1, 8), tile={1: 16}, thread=1, fma=True), Opts(reduce_vector=8, unroll=2, fma=True)]),
@@ -128,6 +134,7 @@ CASES = [
   (to_int, (4, 8), [Opts(vector=(1, 8))]),
   (transposed, (8, 16), [Opts(vector=(1, 8)), Opts(vector=(0, 4))]),
   (column_sum, (16, 8), [Opts(reduce_vector=4), Opts(vector=(0, 8))]),
+  (sqrt_and_mask, (4, 16), [Opts(vector=(1, 16)), Opts(vector=(1, 8)), Opts(vector=(1, 4)), Opts(vector=(0, 2))]),
 ]
 
 
@@ -141,6 +148,16 @@ def test_vector_code_computes_what_the_scalar_program_computes_bit_for_bit(make,
   if not transcendental:
     assert same_bits(got, interpreted(root, inputs, opts))
     assert same_bits(got, interpreted(root, inputs, opts, vectors=True))      # the interpreter runs the vector program too
+
+
+def test_a_square_root_and_a_masks_cast_are_whole_vector_operations():
+  """A square root on 4, 8 or 16 lanes is one vsqrtps (gcc's x86 builtin; sqrtf lane by lane elsewhere), a mask cast to
+  f32 is an and with 1.0f's bits: no lane loop, so the kernel needs nothing of gcc's vectorizer (no VECTORIZE_PRAGMA)."""
+  root, _ = sqrt_and_mask(4, 16)
+  for w, builtin in ((16, "__builtin_ia32_sqrtps512_mask"), (8, "__builtin_ia32_sqrtps256"), (4, "__builtin_ia32_sqrtps(")):
+    src = render_c(lower(root, buf(1, 64), Ctx(opts=Opts(vector=(1, w)))))
+    assert f"sqrt_f32x{w}(" in src and builtin in src and "for (int _l" not in src and "#pragma" not in src
+    assert f"&(i32x{w})bcast_f32x{w}(1.0f))" in src
 
 
 def test_sixteen_stored_bools_load_as_one_widening_move():

@@ -116,6 +116,14 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
     macro, builtin = fma_isa[w]
     fma = f"\n#if defined(__x86_64__) && defined({macro})\n  return {builtin};\n#else\n  {lanewise}\n#endif\n"
   else: fma = f" {lanewise} "
+  # and for the square root (correctly rounded, as sqrtf): a lane loop only gcc's vectorizer would make one instruction
+  sqrt_isa = {16: ("__AVX512F__", "__builtin_ia32_sqrtps512_mask(x, x, (unsigned short)-1, 4)"), 8: ("__AVX__", "__builtin_ia32_sqrtps256(x)"),
+              4: ("__SSE__", "__builtin_ia32_sqrtps(x)")}
+  lanewise = f"f32x{w} r; for (int l = 0; l < {w}; l++) r[l] = sqrtf(x[l]); return r;"
+  if w in sqrt_isa:
+    macro, builtin = sqrt_isa[w]
+    sqrt = f"\n#if defined(__x86_64__) && defined({macro})\n  return {builtin};\n#else\n  {lanewise}\n#endif\n"
+  else: sqrt = f" {lanewise} "
   name = lambda n: rf"(?<![A-Za-z0-9]){n}(?![A-Za-z0-9])"    # f32x8 in bcast_f32x8 and f32x8_u too, never in f32x16
   return [
     (name(f"i32x{w}"), f"typedef int i32x{w} __attribute__((vector_size({nb})));\n"),
@@ -133,6 +141,7 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
     (rf"\bsel_i32x{w}\b",
      f"static inline __attribute__((always_inline)) i32x{w} sel_i32x{w}(i32x{w} m, i32x{w} a, i32x{w} b) {{ return (m & a) | (~m & b); }}\n"),
     (rf"\bfma_f32x{w}\b", f"static inline __attribute__((always_inline)) f32x{w} fma_f32x{w}(f32x{w} a, f32x{w} b, f32x{w} c) {{{fma}}}\n"),
+    (rf"\bsqrt_f32x{w}\b", f"static inline __attribute__((always_inline)) f32x{w} sqrt_f32x{w}(f32x{w} x) {{{sqrt}}}\n"),
     # uopc_exp2 on every lane, operation for operation (see EXP2_POLY)
     (rf"\bexp2_f32x{w}\b", f"static inline __attribute__((always_inline)) f32x{w} exp2_f32x{w}(f32x{w} x) {{\n"
      f"  x = sel_f32x{w}(x < -160.0f, bcast_f32x{w}(-160.0f), x); x = sel_f32x{w}(x > 160.0f, bcast_f32x{w}(160.0f), x);\n"
@@ -258,6 +267,7 @@ class CRenderer:
     Ops.WHERE: lambda d, s, c, a, b: f"sel_{_gcc(d)}({c}, {a}, {b})",
     Ops.RECIP: lambda d, s, x: f"(1.0f/{x})",
     Ops.EXP2: lambda d, s, x: f"exp2_{_gcc(d)}({x})",
+    Ops.SQRT: lambda d, s, x: f"sqrt_{_gcc(d)}({x})",
     Ops.MULACC: lambda d, s, a, b, c: f"fma_{_gcc(d)}({a}, {b}, {c})",
   }
   # a RANGE by its kind: (renderer, counter, end, its position among the ranges of its kind, the sizes of all of the
@@ -489,6 +499,8 @@ class _Body:
       return f"(({_gcc(d)})(({u32}){v[0]}{'+' if op is Ops.ADD else '*'}({u32}){v[1]}))"
     if (rule := renderer.vector_code_for_op.get(op)) is not None: return rule(d, srcs[0].dtype, *v)
     if not renderer.vector_code_for_op: raise BackendError(f"{type(renderer).__name__} has no arithmetic on vectors ({op!r} of {d.name})")
+    if op is Ops.CAST and srcs[0].dtype.scalar() is dtypes.bool and d.scalar() is dtypes.f32:    # a mask's -1 / 0 as 1.0f / 0.0f
+      return f"(({_gcc(d)})({v[0]}&(i32x{d.count})bcast_f32x{d.count}(1.0f)))"
     args = [f"_a{i}" for i in range(len(srcs))]
     lane = [renderer.render_gep(a, s.dtype, "_l") for a, s in zip(args, srcs)]
     scalar = d.scalar()
