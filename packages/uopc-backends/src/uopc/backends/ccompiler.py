@@ -24,7 +24,7 @@ from uopc.backends import CompileError
 # uopc.vectorize), and gcc's loop passes find nothing to add to most of it. What -Og does not do is inline a helper on
 # its own (each vector fma a call: a GEMM tile 2x slower), so the prelude's helpers are always_inline. The kernels the
 # loop passes still improve are those with a loop of scalar work on memory or an op done lane by lane (a 65-token
-# softmax, a transposing copy, a pad's selects, Adam's square root: the vectorizer takes those loops, up to 6x faster):
+# softmax, a transposing copy, a pad's selects: the vectorizer takes those loops, up to 6x faster than -Og's code):
 # the C renderer starts them with VECTORIZE_PRAGMA, the level before, -O1 with the two -O3 passes that find work in
 # uopc's source (-funswitch-loops hoists a pad's selects, whose loop the vectorizer then takes), and gcc builds the very
 # machine code it built before (objdump, the 30 such kernels of a GPT step). The GPT step's 100 kernels, these flags
