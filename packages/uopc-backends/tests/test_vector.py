@@ -172,7 +172,7 @@ def test_a_vector_kernel_moves_whole_vectors_and_fuses_multiply_adds():
   assert "typedef float f32x16" in src and "f32x16 acc0;" in src
   assert src.count("(*(f32x16_u*)(data1+") == 2 and src.count("*(f32x16_u*)(data2+") == 2      # B rows and C: vector moves
   assert src.count("fma_f32x16(") == 2 + 1 and "__builtin_ia32_vfmaddps512_mask" in src        # two uses, one definition
-  assert "for (int ridx" in src and "i32x16 ridx" not in src        # the lanes are no loop, and no index vector is computed
+  assert "for (long ridx" in src and "i32x16 ridx" not in src       # the lanes are no loop, and no index vector is computed
 
 
 def test_vector_opts_that_do_not_fit_are_refused():
@@ -271,9 +271,11 @@ def test_chains_of_multiply_adds_compile_with_wrapping_indices_and_a_gemm_tile_w
   tile, _ = gemm(8, 16, 32)
   gemm_src = render_c(lower(tile, buf(2, 8 * 32), Ctx(opts=Opts(vector=(1, 16), upcast={0: 4}, fma=True))))
   assert window.startswith('#pragma GCC optimize ("wrapv")') and "#pragma GCC optimize" not in gemm_src
-  # ...and holds its counters and index arithmetic in 64-bit longs (a wrapping 32-bit index is recomputed and
-  # sign-extended at every load); the GEMM keeps ints, which gcc widens itself
-  assert "for (long ridx" in window and "long alu" in window and "long" not in gemm_src
+  # ...and both hold their counters and index arithmetic in 64-bit longs (a wrapping 32-bit index is recomputed and
+  # sign-extended at every load; at -Og, without gcc's induction-variable passes, so is the GEMM's), a kernel without
+  # multiply-adds its ints
+  assert "for (long ridx" in window and "long alu" in window and "for (long ridx" in gemm_src and "long alu" in gemm_src
+  assert "long" not in render_c(lower(tile.src[0], buf(2, 8 * 32 * 16), Ctx(opts=Opts(vector=(2, 16)))))
   X, K = F(8 * 9 * 4 * 16), F(8 * 9)
   assert same_bits(run_shaped(conv, [X, K], opts=opts), run_shaped(conv, [X, K], backend="LANES-AS-LOOPS", opts=opts))
 
@@ -332,7 +334,7 @@ def test_a_reduction_prefetches_the_vector_streams_that_step_a_cache_line_or_mor
   lines = src.splitlines()
   prefetches = [l.strip() for l in lines if "__builtin_prefetch" in l]
   assert len(prefetches) == 2 and all(p.startswith("__builtin_prefetch(data1+") and p.endswith(f"+{ahead});") for p in prefetches)
-  loop = next(i for i, l in enumerate(lines) if "for (int ridx" in l and "< 16;" in l)
+  loop = next(i for i, l in enumerate(lines) if "for (long ridx" in l and "< 16;" in l)
   assert all(loop < i for i, l in enumerate(lines) if "__builtin_prefetch" in l)
   # dot products by 16 lanes step one line a step: each operand's stream is prefetched prefetch_bytes / 64 steps ahead
   nt, _ = gemm_nt(4, 64, 8)

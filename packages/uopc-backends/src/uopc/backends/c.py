@@ -294,8 +294,9 @@ class CRenderer:
   # than the code it makes for non-wrapping indices (a GEMM's tile, one multiply-add per accumulator and k, is the other
   # way round: 1.6x slower with it). Nothing here relies on signed overflow either way (see may_overflow)
   chain_pragma = '#pragma GCC optimize ("wrapv")\n'
-  # a kernel with a loop of scalar work on memory is built at the level gcc's vectorizer runs at (see CFLAGS)
+  # a kernel with a loop gcc's vectorizer improves is built at the level it runs at (see CFLAGS and scalar_loop)
   scalar_loop_pragma = VECTORIZE_PRAGMA
+  long_tile_index = True            # a kernel of multiply-adds holds its indices in longs (see render)
   # a vector load in a reduction's loop that moves a cache line or more at each step (a GEMM's packed panel of B walked
   # down its rows, B's rows themselves) is prefetched this many bytes ahead: the hardware's prefetcher meets each such
   # stream late, and a decode step's weights are such streams, read once (nanoGPT's b16 sampling 2.85-2.92 -> 3.52-3.54
@@ -362,17 +363,21 @@ class CRenderer:
     if missing := {u for u in lin if u.op is Ops.BUFFER} - set(program.params):
       raise BackendError(f"the program uses BUFFER slots {sorted(b.arg.slot for b in missing)} that are not among its parameters")
     chains = self.chain_pragma if any(u.op is Ops.MULACC and u.src[2].op is Ops.MULACC for u in lin) else ""
-    body = _Body(self, lin, long_index=bool(chains))
+    # a loop of multiply-adds (a GEMM's or a convolution's k loop) at -Og, without gcc's induction-variable passes,
+    # recomputes its addresses from the counter at each step: in 64-bit longs they need no sign extension (a GEMM of
+    # 1024 as fast as at -O1; with ints 2% slower)
+    tile = self.long_tile_index and any(u.op is Ops.MULACC for u in lin)
+    body = _Body(self, lin, long_index=bool(chains) or tile)
     for u in lin: body.emit(u)
     code = self.signature(program) + " {\n" + "\n".join(body.lines) + "\n}\n"
-    # loops gcc's vectorizer takes: scalar work on memory, or an op done lane by lane (Adam's square root)
+    # loops gcc's vectorizer takes: scalar work on memory, or an op done lane by lane
     level = self.scalar_loop_pragma if body.lane_loops or scalar_loop(lin) else ""
     return level + chains + self.prelude(program, code) + code
 
 
 def scalar_loop(lin: Sequence[UOp]) -> bool:
-  """Does an innermost loop of the linearized program `lin` load or store without any vector value in it: scalar work
-  on memory, which gcc's vectorizer may take (see CFLAGS)?"""
+  """Does the linearized program `lin` have an innermost loop that loads or stores with no vector value in it: scalar work
+  on memory, which gcc's loop vectorizer may take (see CFLAGS)?"""
   loops: list[list[bool]] = []    # for each open loop: holds a loop, holds a vector value, touches memory
   for u in lin:
     if u.op is Ops.RANGE:
@@ -408,12 +413,12 @@ class _Body:
   """The statements of one kernel, rendered in order (CRenderer.render's working state)."""
   def __init__(self, renderer: CRenderer, lin: tuple[UOp, ...], long_index: bool = False):
     self.renderer, self.lin = renderer, lin
-    # a kernel compiled as if with -fwrapv (CRenderer.chain_pragma) holds its loop counters and scalar i32 arithmetic in
-    # 64-bit longs: a wrapping 32-bit index can't become a pointer step, and gcc sign-extended and recomputed every
-    # address of the window's loads at each step (a 3 x 3 convolution's loop: 1150 instructions for 288 FMAs, 530 of
-    # them integer; with longs 606, and the kernel 2.08 -> 1.96 ms). Every value is the same: the only i32 ops that can
-    # leave i32 (ADD and MUL, see may_overflow) wrap through unsigned ints and give an int, and every other op of
-    # in-range operands stays in range
+    # a kernel compiled as if with -fwrapv (CRenderer.chain_pragma), or with a loop of multiply-adds (render's `tile`,
+    # CRenderer.long_tile_index), holds its loop counters and scalar i32 arithmetic in 64-bit longs: a wrapping 32-bit
+    # index can't become a pointer step, and gcc sign-extended and recomputed every address of the window's loads at
+    # each step (a 3 x 3 convolution's loop: 1150 instructions for 288 FMAs, 530 of them integer; with longs 606, and
+    # the kernel 2.08 -> 1.96 ms). Every value is the same: the only i32 ops that can leave i32 (ADD and MUL, see
+    # may_overflow) wrap through unsigned ints and give an int, and every other op of in-range operands stays in range
     self.long_index = long_index
     self.users = users_of(list(lin))
     # the loop depth of every node, to see which values are used deeper than where they are computed

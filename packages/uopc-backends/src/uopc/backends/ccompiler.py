@@ -22,7 +22,9 @@ from uopc.backends import CompileError
 
 # -Og: gcc's optimizations without its loop optimizer. uopc's source comes vectorized, tiled and unrolled (uopc.opt,
 # uopc.vectorize), and gcc's loop passes find nothing to add to most of it. What -Og does not do is inline a helper on
-# its own (each vector fma a call: a GEMM tile 2x slower), so the prelude's helpers are always_inline. The kernels the
+# its own (each vector fma a call: a GEMM tile 2x slower), so the prelude's helpers are always_inline, nor step a loop's
+# addresses (a GEMM's k loop recomputes them from its counter: in longs, as the C renderer writes a kernel of
+# multiply-adds, as fast as -O1's; in ints 2% slower, for their sign extensions). The kernels the
 # loop passes still improve are those with a loop of scalar work on memory or an op done lane by lane (a 65-token
 # softmax, a transposing copy, a pad's selects: the vectorizer takes those loops, up to 6x faster than -Og's code):
 # the C renderer starts them with VECTORIZE_PRAGMA, the level before, -O1 with the two -O3 passes that find work in
