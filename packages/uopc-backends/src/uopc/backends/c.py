@@ -43,7 +43,7 @@ from uopc.evaluate import round_f32, round_f16, const_value
 from uopc.opt import Caps
 from uopc.vectorize import index_step
 from uopc.backends import BackendError, LinearProgram, base_memory, memory_name
-from uopc.backends.ccompiler import CFLAGS, VECTORIZE_PRAGMA, SANITIZE_FLAGS, CCompiler, CProgram, compiler, sanitizing
+from uopc.backends.ccompiler import CFLAGS, INLINE, VECTORIZE_PRAGMA, SANITIZE_FLAGS, CCompiler, CProgram, compiler, sanitizing
 
 
 # 2**x in f32 to within an ulp (libm's exp2f is 0.5 ulp but a call per element, and per lane of a vector): round x to
@@ -62,7 +62,7 @@ def exp2_horner(fma: str, const: str = "") -> str:
   return "".join(f" p = {fma}(p, f, {const}({repr(c)}f));" for c in EXP2_POLY[-2::-1])
 
 
-EXP2_SCALAR = f"""static inline __attribute__((always_inline)) float uopc_exp2(float x) {{    /* 2**x to an ulp, see EXP2_POLY in uopc.backends.c */
+EXP2_SCALAR = f"""{INLINE} float uopc_exp2(float x) {{    /* 2**x to an ulp, see EXP2_POLY in uopc.backends.c */
   x = x < -160.0f ? -160.0f : x; x = x > 160.0f ? 160.0f : x;
   float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{exp2_horner("__builtin_fmaf")}
   int n = t == t ? (int)t : 0, a = n >> 1, b = n - a;
@@ -70,20 +70,20 @@ EXP2_SCALAR = f"""static inline __attribute__((always_inline)) float uopc_exp2(f
   return (p * sa.f) * sb.f;
 }}
 """
-FLOORDIV_I32 = """static inline __attribute__((always_inline)) int floordiv_i32(int a, int b) {
+FLOORDIV_I32 = INLINE + """ int floordiv_i32(int a, int b) {
   if (b == 0) return 0;                               /* numpy's x // 0 */
   if (b == -1) return (int)(0u - (unsigned)a);        /* INT_MIN // -1 wraps, it does not trap */
   int q = a / b;
   return q - ((a % b != 0) & ((a < 0) != (b < 0)));
 }
 """
-FLOORMOD_I32 = """static inline __attribute__((always_inline)) int floormod_i32(int a, int b) {
+FLOORMOD_I32 = INLINE + """ int floormod_i32(int a, int b) {
   if (b == 0 || b == -1) return 0;
   int r = a % b;
   return r + ((r != 0) & ((r < 0) != (b < 0))) * b;
 }
 """
-CAST_F32_I32 = """static inline __attribute__((always_inline)) int cast_f32_i32(float x) {
+CAST_F32_I32 = INLINE + """ int cast_f32_i32(float x) {
   /* C leaves NaN and out-of-range undefined; uopc says INT_MIN */
   return (x >= -2147483648.0f && x < 2147483648.0f) ? (int)x : (-2147483647-1);
 }
@@ -103,27 +103,27 @@ HELPERS: list[tuple[str, str]] = [
 ]
 
 
+def _isa_or_lanes(w: int, isa: dict[int, tuple[str, str]], lane: str) -> str:
+  """A helper's body on w lanes: the x86 builtin isa[w] where the compiler targets its ISA (isa[w][0], a predefined
+  macro), else the scalar expression `lane` on every lane l."""
+  lanewise = f"f32x{w} r; for (int l = 0; l < {w}; l++) r[l] = {lane}; return r;"
+  if w not in isa: return f" {lanewise} "
+  macro, builtin = isa[w]
+  return f"\n#if defined(__x86_64__) && defined({macro})\n  return {builtin};\n#else\n  {lanewise}\n#endif\n"
+
+
 def vector_helpers(w: int) -> list[tuple[str, str]]:
   """The prelude's pieces for GCC vectors of w lanes: the types (a bool vector is a mask of ints, -1 true and 0 false,
   which is what vector comparisons give), unaligned views for moves at any element, and broadcast, select, exp2 and
   fused multiply-add."""
   nb = w * 4
   # gcc's own builtins for the x86 fused multiply-adds: immintrin.h would cost 0.15 s of every compile to parse
-  fma_isa = {16: ("__AVX512F__", "__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)"),
-             8: ("__FMA__", "__builtin_ia32_vfmaddps256(a, b, c)"), 4: ("__FMA__", "__builtin_ia32_vfmaddps(a, b, c)")}
-  lanewise = f"f32x{w} r; for (int l = 0; l < {w}; l++) r[l] = fmaf(a[l], b[l], c[l]); return r;"
-  if w in fma_isa:
-    macro, builtin = fma_isa[w]
-    fma = f"\n#if defined(__x86_64__) && defined({macro})\n  return {builtin};\n#else\n  {lanewise}\n#endif\n"
-  else: fma = f" {lanewise} "
+  fma = _isa_or_lanes(w, {16: ("__AVX512F__", "__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)"),
+                          8: ("__FMA__", "__builtin_ia32_vfmaddps256(a, b, c)"), 4: ("__FMA__", "__builtin_ia32_vfmaddps(a, b, c)")},
+                      "fmaf(a[l], b[l], c[l])")
   # and for the square root (correctly rounded, as sqrtf): a lane loop only gcc's vectorizer would make one instruction
-  sqrt_isa = {16: ("__AVX512F__", "__builtin_ia32_sqrtps512_mask(x, x, (unsigned short)-1, 4)"), 8: ("__AVX__", "__builtin_ia32_sqrtps256(x)"),
-              4: ("__SSE__", "__builtin_ia32_sqrtps(x)")}
-  lanewise = f"f32x{w} r; for (int l = 0; l < {w}; l++) r[l] = sqrtf(x[l]); return r;"
-  if w in sqrt_isa:
-    macro, builtin = sqrt_isa[w]
-    sqrt = f"\n#if defined(__x86_64__) && defined({macro})\n  return {builtin};\n#else\n  {lanewise}\n#endif\n"
-  else: sqrt = f" {lanewise} "
+  sqrt = _isa_or_lanes(w, {16: ("__AVX512F__", "__builtin_ia32_sqrtps512_mask(x, x, (unsigned short)-1, 4)"),
+                           8: ("__AVX__", "__builtin_ia32_sqrtps256(x)"), 4: ("__SSE__", "__builtin_ia32_sqrtps(x)")}, "sqrtf(x[l])")
   name = lambda n: rf"(?<![A-Za-z0-9]){n}(?![A-Za-z0-9])"    # f32x8 in bcast_f32x8 and f32x8_u too, never in f32x16
   return [
     (name(f"i32x{w}"), f"typedef int i32x{w} __attribute__((vector_size({nb})));\n"),
@@ -133,17 +133,17 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
     (rf"\bf32x{w}_u\b", f"typedef float f32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));\n"),
     (rf"\bi32x{w}_u\b", f"typedef int i32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));\n"),
     # x - (+0) is x for every x, -0.0 and NaN included (x + 0 would turn -0.0 into +0.0)
-    (rf"\bbcast_f32x{w}\b", f"static inline __attribute__((always_inline)) f32x{w} bcast_f32x{w}(float x) {{ return x - (f32x{w}){{}}; }}\n"),
-    (rf"\bbcast_i32x{w}\b", f"static inline __attribute__((always_inline)) i32x{w} bcast_i32x{w}(int x) {{ return x - (i32x{w}){{}}; }}\n"),
+    (rf"\bbcast_f32x{w}\b", f"{INLINE} f32x{w} bcast_f32x{w}(float x) {{ return x - (f32x{w}){{}}; }}\n"),
+    (rf"\bbcast_i32x{w}\b", f"{INLINE} i32x{w} bcast_i32x{w}(int x) {{ return x - (i32x{w}){{}}; }}\n"),
     (rf"\bsel_f32x{w}\b",
-     f"static inline __attribute__((always_inline)) f32x{w} sel_f32x{w}(i32x{w} m, f32x{w} a, f32x{w} b) "
+     f"{INLINE} f32x{w} sel_f32x{w}(i32x{w} m, f32x{w} a, f32x{w} b) "
      f"{{ return (f32x{w})((m & (i32x{w})a) | (~m & (i32x{w})b)); }}\n"),
     (rf"\bsel_i32x{w}\b",
-     f"static inline __attribute__((always_inline)) i32x{w} sel_i32x{w}(i32x{w} m, i32x{w} a, i32x{w} b) {{ return (m & a) | (~m & b); }}\n"),
-    (rf"\bfma_f32x{w}\b", f"static inline __attribute__((always_inline)) f32x{w} fma_f32x{w}(f32x{w} a, f32x{w} b, f32x{w} c) {{{fma}}}\n"),
-    (rf"\bsqrt_f32x{w}\b", f"static inline __attribute__((always_inline)) f32x{w} sqrt_f32x{w}(f32x{w} x) {{{sqrt}}}\n"),
+     f"{INLINE} i32x{w} sel_i32x{w}(i32x{w} m, i32x{w} a, i32x{w} b) {{ return (m & a) | (~m & b); }}\n"),
+    (rf"\bfma_f32x{w}\b", f"{INLINE} f32x{w} fma_f32x{w}(f32x{w} a, f32x{w} b, f32x{w} c) {{{fma}}}\n"),
+    (rf"\bsqrt_f32x{w}\b", f"{INLINE} f32x{w} sqrt_f32x{w}(f32x{w} x) {{{sqrt}}}\n"),
     # uopc_exp2 on every lane, operation for operation (see EXP2_POLY)
-    (rf"\bexp2_f32x{w}\b", f"static inline __attribute__((always_inline)) f32x{w} exp2_f32x{w}(f32x{w} x) {{\n"
+    (rf"\bexp2_f32x{w}\b", f"{INLINE} f32x{w} exp2_f32x{w}(f32x{w} x) {{\n"
      f"  x = sel_f32x{w}(x < -160.0f, bcast_f32x{w}(-160.0f), x); x = sel_f32x{w}(x > 160.0f, bcast_f32x{w}(160.0f), x);\n"
      f"  f32x{w} t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = bcast_f32x{w}({repr(EXP2_POLY[-1])}f);"
      f"{exp2_horner(f'fma_f32x{w}', f'bcast_f32x{w}')}\n"
@@ -153,7 +153,7 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
     # 16 bools (bytes, 0 or 1) as a mask: AVX-512's zero-extending byte -> int move (gcc's __builtin_convertvector
     # makes 16 scalar loads of it), negated to 0 / -1
     (r"\bldmask_i32x16\b", "typedef char c8x16_u __attribute__((vector_size(16), aligned(1), may_alias));\n"
-     "static inline __attribute__((always_inline)) i32x16 ldmask_i32x16(const _Bool* p) {\n#if defined(__x86_64__) && defined(__AVX512F__)\n"
+     f"{INLINE} i32x16 ldmask_i32x16(const _Bool* p) {{\n#if defined(__x86_64__) && defined(__AVX512F__)\n"
      "  return -(i32x16)__builtin_ia32_pmovzxbd512_mask(*(const c8x16_u*)p, (i32x16){}, (unsigned short)-1);\n#else\n"
      "  i32x16 r; for (int l = 0; l < 16; l++) r[l] = -(int)p[l]; return r;\n#endif\n}\n"),
   ] if w == 16 else [])
@@ -366,8 +366,7 @@ class CRenderer:
     # a loop of multiply-adds (a GEMM's or a convolution's k loop) at -Og, without gcc's induction-variable passes,
     # recomputes its addresses from the counter at each step: in 64-bit longs they need no sign extension (a GEMM of
     # 1024 as fast as at -O1; with ints 2% slower)
-    tile = self.long_tile_index and any(u.op is Ops.MULACC for u in lin)
-    body = _Body(self, lin, long_index=bool(chains) or tile)
+    body = _Body(self, lin, long_index=self.long_tile_index and any(u.op is Ops.MULACC for u in lin))   # (chains among them)
     for u in lin: body.emit(u)
     code = self.signature(program) + " {\n" + "\n".join(body.lines) + "\n}\n"
     # loops gcc's vectorizer takes: scalar work on memory, or an op done lane by lane
@@ -386,7 +385,7 @@ def scalar_loop(lin: Sequence[UOp]) -> bool:
     elif u.op is Ops.END:
       if loops and (lp := loops.pop()) and not lp[0] and not lp[1] and lp[2]: return True
     elif loops:
-      if isinstance(u.dtype, DType) and u.dtype.count > 1: loops[-1][1] = True
+      if u.dtype.count > 1: loops[-1][1] = True
       if u.op in (Ops.LOAD, Ops.STORE): loops[-1][2] = True
   return False
 

@@ -35,6 +35,7 @@ from uopc.backends import CompileError
 # 19.8-20.9 ms against 19.6-21.3, nanoGPT's 839-873 against 853-873; the cold first step 1.17-1.37 s against 1.47-1.73.
 # -O3 had been no faster than -O1 either (the default step 21.9-22.1 ms against 19.3-20.9) for 1.5x gcc's time.
 CFLAGS = ["-Og", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-ffp-contract=off", "-fno-math-errno"]
+INLINE = "static inline __attribute__((always_inline))"   # how a prelude helper is declared (see above)
 VECTORIZE_PRAGMA = '#pragma GCC optimize ("O1", "unswitch-loops", "tree-vectorize", "vect-cost-model=dynamic")\n'
 # UOPC_SANITIZE=1 (nox -s sanitize): every kernel is also built with AddressSanitizer and UndefinedBehaviorSanitizer, and
 # the first report ends the process (-fno-sanitize-recover), so a test run fails on any out-of-bounds access, overflow
@@ -64,7 +65,7 @@ def _symbol(key: str) -> str:
   return f"k{key}"
 
 
-_HELPER = re.compile(r"^static inline (?:__attribute__\(\(always_inline\)\) )?[\w ]+?\b(\w+)\(", re.M)
+_HELPER = re.compile(rf"^{re.escape(INLINE)} [\w ]+?\b(\w+)\(", re.M)   # a prelude helper's name
 
 
 def _batch_source(members: Sequence[tuple[str, str, str]]) -> str:
