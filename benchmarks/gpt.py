@@ -125,7 +125,7 @@ def torch_model(cfg, state_path: Path):
       self.blocks = torch.nn.ModuleList([Block() for _ in range(cfg.layers)])
       self.lnf, self.head = torch.nn.LayerNorm(cfg.width), torch.nn.Linear(cfg.width, cfg.vocab, bias=False)
     def forward(self, t):
-      x = self.wte(t) + self.wpe(torch.arange(t.shape[1]))
+      x = self.wte(t) + self.wpe(torch.arange(t.shape[1], device=t.device))
       for b in self.blocks: x = b(x)
       return self.head(self.lnf(x))
     def decode(self, tok, pos: int, caches):
@@ -137,15 +137,15 @@ def torch_model(cfg, state_path: Path):
   return model
 
 
-def torch_trainer(cfg, state_path: Path, compiled: bool):
+def torch_trainer(cfg, state_path: Path, compiled: bool, device: str = "cpu"):
   import torch
-  model = torch_model(cfg, state_path)
+  model = torch_model(cfg, state_path).to(device)
   opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
   forward = torch.compile(model) if compiled else model
   def step(x: np.ndarray, y: np.ndarray) -> float:
     opt.zero_grad()
-    logits = forward(torch.from_numpy(x).long())
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab), torch.from_numpy(y).long().reshape(-1))
+    logits = forward(torch.from_numpy(x).long().to(device))
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab), torch.from_numpy(y).long().to(device).reshape(-1))
     loss.backward()
     opt.step()
     return loss.item()

@@ -2,6 +2,7 @@
 roofline on an H200.
 
     python benchmarks/gpu.py [--sizes 4096,8192] [--repeat 20] [--dtypes f16,f32]
+    python benchmarks/gpu.py --gpt default,nanogpt      # the GPT training step on the device instead
 
 Rows: f16 inputs with f32 accumulation (tensor cores: WMMA m16n8k16 in uopc, cuBLAS's choice in PyTorch) and f32 GEMM,
 N x N x N for each size. Each contender runs --repeat times after a warmup (uopc's kernel is captured by uopc.jit, so
@@ -9,7 +10,12 @@ a call is one launch); the best time gives TFLOP/s (2 N^3 operations), and the r
 as fast as cuBLAS); `max err` is the largest difference between uopc's product and PyTorch's, over the largest
 element of PyTorch's.
 
-Beside each row: the FLOPs and the bytes its kernels move at the least (runtime.Program.flops, 2 N^3 for a GEMM
+With --gpt: the GPT training step of benchmarks/gpt.py (the same models, weights and batches) on the device, uopc's
+jitted step beside PyTorch eager's on CUDA, each step ending in the loss's .item() (a synchronization, as in a training
+loop that prints it): the first step (uopc compiles every kernel then), the loss after the warm-up steps (the two should
+agree to a few digits) and the best of three rounds' mean step.
+
+Beside each GEMM row: the FLOPs and the bytes its kernels move at the least (runtime.Program.flops, 2 N^3 for a GEMM
 however it is lowered, and Program.nbytes, every parameter once, summed over the kernels), and the roofline bound on
 an H200 SXM, max(FLOPs / peak, bytes / bandwidth), with `roof` the share of it a measured row reaches (100%: at the
 roofline). The figures are NVIDIA's H200 datasheet's (nvidia.com/h200, H200 SXM column): FP16/BF16 Tensor Core 1,979
@@ -72,12 +78,55 @@ def cost_columns(n: int, dtype: str) -> tuple[str, float]:
 COST_HEADER = f"{'GFLOP':>11}{'MB':>10}{'H200 bound':>13} {'':<8}{'krn':>4}"
 
 
+def gpt_rows(sizes: list[str]) -> None:
+  """The GPT training step on CUDA, uopc (jitted) beside PyTorch eager, one line per model size."""
+  import os, tempfile
+  from pathlib import Path
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+  import gpt as bench                     # benchmarks/gpt.py: the models, their batches and the CPU contenders
+  from uopc.gpt import GPTConfig
+  os.environ["UOPC_DEVICE"] = "CUDA"      # where uopc's tensors are made by default
+  try: import torch
+  except ImportError: torch = None
+  print(f"GPT training step on CUDA (jitted uopc; PyTorch {torch.__version__ if torch else 'not installed'} eager)")
+  print(f"{'':10}{'uopc first':>12}{'uopc step':>11}{'uopc loss':>11}{'torch first':>13}{'torch step':>12}{'torch loss':>12}{'torch/uopc':>12}")
+  for size in sizes:
+    cfg_kw, batch = bench.SIZES[size]
+    warm, per_round = bench.SCHEDULE[size]
+    data = bench.batches(GPTConfig(**cfg_kw), batch, warm + per_round)
+    with tempfile.TemporaryDirectory() as d:
+      state = Path(d) / "state.npz"
+      contenders = [("uopc", lambda: bench.uopc_trainer(cfg_kw, state, plain=False))]
+      if torch is not None and torch.cuda.is_available():
+        contenders.append(("torch", lambda: bench.torch_trainer(GPTConfig(**cfg_kw), state, compiled=False, device="cuda")))
+      got = {}
+      for name, make in contenders:
+        step = make()
+        t = time.perf_counter()
+        losses = [step(*data[0])]
+        first = time.perf_counter() - t
+        losses += [step(x, y) for x, y in data[1:warm]]
+        best = min(bench.timed(lambda: [step(x, y) for x, y in data[warm:]]) / per_round for _ in range(3))
+        got[name] = (first, best, losses[-1])
+    row = f"{size:10}" + "".join(f"{got[n][0]:>11.2f}s{got[n][1] * 1e3:>9.2f}ms{got[n][2]:>11.4f} " for n in got)
+    if "torch" in got: row += f"{got['torch'][1] / got['uopc'][1]:>11.2f}x"
+    print(row, flush=True)
+
+
 def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--sizes", default="4096,8192", help="comma-separated N (default 4096,8192)")
   ap.add_argument("--repeat", type=int, default=20, help="timed calls of each contender (default 20)")
   ap.add_argument("--dtypes", default="f16,f32", help="comma-separated rows per size, of f16 and f32 (default f16,f32)")
+  ap.add_argument("--gpt", default="", help="comma-separated GPT sizes among default, nanogpt: time the training step instead")
   args = ap.parse_args()
+  if args.gpt:
+    from uopc.backends.cuda import device_available
+    if not device_available():
+      print("benchmarks/gpu.py --gpt: no CUDA device on this machine: nothing to time")
+      return 0
+    gpt_rows([s.strip() for s in args.gpt.split(",")])
+    return 0
   sizes = [int(s) for s in args.sizes.split(",")]
   rows = [d.strip() for d in args.dtypes.split(",")]
   if bad := [d for d in rows if d not in DTYPES]: ap.error(f"--dtypes: {bad} are not among {sorted(DTYPES)}")

@@ -17,6 +17,7 @@
 #   cublas   the f16 GEMM 8192 beside torch.matmul (cuBLAS) in the same process (benchmarks/gpu.py --sizes 8192)
 #   sass     the SASS counts of the f16 GEMM 8192's and the GPT step's kernels for sm_90 (testing/sass.py)
 #   bench    benchmarks/gpu.py: f16 and f32 GEMMs at 4096 and 8192 beside cuBLAS and the H200 roofline
+#   gpt      benchmarks/gpu.py --gpt: the jitted GPT training step on the device beside PyTorch eager on CUDA
 # Everything printed is also written to $OUT/gpu_check.log and the summary to $OUT/gpu_check_summary.txt when OUT is
 # set (else under /tmp/uopc-gpu-check). Exit status: 0 when every stage passed, 1 when one failed or timed out, 2 when
 # it isn't run from the repository root, 3 when there is no GPU here (outside --dry-run).
@@ -162,6 +163,7 @@ run_stage gemms 45 "$PY" -m pytest packages/uopc-tensor/tests_gpu/test_gpu_suite
 run_stage cublas 45 "$PY" benchmarks/gpu.py --sizes 8192 --dtypes f16
 run_stage sass 30 "$PY" testing/sass.py
 run_stage bench 60 "$PY" benchmarks/gpu.py --sizes 4096,8192
+run_stage gpt 120 "$PY" benchmarks/gpu.py --gpt default,nanogpt
 
 summary
 for r in "${RESULTS[@]}"; do
