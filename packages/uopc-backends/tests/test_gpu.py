@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from uopc.uop import UOp, Ops, buf
 from uopc.dtype import dtypes
-from uopc.rangeify import Opts, Ctx, lower, LowerError, gemm_pattern
+from uopc.rangeify import Opts, Ctx, lower, LowerError, gemm_pattern, gemm_form
+from uopc.opt import choose_opts
 from uopc.linearize import linearize
 from uopc.gpulower import wmma_a, wmma_b, wmma_c
 from uopc.symbolic import simplify
@@ -58,6 +59,63 @@ def test_a_reduction_inside_a_shared_one_runs_per_thread():
   xb = buf(0, 32 * 32).reshape((32, 32))
   inner = (xb.reshape((32, 1, 32)).expand((32, 32, 32)) * xb.permute((1, 0)).reshape((1, 32, 32)).expand((32, 32, 32))).reduce(Ops.ADD, 1)
   np.testing.assert_allclose(run_shaped(inner.reduce(Ops.ADD, 1), [x], PY, Opts(gpu=True, group=8)), (x @ x).sum(1), rtol=1e-4, atol=1e-4)
+
+
+def loss_like(rows: int, classes: int) -> UOp:
+  """sum over rows of each row's log-sum-exp (a loss's shape): a reduction over `classes` inside one over `rows`."""
+  x = buf(0, rows * classes).reshape((rows, classes))
+  return x.alu(Ops.EXP2).reduce(Ops.ADD, 1).alu(Ops.LOG2).reduce(Ops.ADD, 1)
+
+
+def test_a_reduction_nested_in_a_shared_one_need_not_divide_by_the_block():
+  # 65 classes no group divides, inside a sum over 64 rows the block's 16 threads share: each thread runs its rows'
+  # inner sums whole (before, group needed every reduced axis divisible, and a loss's sum ran in one thread)
+  x = rand(30, 64, 65)
+  opts = Opts(gpu=True, group=16)
+  got = run_shaped(loss_like(64, 65), [x], PY, opts)
+  np.testing.assert_allclose(got, np.log2(np.exp2(x).sum(1)).sum(), rtol=1e-5)
+  with pytest.raises(LowerError, match="16 threads do not divide the reduced axis of size 72"):
+    run_shaped(loss_like(72, 65), [rand(31, 72, 65)], PY, opts)
+  k = make_kernel(loss_like(1024, 65), buf(1, 1))
+  assert choose_opts(k, get_backend(PY).caps).group > 1
+
+
+def test_many_outputs_of_short_sums_get_a_thread_each_few_outputs_a_block_each():
+  wide = make_kernel(matmul(1024, 65, 128), buf(2, 1024 * 65))        # 66,560 outputs: a thread each
+  narrow = make_kernel(matmul(16, 65, 128), buf(2, 16 * 65))          # 1,040 outputs: a block's threads share each sum
+  caps = get_backend(PY).caps
+  assert choose_opts(wide, caps).group == 1 and choose_opts(wide, caps).local
+  assert choose_opts(narrow, caps).group > 1
+
+
+def test_a_staged_gemm_takes_the_largest_tile_that_gives_the_gpu_enough_blocks():
+  from uopc.opt import MIN_BLOCKS
+  caps = get_backend(PY).caps
+  def blocks(o: Opts, m: int, n: int) -> int:
+    local, up = dict(o.local), dict(o.upcast)
+    return (m // (local[0] * up.get(0, 1))) * (n // (local[1] * up.get(1, 1)))
+  big = choose_opts(make_kernel(matmul(1024, 1024, 256), buf(2, 1024 * 1024)), caps)
+  assert big.stage and dict(big.local) == {0: 16, 1: 16} and dict(big.upcast) == {0: 4, 1: 4}     # 256 blocks of 64 x 64
+  narrow = choose_opts(make_kernel(matmul(128, 512, 1024), buf(2, 128 * 512)), caps)           # 64 x 64: 16 blocks
+  assert narrow.stage and blocks(narrow, 128, 512) >= MIN_BLOCKS
+  tiny = choose_opts(make_kernel(matmul(16, 16, 64), buf(2, 256)), caps)                         # no tile gives 64: the most
+  assert tiny.stage and blocks(tiny, 16, 16) == 16
+
+
+def test_a_linear_layer_reshaped_into_heads_is_staged_as_a_gemm():
+  # (B*T, out) = x @ w summed, then reshaped to (B, T, H, D) and permuted to (B, H, T, D), plus a bias: the movement
+  # ops over the sum go under it (gemm_form), so the staged GEMM lowers it at the output's own index
+  B, T, H, D, C = 2, 16, 2, 8, 24
+  x, w, bias = rand(32, B * T, C), rand(33, C, H * D), rand(34, B, H, T, D)
+  heads = matmul(B * T, H * D, C).reshape((B, T, H, D)).permute((0, 2, 1, 3)) + buf(2, B * H * T * D).reshape((B, H, T, D))
+  assert gemm_pattern(heads) is None and gemm_pattern(gemm_form(heads)) is not None
+  g = gemm_pattern(gemm_form(heads))
+  assert (g.i, g.j) == (2, 3)
+  opts = choose_opts(make_kernel(heads, buf(3, B * H * T * D)), get_backend(PY).caps)
+  assert opts.stage, opts
+  want = (x @ w).reshape(B, T, H, D).transpose(0, 2, 1, 3) + bias
+  for o in (opts, Opts(gpu=True, local={2: 4, 3: 4}, upcast={2: 2, 3: 2}, stage=8)):
+    np.testing.assert_allclose(run_shaped(heads, [x, w, bias], PY, o), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("opts", [Opts(gpu=True, local={0: 4, 1: 4}, upcast={0: 2, 1: 2}, stage=8),

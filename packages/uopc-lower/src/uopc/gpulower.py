@@ -358,6 +358,23 @@ def pipelined_tc_gemm(idx: tuple[UOp, ...], ctx: Ctx):
   return ctx.gpu.gemm_results[idx]
 
 
+def outer_reductions(root: UOp) -> list[UOp]:
+  """The reductions of root that are not inside another reduction's operand: the ones group splits among a block's
+  threads. One nested in another (a loss's sum over rows of each row's log-sum-exp) runs whole in each thread, at the
+  outer one's elements of that thread (rangeify._reduce)."""
+  seen, stack, out = {root}, [root], []
+  while stack:
+    u = stack.pop()
+    if u.op is Ops.REDUCE and u.arg[1] > 0:
+      out.append(u)
+      continue
+    for s in u.src:
+      if s not in seen:
+        seen.add(s)
+        stack.append(s)
+  return out
+
+
 def check_gpu_opts(root: UOp, o: Opts, refuse: Callable[[str, str], NoReturn], g: Gemm | None) -> None:
   """rangeify.check_opts for Opts(gpu=True): `refuse(field, why)` raises. `g` is the kernel's GEMM (rangeify.gemm_pattern)
   when the Opts stage it or put it on tensor cores, else None."""
@@ -365,7 +382,7 @@ def check_gpu_opts(root: UOp, o: Opts, refuse: Callable[[str, str], NoReturn], g
   up, local = dict(o.upcast), dict(o.local)
   if o.group != 1:
     if o.group < 2: refuse("group", f"must be at least 2 threads, got {o.group}")
-    reduces = [u for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0]
+    reduces = outer_reductions(root)
     if not reduces: refuse("group", f"{o.group}, but the kernel has no reduction")
     if wrong := sorted(u.src[0].shape[-1] for u in reduces if u.src[0].shape[-1] % o.group):
       refuse("group", f"{o.group} threads do not divide the reduced axis of size {wrong[0]}")
@@ -415,5 +432,5 @@ def block_threads(o: Opts) -> int:
   return prod(dict(o.local).values()) * (32 if o.tc else 1) * (o.group if o.group > 1 else 1)
 
 
-__all__ = ["wmma_a", "wmma_b", "wmma_c", "WMMA_M", "WMMA_N", "WMMA_K", "combine_group", "staged_gemm", "tc_outputs", "tc_gemm",
+__all__ = ["outer_reductions", "wmma_a", "wmma_b", "wmma_c", "WMMA_M", "WMMA_N", "WMMA_K", "combine_group", "staged_gemm", "tc_outputs", "tc_gemm",
            "check_gpu_opts", "block_threads"]

@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, AxisType, MOVEMENT, prod
 from uopc.lowering import Opts, Ctx, LowerError
-from uopc.rangeify import lower, check_opts, gemm_pattern
-from uopc.gpulower import block_threads
+from uopc.rangeify import lower, check_opts, gemm_pattern, gemm_form
+from uopc.gpulower import block_threads, outer_reductions
 from uopc.kernelize import Kernel
 from uopc.symbolic import simplify
 from uopc.evaluate import exec_alu, const_value, EvalError
@@ -283,35 +283,53 @@ def _first_valid(root: UOp, caps: Caps, choices: list[Opts]) -> Opts | None:
 # tiles' depth); threads sharing a reduction
 TC_TILES = ((2, 2, 2, 4), (2, 2, 1, 2), (1, 1, 2, 2), (1, 1, 1, 1))
 # pipelined tensor-core GEMMs (uopc.gpulower: operands through shared memory by cp.async, ldmatrix) as (warps on i, on j,
-# tiles per warp on i, on j, stages): a 128x128 block of 8 warps of 32x64 first, then 4 warps of 64x64, 128x256 of 8
-# warps of 64x64, and smaller blocks for the sizes those don't divide
-PIPELINED_TC = ((4, 2, 2, 8, 3), (2, 2, 4, 8, 3), (2, 4, 4, 8, 3), (2, 2, 2, 4, 3), (1, 1, 2, 4, 2))
+# tiles per warp on i, on j, stages): a 128x128 block of 4 warps of 64x64 in 4 stages first, then 8 warps of 32x64,
+# 128x256 of 8 warps of 64x64, and smaller blocks for the sizes those don't divide. On an H200, an f16 GEMM 8192 (the
+# median of 7 launches each): 420 TFLOP/s for the first, 338 for 8 warps of 32x64 in 3 stages (the first choice
+# before), 360-369 for 128x256 and 256x128, 237-269 for 64x64 blocks; 3 or 5 stages instead of 4: 396, 408
+PIPELINED_TC = ((2, 2, 4, 8, 4), (4, 2, 2, 8, 3), (2, 4, 4, 8, 3), (2, 2, 2, 4, 3), (1, 1, 2, 4, 2))
 STAGED_TILES = ((16, 16, 4, 4, 16), (16, 16, 2, 2, 16), (8, 8, 2, 2, 8), (8, 8, 1, 1, 8), (4, 4, 1, 1, 4))
+# blocks a staged GEMM's tile should give at least: half an H200's 132 multiprocessors. f32 on an H200: a GPT's weight
+# gradient of 128 x 512 x 1024 took 95 us as 16 blocks of 64 x 64, 61 us as 256 blocks of 16 x 16; but 1024 x 512 x 128
+# took 30 us as 128 blocks of 64 x 64 and 40 us as 512 of 32 x 32, and 1536 x 384 x 2048 (144 blocks of 64 x 64) 244
+# us, no tile of the list doing better by more than 20%
+MIN_BLOCKS = 64
 GROUPS = (256, 128, 64, 32, 16)
+# a block per output element only while there are few enough outputs that a thread each would leave the GPU idle (an
+# H200's 132 multiprocessors take 2,048 threads each); past this, a thread per output runs its sum alone (a GPT's
+# gradient through its 65-symbol head: 786,432 outputs of 65 products each took 0.59 ms as blocks of 65 threads)
+GROUP_OUTPUTS = 32768
 
 
 def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
   """Opts for a GPU (see uopc.gpulower for what each shape of kernel becomes):
 
-  * a GEMM of f16 operands on a GPU with tensor cores: WMMA, its operands through shared memory in a pipeline of 3 stages
-    of cp.async copies read with ldmatrix, 4x2 warps per block each with 2x8 tiles of 16x8 (a 128x128 output tile per
+  * a GEMM of f16 operands on a GPU with tensor cores: WMMA, its operands through shared memory in a pipeline of 4 stages
+    of cp.async copies read with ldmatrix, 2x2 warps per block each with 4x8 tiles of 16x8 (a 128x128 output tile per
     block), smaller blocks when the sizes don't divide (PIPELINED_TC); where the operands are no plain reads of memory
     (a fused producer), fragments straight from memory, 2x2 warps of 2x4 tiles (TC_TILES);
-  * another GEMM: 16x16 threads per block, each with a 4x4 register tile, operand tiles 16 deep in shared memory;
-  * a long reduction (its innermost axis 64 or more): a block per output element, its threads sharing the reduction;
+  * another GEMM: 16x16 threads per block, each with a 4x4 register tile, operand tiles 16 deep in shared memory, or a
+    smaller tile where that leaves multiprocessors without a block (MIN_BLOCKS);
+  * a long reduction (its innermost axis 64 or more) into at most GROUP_OUTPUTS elements: a block per output element,
+    its threads sharing the reduction (a reduction nested in another runs whole in each thread: outer_reductions);
   * anything else: a thread per output element, up to 256 threads per block along the last axes."""
   root, shape = kernel.canonical_root, kernel.root.shape
   fma = caps.fma and analyze(kernel).products
   def opts(**kw) -> Opts: return Opts(gpu=True, fma=fma and not kw.get("tc", False), **kw)
   choices: list[Opts] = []
-  if (g := gemm_pattern(root)) is not None:
+  if (g := gemm_pattern(gemm_form(root))) is not None:
     i, j = g.i, g.j
     if g.f16 and caps.tensor_cores:
       choices += [opts(tc=True, stage=s, local={i: wi, j: wj}, upcast={i: ui, j: uj}) for wi, wj, ui, uj, s in PIPELINED_TC]
       choices += [opts(tc=True, local={i: wi, j: wj}, upcast={i: ui, j: uj}) for wi, wj, ui, uj in TC_TILES]
-    choices += [opts(stage=s, local={i: li, j: lj}, upcast={i: ui, j: uj}) for li, lj, ui, uj, s in STAGED_TILES]
-  reduces = [u for u in root.toposort() if u.op is Ops.REDUCE and u.arg[1] > 0]
-  if reduces and min(u.src[0].shape[-1] for u in reduces) >= 64:
+    # the largest tile that still gives every multiprocessor a block (a weight's gradient of 128 x 512 summed over
+    # 1,024 rows is 16 blocks of 64 x 64); without one, the tile of the most blocks
+    blocks = lambda t: prod(shape) // (shape[i] * shape[j]) * (shape[i] // (t[0] * t[2])) * (shape[j] // (t[1] * t[3]))
+    few = sorted((t for t in STAGED_TILES if blocks(t) < MIN_BLOCKS), key=lambda t: -blocks(t))
+    tiles = [t for t in STAGED_TILES if blocks(t) >= MIN_BLOCKS] + few
+    choices += [opts(stage=s, local={i: li, j: lj}, upcast={i: ui, j: uj}) for li, lj, ui, uj, s in tiles]
+  reduces = outer_reductions(root)
+  if reduces and min(u.src[0].shape[-1] for u in reduces) >= 64 and prod(shape) <= GROUP_OUTPUTS:
     inner = math.gcd(*(u.src[0].shape[-1] for u in reduces))
     # powers of two first (a warp is 32 threads), then any divisor of 16 or more (a softmax over 200 classes)
     choices += [opts(group=n) for n in GROUPS] + [opts(group=_divisor(inner, 256))] * (_divisor(inner, 256) >= 16)
@@ -741,7 +759,7 @@ def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[
 
 def _gpu_candidates(root: UOp, caps: Caps, base: Opts, add) -> None:
   """candidates' GPU half: `add(**changes)` keeps what is valid."""
-  if (g := gemm_pattern(root)) is not None:
+  if (g := gemm_pattern(gemm_form(root))) is not None:
     i, j = g.i, g.j
     # a tensor-core GEMM's accumulation is the hardware's; a staged one sums products, fused where the machine can
     # (the base's other pipeline depths, the other pipelined blocks, two of each other kind; then the rest)
@@ -760,5 +778,5 @@ def _gpu_candidates(root: UOp, caps: Caps, base: Opts, add) -> None:
 
 
 __all__ = ["Caps", "Analysis", "analyze", "choose_opts", "choose_gpu_opts", "candidates", "graph_rewrite", "GemmPacking", "THREAD_MIN_WORK",
-           "TC_TILES", "PIPELINED_TC", "STAGED_TILES",
+           "TC_TILES", "PIPELINED_TC", "STAGED_TILES", "MIN_BLOCKS", "GROUP_OUTPUTS",
            "PACK_STRIDE", "PACK_MID", "PACK_MID_ROWS", "PACK_MIN_ROWS", "PACK_ROWS", "PACK_MIN_DEPTH", "PACK_MIN_WORK"]

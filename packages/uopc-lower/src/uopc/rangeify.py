@@ -33,7 +33,7 @@ two indices is two computations, and hash consing makes the index tuple an exact
 from __future__ import annotations
 import dataclasses, functools, threading
 from typing import Callable, Generator
-from uopc.uop import UOp, Ops, AxisType, ALU, MOVEMENT, sink, prod
+from uopc.uop import UOp, Ops, AxisType, ALU, MOVEMENT, sink, prod, _rebuild_graph
 from uopc.dtype import dtypes, I32_MAX
 from uopc.symbolic import simplify
 from uopc.evaluate import identity, SUM_CHUNK
@@ -177,8 +177,10 @@ def _reduce(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs:
   outer = ranges_in(*idx)
   key = (u, frozenset(outer))
   # a GPU block's threads share the reduction, unless it is evaluated inside one they already share (x @ x summed: the
-  # inner sums run per thread, at the outer sum's elements of that thread)
-  grouped = o.gpu and o.group > 1 and n > 0 and (ctx.gpu.group_lane is None or ctx.gpu.group_lane not in outer)
+  # inner sums run per thread, at the outer sum's elements of that thread); a nested one the threads can't divide (a
+  # row's 65 logits inside a sum over rows, asked for outside the shared one's lanes) runs whole in each thread
+  grouped = o.gpu and o.group > 1 and n > 0 and (ctx.gpu.group_lane is None or ctx.gpu.group_lane not in outer) and \
+    popped[-1] % o.group == 0
   if grouped and ctx.gpu.group_lane is None: ctx.gpu.group_lane = ctx.rng(o.group, AxisType.LOCAL)
   if key not in ctx.reduce_ranges:
     if grouped:
@@ -411,6 +413,7 @@ def check_opts(root: UOp, o: Opts) -> None:
   for f in dataclasses.fields(Opts):
     if f.metadata.get("machine") == ("cpu" if o.gpu else "gpu") and getattr(o, f.name) != f.default: refuse(f.name, f.metadata["elsewhere"])
   if o.gpu:
+    if o.stage or o.tc: root = gemm_form(root)
     check_gpu_opts(root, o, refuse, gemm_pattern(root) if o.stage or o.tc else None)
     return
   lanes = {o.vector[0]: o.vector[1]} if o.vector is not None else {}
@@ -489,6 +492,24 @@ def _axes_moved(node: UOp, n_out: int) -> set[int]:
 
 
 @functools.lru_cache(maxsize=512)
+def gemm_form(root: UOp) -> UOp:
+  """root with each RESHAPE or PERMUTE of a reduction's result moved under the reduction: the reduction of the same
+  elements reshaped to the new shape followed by the reduced axes (row-major, so the same sums), or with the kept axes
+  permuted. A linear layer on a batch of sequences sums over (B*T, out, in) and reshapes the (B*T, out) result to (B,
+  T, out), or on to (B, heads, T, d); summed as (B, T, out, in), the sum is at the output's own index, which is what
+  stage and tc lower (gemm_pattern)."""
+  if not any(u.op in (Ops.RESHAPE, Ops.PERMUTE) and u.src[0].op is Ops.REDUCE for u in root.toposort()): return root
+  def visit(old: UOp, new: UOp) -> UOp:
+    if new.op not in (Ops.RESHAPE, Ops.PERMUTE) or new.src[0].op is not Ops.REDUCE: return new
+    r = new.src[0]
+    x, n = r.src[0], r.arg[1]
+    kept = len(x.shape) - n
+    moved = x.reshape(new.arg + x.shape[kept:]) if new.op is Ops.RESHAPE else x.permute(new.arg + tuple(range(kept, len(x.shape))))
+    return moved.reduce(r.arg[0], n)
+  return _rebuild_graph([root], visit)[0]
+
+
+@functools.lru_cache(maxsize=512)
 def gemm_pattern(root: UOp) -> Gemm | None:
   """The Gemm that kernel root computes, or None (see uopc.lowering.Gemm): what stage and tc lower, and what uopc.opt
   looks for to choose them."""
@@ -551,7 +572,9 @@ def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   _check_lower_args(root, out, ctx.opts)
   if prod(root.shape) == 0: return sink()                   # nothing to compute
   o = ctx.opts
-  if o.gpu and (o.stage or o.tc): ctx.gpu.gemm = gemm_pattern(root)
+  if o.gpu and (o.stage or o.tc):
+    root = gemm_form(root)
+    ctx.gpu.gemm = gemm_pattern(root)
   start = (ctx.next_range, ctx.next_alloc)
   if o.gpu and o.tc: combos = tc_outputs(ctx, root.shape)
   else:
