@@ -52,6 +52,11 @@ def _value(x):
   return x.value if isinstance(x, (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t)) else x
 
 
+def _pointer_args(params) -> list[int]:
+  """The 64-bit values a launch's kernelParams point at (uopc's kernels take device pointers alone)."""
+  return [ctypes.c_uint64.from_address(a).value for a in params] if params is not None else []
+
+
 def _out(ref, value) -> None:
   """Write through a byref() pointer, as the driver writes its out-parameters."""
   ref._obj.value = value
@@ -211,7 +216,7 @@ class FakeLibcuda:
     if threads > 1024: return INVALID_VALUE
     if shared > max(STATIC_SHARED_LIMIT, attributes.get(MAX_DYNAMIC_SHARED_SIZE_BYTES, 0)): return INVALID_VALUE
     self.launches.append({"name": name, "blocks": _value(gx) * _value(gy) * _value(gz), "threads": threads, "shared": shared,
-                          "thread": threading.current_thread().name})
+                          "thread": threading.current_thread().name, "args": _pointer_args(params)})
     if name == self.fault_in: self.sticky = ILLEGAL_ADDRESS     # reported by a later call, as a real fault is
     return SUCCESS
 
