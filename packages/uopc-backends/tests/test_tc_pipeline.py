@@ -74,6 +74,36 @@ def test_the_pipelined_gemm_is_numpys_and_conflict_free(m, n, k, a_t, b_t, opts)
   assert all(c.conflicts == 0 for c in counts.values()), [c for c in counts.values() if c.conflicts]
 
 
+def f32_gemm(m: int, n: int, k: int, a_t: bool, b_t: bool) -> UOp:
+  """gemm's f32 twin: an f32 GEMM over BUFFERs 0 and 1 stored in either order."""
+  a = buf(0, m * k).reshape((k, m) if a_t else (m, k))
+  b = buf(1, k * n).reshape((n, k) if b_t else (k, n))
+  a = (a.permute((1, 0)) if a_t else a).reshape((m, 1, k)).expand((m, n, k))
+  b = (b if b_t else b.permute((1, 0))).reshape((1, n, k)).expand((m, n, k))
+  return (a * b).reduce(Ops.ADD, 1)
+
+
+@pytest.mark.parametrize("a_t, b_t", [(False, False), (False, True), (True, False), (True, True)], ids=["nn", "nt", "tn", "tt"])
+def test_a_staged_f32_gemm_copies_each_operand_the_way_its_memory_runs(a_t, b_t):
+  # x[i, k] row-major runs along k, stored k-major (a_t) along i; y[k, j] runs along j, stored n-major (b_t) along k.
+  # Neighbouring threads copy neighbouring elements (the copy's first index varies fastest with the thread), the
+  # k-major tiles are read as float4 rows, and no shared-memory instruction takes more than 2 passes per ideal one
+  m, n, k = 64, 64, 32
+  root = f32_gemm(m, n, k, a_t, b_t)
+  g = gemm_pattern(root)
+  assert (g.x_runs_k, g.y_runs_k) == (not a_t, b_t)
+  rng = np.random.default_rng(40)
+  a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+  stored = [np.ascontiguousarray(a.T) if a_t else a, np.ascontiguousarray(b.T) if b_t else b]
+  opts = Opts(gpu=True, stage=16, local={0: 16, 1: 16}, upcast={0: 4, 1: 4})
+  got, prog = run(lower(root, buf(2, m * n), Ctx(opts=opts)), stored, m * n)
+  np.testing.assert_allclose(got.reshape(m, n), a @ b, rtol=1e-4, atol=1e-4)
+  shared = [c for c in prog.bank_counts.values() if c.warps]
+  assert shared and all(c.wavefronts <= 2 * c.ideal for c in shared), shared
+  loads = [u for u in prog.bank_counts if u.op is Ops.LOAD]
+  assert loads and all(u.dtype.count == 4 for u in loads), [u.dtype for u in loads]    # float4 reads of both tiles
+
+
 def test_without_the_swizzle_the_fragment_loads_conflict(monkeypatch):
   # the counts see the swizzle's work: rows of 64 bytes kept in order put the 8 rows an ldmatrix phase reads in 2 bank groups
   monkeypatch.setattr(gpulower, "swizzle", lambda row, chunk, chunks: chunk)

@@ -86,6 +86,9 @@ def combine_group(u: UOp, partial: UOp, outer: list[UOp], ctx: Ctx) -> UOp:
   return here.after(read, UOp(Ops.BARRIER, (read,))).index(0).load()
 
 
+STAGE_PAD = 4    # words after each k-row of a staged GEMM's tiles: 16 bytes, so rows stay aligned for float4 reads
+
+
 def staged_gemm(u: UOp, idx: tuple[UOp, ...], ctx: Ctx):
   """The generator body of a GEMM whose operand tiles are staged in shared memory (see the module docstring). All of
   the thread's outputs are built at the first request: the barrier after the tile's products waits for every one."""
@@ -102,17 +105,23 @@ def staged_gemm(u: UOp, idx: tuple[UOp, ...], ctx: Ctx):
     out = list(combos[0])
     out[g.i], out[g.j] = i_val, j_val
     return tuple(out) + (k_val,)
+  # both tiles are k-major, rows of TM (TN) padded by STAGE_PAD: a thread's outputs on i (on j) are neighbours in a row,
+  # read as one vector, and a copy along k writes 4 words apart, not in one bank. Each operand is copied the way its
+  # memory runs (Gemm.x_runs_k): neighbouring threads take neighbouring k, or neighbouring rows of the output axis
+  TMp, TNp = TM + STAGE_PAD, TN + STAGE_PAD
   needs, places = [], []
   for c in range(TM * S // T):
     e = tid + c * T
-    needs.append((g.x, at(oi + e // S, oj, kt * S + e % S)))
-    places.append(("x", e))
+    row, kq = (e % TM, e // TM) if g.x_runs_k is False else (e // S, e % S)
+    needs.append((g.x, at(oi + row, oj, kt * S + kq)))
+    places.append(("x", kq * TMp + row))
   for c in range(S * TN // T):
     e = tid + c * T
-    needs.append((g.y, at(oi, oj + e % TN, kt * S + e // TN)))
-    places.append(("y", e))
+    col, kq = (e // S, e % S) if g.y_runs_k else (e % TN, e // TN)
+    needs.append((g.y, at(oi, oj + col, kt * S + kq)))
+    places.append(("y", kq * TNp + col))
   values = yield needs
-  tile = {"x": ctx.alloc(g.x.dtype, TM * S, AddrSpace.SHARED), "y": ctx.alloc(g.y.dtype, S * TN, AddrSpace.SHARED)}
+  tile = {"x": ctx.alloc(g.x.dtype, S * TMp, AddrSpace.SHARED), "y": ctx.alloc(g.y.dtype, S * TNp, AddrSpace.SHARED)}
   staged = UOp(Ops.BARRIER, tuple(tile[w].index(e).store(v) for (w, e), v in zip(places, values)))
   xs, ys = tile["x"].after(staged), tile["y"].after(staged)
   kk = ctx.rng(S, AxisType.REDUCE)
@@ -121,8 +130,8 @@ def staged_gemm(u: UOp, idx: tuple[UOp, ...], ctx: Ctx):
     acc = ctx.alloc(u.dtype)
     here = acc.after(*ranges_in(*c_idx))
     start = here.index(0).store(UOp.const(0.0))
-    a = xs.index(simplify(c_idx[g.i] - oi) * S + kk).load()
-    b = ys.index(kk * TN + simplify(c_idx[g.j] - oj)).load()
+    a = xs.index(kk * TMp + simplify(c_idx[g.i] - oi)).load()
+    b = ys.index(kk * TNp + simplify(c_idx[g.j] - oj)).load()
     accs.append(here)
     updates.append(_store_sum(here, start, [kt, kk], a, b, o.fma))
   # the products of this step are done everywhere before the next step's copies overwrite the tiles
@@ -432,5 +441,5 @@ def block_threads(o: Opts) -> int:
   return prod(dict(o.local).values()) * (32 if o.tc else 1) * (o.group if o.group > 1 else 1)
 
 
-__all__ = ["outer_reductions", "wmma_a", "wmma_b", "wmma_c", "WMMA_M", "WMMA_N", "WMMA_K", "combine_group", "staged_gemm", "tc_outputs", "tc_gemm",
-           "check_gpu_opts", "block_threads"]
+__all__ = ["wmma_a", "wmma_b", "wmma_c", "WMMA_M", "WMMA_N", "WMMA_K", "combine_group", "staged_gemm", "tc_outputs", "tc_gemm",
+           "check_gpu_opts", "block_threads", "outer_reductions", "STAGE_PAD"]

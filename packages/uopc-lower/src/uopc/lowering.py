@@ -193,6 +193,10 @@ class Gemm:
   # not at all (None: a pipelined tensor-core GEMM, Opts(tc=True, stage=S), needs both)
   x_along_k: bool | None = None
   y_along_k: bool | None = None
+  # the same for x and y themselves, whatever their dtype: which way a staged GEMM's threads copy each operand's tile,
+  # so that neighbouring threads read neighbouring memory (None: not plain reads, copied along k)
+  x_runs_k: bool | None = None
+  y_runs_k: bool | None = None
 
   @property
   def f16(self) -> bool: return self.x16 is not None

@@ -538,7 +538,8 @@ def gemm_pattern(root: UOp) -> Gemm | None:
   if all(h is not None for h in halves): x16, y16 = halves
   i, j = only_x[-1], only_y[-1]
   along = (copy_along_k(x16, i, n), copy_along_k(y16, j, n)) if x16 is not None else (None, None)
-  return Gemm(r, x, y, i, j, r.src[0].shape[-1], x16, y16, *along)
+  runs = along if x16 is not None else (copy_along_k(x, i, n), copy_along_k(y, j, n))
+  return Gemm(r, x, y, i, j, r.src[0].shape[-1], x16, y16, *along, *runs)
 
 
 def copy_along_k(expr: UOp, axis: int, k_axis: int) -> bool | None:
