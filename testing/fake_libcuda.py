@@ -16,7 +16,10 @@ image; a launch of more than 1024 threads per block, or with more than 48 KiB of
 MAX_DYNAMIC_SHARED_SIZE_BYTES allowing it, is CUDA_ERROR_INVALID_VALUE; freeing an address that is not allocated is
 CUDA_ERROR_INVALID_VALUE. A launch of the function named in `fault_in` returns success (launches are asynchronous) and
 leaves the context with CUDA_ERROR_ILLEGAL_ADDRESS, which every later call returns (a fault is sticky). Kernels do not
-run: their output memory keeps what it held.
+run: their output memory keeps what it held. CUDA graphs: kernel nodes copy their arguments' values when they are made
+or set (cuGraphExecKernelNodeSetParams), an instantiated graph keeps its own copies, and cuGraphLaunch runs its nodes as
+launches (`graph=True` in `launches`); a node's arguments are read only for functions whose parameter count `arity`
+gives (a cubin holds it); `no_graphs` makes a driver without the graph API.
 """
 from __future__ import annotations
 import ctypes, struct, threading
@@ -86,11 +89,17 @@ class FakeLibcuda:
     self.modules: dict[int, bytes] = {}
     self.functions: dict[int, tuple[str, dict[int, int]]] = {}   # handle -> (name, attributes)
     self.launches: list[dict] = []
+    self.graphs: dict[int, list[int]] = {}                 # graph -> its kernel nodes, in order
+    self.nodes: dict[int, dict] = {}                       # node -> the launch it makes (arguments copied when made)
+    self.execs: dict[int, dict[int, dict]] = {}            # instantiated graph -> node -> its launch
+    self.arity: dict[str, int] = {}                        # function name -> its number of parameters (a cubin says)
+    self.no_graphs = False                                 # a driver without the CUDA graph API
     self._current = threading.local()
     self._next = 0x7F0000000000
     self._error_strings = {k: ctypes.c_char_p(v.encode()) for k, v in ERROR_STRINGS.items()}
 
   def __getattr__(self, name: str):
+    if name.startswith("cuGraph") and self.__dict__.get("no_graphs"): raise AttributeError(f"the fake libcuda has no {name}")
     impl = getattr(type(self), f"_{name}", None)
     if impl is None: raise AttributeError(f"the fake libcuda has no {name}")
     fn = _Function(self, name, impl.__get__(self))
@@ -208,17 +217,81 @@ class FakeLibcuda:
     f[1][_value(attribute)] = _value(value)
     return SUCCESS
 
-  def _cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-    if status := self._needs_context(): return status
+  def _kernel(self, function, blocks: int, threads: int, shared: int, args: list[int] | None) -> dict | int:
+    """A launch's record, or the CUresult a driver refuses it with."""
     if (f := self.functions.get(_value(function))) is None: return INVALID_VALUE
     name, attributes = f
-    threads, shared = _value(bx) * _value(by) * _value(bz), _value(shared)
     if threads > 1024: return INVALID_VALUE
     if shared > max(STATIC_SHARED_LIMIT, attributes.get(MAX_DYNAMIC_SHARED_SIZE_BYTES, 0)): return INVALID_VALUE
-    self.launches.append({"name": name, "blocks": _value(gx) * _value(gy) * _value(gz), "threads": threads, "shared": shared,
-                          "thread": threading.current_thread().name, "args": _pointer_args(params)})
-    if name == self.fault_in: self.sticky = ILLEGAL_ADDRESS     # reported by a later call, as a real fault is
+    return {"name": name, "blocks": blocks, "threads": threads, "shared": shared, "args": args}
+
+  def _run(self, record: dict, graph: bool) -> None:
+    self.launches.append({**record, "thread": threading.current_thread().name, "graph": graph})
+    if record["name"] == self.fault_in: self.sticky = ILLEGAL_ADDRESS     # reported by a later call, as a real fault is
+
+  def _cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+    if status := self._needs_context(): return status
+    record = self._kernel(function, _value(gx) * _value(gy) * _value(gz), _value(bx) * _value(by) * _value(bz), _value(shared), _pointer_args(params))
+    if isinstance(record, int): return record
+    self._run(record, graph=False)
     return SUCCESS
+
+  # -- CUDA graphs: a node copies its arguments' values when it is made or set, as the driver does (kernelParams is an
+  # array of pointers to them, read then: the node's arity is the function's, which a cubin holds and `arity` stands for)
+  def _node(self, params) -> dict | int:
+    p = params._obj
+    name = self.functions.get(p.func, ("?",))[0]
+    n = self.arity.get(name)
+    args = None if n is None else [ctypes.c_uint64.from_address(a).value for a in (ctypes.c_void_p * n).from_address(p.kernelParams)]
+    return self._kernel(p.func, p.gridDimX * p.gridDimY * p.gridDimZ, p.blockDimX * p.blockDimY * p.blockDimZ, p.sharedMemBytes, args)
+
+  def _cuGraphCreate(self, graph, flags):
+    if status := self._needs_context(): return status
+    handle = self._handle()
+    self.graphs[handle] = []
+    _out(graph, handle)
+    return SUCCESS
+
+  def _cuGraphAddKernelNode_v2(self, node, graph, deps, ndeps, params):
+    if status := self._needs_context(): return status
+    if (nodes := self.graphs.get(_value(graph))) is None: return INVALID_VALUE
+    record = self._node(params)
+    if isinstance(record, int): return record
+    handle = self._handle()
+    self.nodes[handle] = record
+    nodes.append(handle)
+    _out(node, handle)
+    return SUCCESS
+
+  def _cuGraphInstantiateWithFlags(self, graph_exec, graph, flags):
+    if status := self._needs_context(): return status
+    if (nodes := self.graphs.get(_value(graph))) is None: return INVALID_VALUE
+    handle = self._handle()
+    self.execs[handle] = {n: dict(self.nodes[n]) for n in nodes}     # its own copies: a graph's later changes don't reach it
+    _out(graph_exec, handle)
+    return SUCCESS
+
+  def _cuGraphExecKernelNodeSetParams_v2(self, graph_exec, node, params):
+    if status := self._needs_context(): return status
+    if (nodes := self.execs.get(_value(graph_exec))) is None or _value(node) not in nodes: return INVALID_VALUE
+    # the node is named by its handle in the graph the exec was made from, so that graph must still be alive
+    if not any(_value(node) in graph for graph in self.graphs.values()): return INVALID_VALUE
+    record = self._node(params)
+    if isinstance(record, int): return record
+    nodes[_value(node)] = record
+    return SUCCESS
+
+  def _cuGraphLaunch(self, graph_exec, stream):
+    if status := self._needs_context(): return status
+    if (nodes := self.execs.get(_value(graph_exec))) is None: return INVALID_VALUE
+    for record in nodes.values(): self._run(record, graph=True)
+    return SUCCESS
+
+  def _cuGraphDestroy(self, graph):
+    return SUCCESS if self.graphs.pop(_value(graph), None) is not None else INVALID_VALUE
+
+  def _cuGraphExecDestroy(self, graph_exec):
+    return SUCCESS if self.execs.pop(_value(graph_exec), None) is not None else INVALID_VALUE
 
   def _cuCtxSynchronize(self):
     return self._needs_context()

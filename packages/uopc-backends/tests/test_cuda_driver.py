@@ -244,31 +244,49 @@ def test_the_rendered_size_is_what_the_backend_reads():
   assert cuda.dynamic_shared_bytes(src) == 4096 and cuda.dynamic_shared_bytes("no shared memory") == 0
 
 
-# ---- a launch graph: a JIT replay's launches packed once --------------------------------------------------------------
+# ---- a launch graph: a JIT replay's launches as one CUDA graph -----------------------------------------------------------
 
 def test_a_graph_launches_its_kernels_in_order_on_the_pointers_of_their_slots(fake):
   backend = CUDABackend()
   prog, (x, y) = doubled(backend)
+  fake.arity[prog.name] = 2
   z = Buffer(backend, 64, dtypes.f32)
   # x -> y, then y -> z: slots 0, 1, 2
   g = backend.graph([(prog.handle, [0, 1], prog.global_size, prog.local_size), (prog.handle, [1, 2], prog.global_size, prog.local_size)], 3)
   g([x.handle, y.handle, z.handle])
-  assert [(a["name"], a["args"]) for a in fake.launches] == [(prog.name, [x.handle.ptr, y.handle.ptr]), (prog.name, [y.handle.ptr, z.handle.ptr])]
+  assert [(a["name"], a["args"], a["graph"]) for a in fake.launches] == \
+    [(prog.name, [x.handle.ptr, y.handle.ptr], True), (prog.name, [y.handle.ptr, z.handle.ptr], True)]
+  assert len(fake.called("cuGraphInstantiateWithFlags")) == 1 and not fake.called("cuLaunchKernel")
   w = Buffer(backend, 64, dtypes.f32)
-  g.set(2, w.handle)                        # a replay's new output: one cell written, every launch reading it sees it
+  g.set(2, w.handle)                        # a replay's new output: the one node reading slot 2 is given it again
   g.run()
   assert fake.launches[-1]["args"] == [y.handle.ptr, w.handle.ptr] and fake.launches[-2]["args"] == [x.handle.ptr, y.handle.ptr]
+  assert len(fake.called("cuGraphExecKernelNodeSetParams_v2")) == 1
+  g.set(2, w.handle)                        # the same buffer again: nothing to hand over
+  g.run()
+  assert len(fake.called("cuGraphExecKernelNodeSetParams_v2")) == 1 and len(fake.called("cuGraphLaunch")) == 3
   raises_one_line(lambda: backend.graph([(prog.handle, [0, 3], None, None)], 3), BackendError, f"graph: {prog.name} reads slot 3 of 3")
 
 
-def test_a_graph_under_cuda_sync_names_the_kernel_that_faulted(fake, monkeypatch):
+def test_a_driver_without_graphs_gets_one_launch_per_kernel_and_a_warning(fake, monkeypatch):
+  monkeypatch.setattr(cuda, "_graph_warned", False)
+  fake.no_graphs = True
+  backend = CUDABackend()
+  prog, bufs = doubled(backend)
+  g = backend.graph([(prog.handle, [0, 1], prog.global_size, prog.local_size)], 2)
+  with pytest.warns(RuntimeWarning, match="could not be made .*no CUDA graph API.*launched one by one"): g([b.handle for b in bufs])
+  g.run()
+  assert [(a["args"], a["graph"]) for a in fake.launches] == [([b.handle.ptr for b in bufs], False)] * 2
+
+
+def test_a_graph_under_cuda_sync_launches_each_kernel_and_names_the_one_that_faulted(fake, monkeypatch):
   backend = CUDABackend()
   prog, bufs = doubled(backend)
   g = backend.graph([(prog.handle, [0, 1], prog.global_size, prog.local_size)], 2)
   fake.fault_in = prog.name
   monkeypatch.setenv("UOPC_CUDA_SYNC", "1")
   msg = raises_one_line(lambda: g([b.handle for b in bufs]), BackendError, f"kernel {prog.name} (")
-  assert "failed on the device: CUDA error 700" in msg
+  assert "failed on the device: CUDA error 700" in msg and not fake.called("cuGraphLaunch")
   with pytest.warns(RuntimeWarning, match="after a kernel's fault"): bufs.clear()
 
 
@@ -276,7 +294,11 @@ def test_a_launch_graph_of_a_replayed_schedule_goes_native_on_cuda(fake):
   # runtime.LaunchGraph (what a JIT replays) hands its launches to the backend's graph at its GRAPH_AFTER-th call
   backend = CUDABackend()
   prog, (x, y) = doubled(backend)
+  fake.arity[prog.name] = 2
   lg = runtime.LaunchGraph([(prog, [0, 1])])
   for _ in range(lg.GRAPH_AFTER + 1): lg([x, y])
-  assert isinstance(lg.native, cuda.CUDAGraph) and len(fake.launches) == lg.GRAPH_AFTER + 1
+  assert isinstance(lg.native, cuda.CUDAGraph) and [a["graph"] for a in fake.launches] == [False] * (lg.GRAPH_AFTER - 1) + [True] * 2
   assert all(a["args"] == [x.handle.ptr, y.handle.ptr] for a in fake.launches)
+  x2 = Buffer(backend, 64, dtypes.f32)
+  lg([x2, y], varying=[0])                  # a replay on a new argument: only its slot is handed over
+  assert fake.launches[-1] == {**fake.launches[-1], "args": [x2.handle.ptr, y.handle.ptr], "graph": True}

@@ -586,11 +586,48 @@ class CUDABackend:
     d.check(d.lib.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
+class _KernelNodeParams(ctypes.Structure):
+  """CUDA_KERNEL_NODE_PARAMS_v2: its first ten fields are v1's (a v1 entry point reads those alone); kern and ctx stay
+  NULL (the function's own module and the current context)."""
+  _fields_ = [("func", ctypes.c_void_p), ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+              ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint), ("sharedMemBytes", ctypes.c_uint),
+              ("kernelParams", ctypes.c_void_p), ("extra", ctypes.c_void_p), ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]
+
+
+_GRAPH_API = {"create": ("cuGraphCreate",), "add": ("cuGraphAddKernelNode_v2", "cuGraphAddKernelNode"),
+              "instantiate": ("cuGraphInstantiateWithFlags",), "set": ("cuGraphExecKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams"),
+              "launch": ("cuGraphLaunch",), "destroy": ("cuGraphDestroy",), "destroy_exec": ("cuGraphExecDestroy",)}
+_graph_warned = False
+
+
+def _graph_api(lib) -> dict | None:
+  """The driver's CUDA graph entry points, their argument types set, or None where one is missing."""
+  api = {}
+  for key, names in _GRAPH_API.items():
+    for name in names:
+      try:
+        api[key] = getattr(lib, name)
+        break
+      except AttributeError: continue
+    else: return None
+  P = ctypes.c_void_p
+  for key, types in {"create": [P, ctypes.c_uint], "add": [P, P, P, ctypes.c_size_t, P], "instantiate": [P, P, ctypes.c_ulonglong],
+                     "set": [P, P, P], "launch": [P, P], "destroy": [P], "destroy_exec": [P]}.items():
+    api[key].argtypes = types
+  return api
+
+
 class CUDAGraph:
-  """Launches that run together, their arguments packed once: each slot is one 64-bit cell that every launch reading it
-  points at, so `set` writes a slot's device pointer once and `run` is a cuLaunchKernel per kernel and nothing else. A
-  launch through CUDABackend.launch packs its arguments and reads its grid again each time: a jitted GPT step of 108
-  kernels spent 2.8 ms of its 4.3 in Python, the device busy for 1.5 (an H200's host)."""
+  """Launches that run together (a JIT replay), as one CUDA graph: kernel nodes in a chain, instantiated once, launched
+  with one cuGraphLaunch. Their arguments are packed once, each slot one 64-bit cell that every launch reading it
+  points at; the driver copies a node's argument values when the node is made, so a slot given a new buffer (`set`: a
+  replay's new arguments and outputs) marks the nodes that read it, and the next run hands those to the graph again
+  (cuGraphExecKernelNodeSetParams) before it launches. Where the driver has no graphs, or making one fails, the
+  launches go one cuLaunchKernel each from the same packed arguments (a warning says why, once); so they do under
+  UOPC_CUDA_SYNC / UOPC_DEBUG, which wait after each kernel and name the one that faulted. A launch through
+  CUDABackend.launch packs its arguments and reads its grid again each time: a jitted GPT step of 108 kernels spent
+  2.8 ms of its 4.3 in Python, the device busy for 1.5 (an H200's host); packed, 2.2 ms; as one graph, 2.0 (nanoGPT's
+  step of about 400 kernels: 14.1 -> 13.5 ms)."""
   def __init__(self, backend: CUDABackend, items: list[tuple[CUDAProgram, list[int], int, int]], slots: int):
     self.backend = backend
     self.cells = [ctypes.c_uint64(0) for _ in range(slots)]
@@ -598,25 +635,77 @@ class CUDAGraph:
     self.programs = [prog for prog, *_ in items]     # their modules stay loaded while the graph launches them
     self.launches = [(prog.function, blocks, threads, prog.shared_bytes, (ctypes.c_void_p * max(1, len(args)))(*[address[a] for a in args]))
                      for prog, args, blocks, threads in items]
+    self.readers: list[list[int]] = [[] for _ in range(slots)]     # slot -> the launches that read it
+    for k, (_, args, *_) in enumerate(items):
+      for a in sorted(set(args)): self.readers[a].append(k)
+    self.native: tuple | None = None     # (api, exec, nodes, node params) once built
+    self.tried = False
+    self.stale: set[int] = set()         # launches whose argument values the native graph has not been given
 
   def __call__(self, handles: list[DeviceMemory]) -> None:
     """Run with every slot's handle."""
-    for i, h in enumerate(handles): self.cells[i].value = h.ptr
+    for i, h in enumerate(handles): self.set(i, h)
     self.run()
 
   def set(self, i: int, handle: DeviceMemory) -> None:
     """Slot i's handle for the runs from now on."""
-    self.cells[i].value = handle.ptr
+    if self.cells[i].value != handle.ptr:
+      self.cells[i].value = handle.ptr
+      self.stale.update(self.readers[i])
 
   def run(self) -> None:
     d = self.backend._device()
-    launch, sync = d.lib.cuLaunchKernel, sync_each_launch()
+    if sync_each_launch(): return self._launch_each(d, sync=True)
+    if not self.tried: self._build(d)
+    if self.native is None: return self._launch_each(d, sync=False)
+    api, graph_exec, nodes, params, _ = self.native
+    for k in self.stale: d.check(api["set"](graph_exec, nodes[k], ctypes.byref(params[k])), f"cuGraphExecKernelNodeSetParams {self.programs[k].name}")
+    self.stale.clear()
+    d.check(api["launch"](graph_exec, None), "cuGraphLaunch")
+
+  def _launch_each(self, d: _Driver, sync: bool) -> None:
+    launch = d.lib.cuLaunchKernel
     for k, (function, blocks, threads, shared, params) in enumerate(self.launches):
       if (status := launch(function, blocks, 1, 1, threads, 1, 1, shared, None, params, None)) != 0:
         d.check(status, f"cuLaunchKernel {self.programs[k].name}")
       if sync and (status := d.lib.cuCtxSynchronize()) != 0:
         raise BackendError(f"kernel {self.programs[k].name} ({blocks} blocks of {threads} threads) failed on the device: "
                            f"{d.error(status)}; the CUDA context can't be used after a fault: start a new process")
+
+  def _build(self, d: _Driver) -> None:
+    """The launches as one instantiated CUDA graph, with the cells' values now; on any failure, none (and a warning)."""
+    global _graph_warned
+    self.tried = True
+    api = _graph_api(d.lib)
+    graph = ctypes.c_void_p()
+    try:
+      if api is None: raise BackendError("the driver has no CUDA graph API (cuGraphCreate, cuGraphAddKernelNode, ...)")
+      d.check(api["create"](ctypes.byref(graph), 0), "cuGraphCreate")
+      nodes, params, prev = [], [], None
+      for k, (function, blocks, threads, shared, args) in enumerate(self.launches):
+        p = _KernelNodeParams(function, blocks, 1, 1, threads, 1, 1, shared, ctypes.cast(args, ctypes.c_void_p), None, None, None)
+        node, deps = ctypes.c_void_p(), (ctypes.c_void_p * 1)(prev) if prev is not None else None
+        d.check(api["add"](ctypes.byref(node), graph, deps, 0 if deps is None else 1, ctypes.byref(p)),
+                f"cuGraphAddKernelNode {self.programs[k].name}")
+        nodes.append(node)
+        params.append(p)
+        prev = node.value
+      graph_exec = ctypes.c_void_p()
+      d.check(api["instantiate"](ctypes.byref(graph_exec), graph, 0), "cuGraphInstantiateWithFlags")
+      self.native = (api, graph_exec, nodes, params, graph)     # the nodes are the graph's: it lives as long
+      self.stale.clear()
+    except BackendError as e:
+      if not _graph_warned:
+        _graph_warned = True
+        warnings.warn(f"uopc: a JIT replay's CUDA graph could not be made ({e}); its kernels are launched one by one", RuntimeWarning, stacklevel=3)
+    if self.native is None and graph.value and api is not None: api["destroy"](graph)
+
+  def __del__(self):
+    if self.native is not None and _driver_instance is not None:
+      api, graph_exec, _, _, graph = self.native
+      self.native = None
+      api["destroy_exec"](graph_exec)
+      api["destroy"](graph)
 
 
 def device_available() -> bool:
