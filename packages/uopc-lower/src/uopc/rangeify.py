@@ -543,7 +543,8 @@ def gemm_pattern(root: UOp) -> Gemm | None:
 
 
 def copy_along_k(expr: UOp, axis: int, k_axis: int) -> bool | None:
-  """How 16-byte copies can read `expr` (an f16 GEMM operand, see Gemm.x_along_k): True when neighbouring k are
+  """How 16-byte copies can read `expr` (an f16 GEMM operand, see Gemm.x_along_k; for an f32 one, which way its memory
+  runs, Gemm.x_runs_k, the 8-element alignment asked of it too): True when neighbouring k are
   neighbouring elements of its memory, False when neighbouring elements of output axis `axis` are, None when neither (a
   fused producer, a broadcast, a stride or an offset that breaks 16-byte alignment): rangeified at 8 neighbours of a
   multiple of 8 on the axis, it is 8 LOADs of one BUFFER at addresses a, a + 1, ..., a + 7, with a a multiple of 8."""
