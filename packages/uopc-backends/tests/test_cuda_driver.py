@@ -268,13 +268,17 @@ def test_a_graph_launches_its_kernels_in_order_on_the_pointers_of_their_slots(fa
   raises_one_line(lambda: backend.graph([(prog.handle, [0, 3], None, None)], 3), BackendError, f"graph: {prog.name} reads slot 3 of 3")
 
 
-def test_a_driver_without_graphs_gets_one_launch_per_kernel_and_a_warning(fake, monkeypatch):
+@pytest.mark.parametrize("why", ["no graph API", "instantiation refused"])
+def test_a_driver_without_graphs_gets_one_launch_per_kernel_and_a_warning(fake, monkeypatch, why):
   monkeypatch.setattr(cuda, "_graph_warned", False)
-  fake.no_graphs = True
+  if why == "no graph API": fake.no_graphs = True
+  else: monkeypatch.setattr(type(fake), "_cuGraphInstantiateWithFlags", lambda self, *a: 1)      # CUDA_ERROR_INVALID_VALUE
   backend = CUDABackend()
   prog, bufs = doubled(backend)
   g = backend.graph([(prog.handle, [0, 1], prog.global_size, prog.local_size)], 2)
-  with pytest.warns(RuntimeWarning, match="could not be made .*no CUDA graph API.*launched one by one"): g([b.handle for b in bufs])
+  says = "no CUDA graph API" if why == "no graph API" else "cuGraphInstantiateWithFlags failed: CUDA error 1"
+  with pytest.warns(RuntimeWarning, match=f"could not be made .*{says}.*launched one by one"): g([b.handle for b in bufs])
+  assert not fake.graphs                    # a graph that was made and not instantiated is destroyed
   g.run()
   assert [(a["args"], a["graph"]) for a in fake.launches] == [([b.handle.ptr for b in bufs], False)] * 2
 

@@ -694,7 +694,7 @@ class CUDAGraph:
       d.check(api["instantiate"](ctypes.byref(graph_exec), graph, 0), "cuGraphInstantiateWithFlags")
       self.native = (api, graph_exec, nodes, params, graph)     # the nodes are the graph's: it lives as long
       self.stale.clear()
-    except BackendError as e:
+    except (BackendError, ctypes.ArgumentError) as e:   # a driver that refuses, or an entry point of another signature
       if not _graph_warned:
         _graph_warned = True
         warnings.warn(f"uopc: a JIT replay's CUDA graph could not be made ({e}); its kernels are launched one by one", RuntimeWarning, stacklevel=3)
