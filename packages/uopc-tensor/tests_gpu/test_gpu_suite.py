@@ -133,6 +133,20 @@ def conv(device):
   return out, ref, 1e-4
 
 
+def jitted_replays(device):
+  """A jitted function of three kernels replayed on six new inputs: from its third call a replay goes through the
+  backend's launch graph (on CUDA, one CUDA graph whose nodes are given each call's new input and output), and every
+  call's answer must be its own input's."""
+  from uopc.jit import jit
+  w = rand(21, 48, 32)
+  tw = Tensor(w, device=device)
+  f = jit(lambda x: ((x @ tw).relu().sum(1) + (x * x).sum(1), (x - 1).exp2()))
+  xs = [rand(22 + i, 16, 48) for i in range(6)]
+  got = [np.concatenate([o.numpy().ravel() for o in f(Tensor(x, device=device))]) for x in xs]
+  want = [np.concatenate([(np.maximum(x @ w, 0).sum(1) + (x * x).sum(1)).ravel(), np.exp2(x - 1).ravel()]) for x in xs]
+  return np.stack(got), np.stack(want), 1e-4
+
+
 def mlp_training_step(device):
   """Two steps of a 32-64-10 MLP with AdamW; the oracle is the same steps on the C backend (checked against NumPy and
   PyTorch elsewhere)."""
@@ -157,7 +171,7 @@ def gpt_training_step(device):
 
 
 WORKLOADS = [elementwise, broadcast_where, half_math, integer_math, row_sums, column_max, long_sum, nested_sums, softmax, gemm_f32, gemm_f32_fused,
-             gemm_f16, gemm_half, gemm_f16_1024, gemm_f16_wide, gemm_f16_long, conv, mlp_training_step, gpt_training_step]
+             gemm_f16, gemm_half, gemm_f16_1024, gemm_f16_wide, gemm_f16_long, conv, jitted_replays, mlp_training_step, gpt_training_step]
 DEVICES = ["PYTHON", pytest.param("CUDA", marks=pytest.mark.skipif(not device_available(), reason="no CUDA device on this machine"))]
 
 
