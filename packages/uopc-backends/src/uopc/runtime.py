@@ -695,10 +695,9 @@ class LaunchGraph:
   """Launches that always run together, in order, on a table of Buffers: `launches` are (Program, slots), and calling
   the graph with the table (a Buffer per slot) launches every Program on the Buffers of its slots, unchecked (whoever
   made the launches checked them once: the JIT replays what run_schedule ran). From its GRAPH_AFTER-th call on, when
-  every Program is on one backend that has `graph` (the C backend: one C function calling each kernel; CUDA: the
-  launches with their arguments packed once), the lot runs through that, built once (never with native=False); until
-  then, or without one, each launch is its own call. Under UOPC_DEBUG each launch is timed on its own, as Program calls
-  are."""
+  every Program is on one backend that has `graph` (C: one C function calling each kernel; CUDA: one CUDA graph), the
+  lot is one native call, built once (never with native=False); until then, or without one, each launch is its own
+  call. Under UOPC_DEBUG each launch is timed on its own, as Program calls are."""
   GRAPH_AFTER = 3   # a loop replays a capture many times; a test that replays it twice never pays for building a graph
 
   def __init__(self, launches: Sequence[tuple[Program, Sequence[int]]], native: bool = True):
