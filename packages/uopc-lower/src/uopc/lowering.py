@@ -197,6 +197,7 @@ class Gemm:
   # so that neighbouring threads read neighbouring memory (None: not plain reads, copied along k)
   x_runs_k: bool | None = None
   y_runs_k: bool | None = None
+  root: UOp | None = None     # the kernel's root as stage and tc lower it: rangeify.gemm_form's, the sum at its own index
 
   @property
   def f16(self) -> bool: return self.x16 is not None

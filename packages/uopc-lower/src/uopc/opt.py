@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, AxisType, MOVEMENT, prod
 from uopc.lowering import Opts, Ctx, LowerError
-from uopc.rangeify import lower, check_opts, gemm_pattern, gemm_form
+from uopc.rangeify import lower, check_opts, gemm_pattern
 from uopc.gpulower import block_threads, outer_reductions
 from uopc.kernelize import Kernel
 from uopc.symbolic import simplify
@@ -317,7 +317,7 @@ def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
   fma = caps.fma and analyze(kernel).products
   def opts(**kw) -> Opts: return Opts(gpu=True, fma=fma and not kw.get("tc", False), **kw)
   choices: list[Opts] = []
-  if (g := gemm_pattern(gemm_form(root))) is not None:
+  if (g := gemm_pattern(root)) is not None:
     i, j = g.i, g.j
     if g.f16 and caps.tensor_cores:
       choices += [opts(tc=True, stage=s, local={i: wi, j: wj}, upcast={i: ui, j: uj}) for wi, wj, ui, uj, s in PIPELINED_TC]
@@ -759,7 +759,7 @@ def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[
 
 def _gpu_candidates(root: UOp, caps: Caps, base: Opts, add) -> None:
   """candidates' GPU half: `add(**changes)` keeps what is valid."""
-  if (g := gemm_pattern(gemm_form(root))) is not None:
+  if (g := gemm_pattern(root)) is not None:
     i, j = g.i, g.j
     # a tensor-core GEMM's accumulation is the hardware's; a staged one sums products, fused where the machine can
     # (the base's other pipeline depths, the other pipelined blocks, two of each other kind; then the rest)

@@ -413,7 +413,6 @@ def check_opts(root: UOp, o: Opts) -> None:
   for f in dataclasses.fields(Opts):
     if f.metadata.get("machine") == ("cpu" if o.gpu else "gpu") and getattr(o, f.name) != f.default: refuse(f.name, f.metadata["elsewhere"])
   if o.gpu:
-    if o.stage or o.tc: root = gemm_form(root)
     check_gpu_opts(root, o, refuse, gemm_pattern(root) if o.stage or o.tc else None)
     return
   lanes = {o.vector[0]: o.vector[1]} if o.vector is not None else {}
@@ -497,7 +496,7 @@ def gemm_form(root: UOp) -> UOp:
   elements reshaped to the new shape followed by the reduced axes (row-major, so the same sums), or with the kept axes
   permuted. A linear layer on a batch of sequences sums over (B*T, out, in) and reshapes the (B*T, out) result to (B,
   T, out), or on to (B, heads, T, d); summed as (B, T, out, in), the sum is at the output's own index, which is what
-  stage and tc lower (gemm_pattern)."""
+  stage and tc lower (gemm_pattern finds the GEMM in it, and hands it over as Gemm.root)."""
   if not any(u.op in (Ops.RESHAPE, Ops.PERMUTE) and u.src[0].op is Ops.REDUCE for u in root.toposort()): return root
   def visit(old: UOp, new: UOp) -> UOp:
     if new.op not in (Ops.RESHAPE, Ops.PERMUTE) or new.src[0].op is not Ops.REDUCE: return new
@@ -512,7 +511,8 @@ def gemm_form(root: UOp) -> UOp:
 @functools.lru_cache(maxsize=512)
 def gemm_pattern(root: UOp) -> Gemm | None:
   """The Gemm that kernel root computes, or None (see uopc.lowering.Gemm): what stage and tc lower, and what uopc.opt
-  looks for to choose them."""
+  looks for to choose them. It is found in gemm_form(root), which is what they lower (Gemm.root)."""
+  root = gemm_form(root)
   nodes = root.toposort()
   reduces = [u for u in nodes if u.op is Ops.REDUCE]
   if len(reduces) != 1: return None
@@ -539,7 +539,7 @@ def gemm_pattern(root: UOp) -> Gemm | None:
   i, j = only_x[-1], only_y[-1]
   along = (copy_along_k(x16, i, n), copy_along_k(y16, j, n)) if x16 is not None else (None, None)
   runs = along if x16 is not None else (copy_along_k(x, i, n), copy_along_k(y, j, n))
-  return Gemm(r, x, y, i, j, r.src[0].shape[-1], x16, y16, *along, *runs)
+  return Gemm(r, x, y, i, j, r.src[0].shape[-1], x16, y16, *along, *runs, root=root)
 
 
 def copy_along_k(expr: UOp, axis: int, k_axis: int) -> bool | None:
@@ -574,9 +574,7 @@ def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
   _check_lower_args(root, out, ctx.opts)
   if prod(root.shape) == 0: return sink()                   # nothing to compute
   o = ctx.opts
-  if o.gpu and (o.stage or o.tc):
-    root = gemm_form(root)
-    ctx.gpu.gemm = gemm_pattern(root)
+  if o.gpu and (o.stage or o.tc) and (g := gemm_pattern(root)) is not None: root, ctx.gpu.gemm = g.root, g
   start = (ctx.next_range, ctx.next_alloc)
   if o.gpu and o.tc: combos = tc_outputs(ctx, root.shape)
   else:
