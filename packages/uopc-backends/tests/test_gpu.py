@@ -108,9 +108,9 @@ def test_a_linear_layer_reshaped_into_heads_is_staged_as_a_gemm():
   B, T, H, D, C = 2, 16, 2, 8, 24
   x, w, bias = rand(32, B * T, C), rand(33, C, H * D), rand(34, B, H, T, D)
   heads = matmul(B * T, H * D, C).reshape((B, T, H, D)).permute((0, 2, 1, 3)) + buf(2, B * H * T * D).reshape((B, H, T, D))
-  assert gemm_pattern(heads) is None and gemm_pattern(gemm_form(heads)) is not None
-  g = gemm_pattern(gemm_form(heads))
-  assert (g.i, g.j) == (2, 3)
+  g = gemm_pattern(heads)
+  assert g is not None and g.root is gemm_form(heads) and g.root is not heads and g.root.shape == heads.shape
+  assert g.reduce.shape == (B, H, T, D) and (g.i, g.j) == (2, 3)   # the sum at the output's own index
   opts = choose_opts(make_kernel(heads, buf(3, B * H * T * D)), get_backend(PY).caps)
   assert opts.stage, opts
   want = (x @ w).reshape(B, T, H, D).transpose(0, 2, 1, 3) + bias
