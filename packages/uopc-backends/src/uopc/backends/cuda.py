@@ -424,6 +424,12 @@ class _Driver:
     self.lib.cuGetErrorString(status, ctypes.byref(s))
     return f"CUDA error {status}: {s.value.decode() if s.value else 'unknown'}"
 
+  def wait_for(self, name: str, blocks: int, threads: int) -> None:
+    """Wait for the kernel just launched (UOPC_CUDA_SYNC, UOPC_DEBUG), so that a fault names it."""
+    if (status := self.lib.cuCtxSynchronize()) != 0:
+      raise BackendError(f"kernel {name} ({blocks} blocks of {threads} threads) failed on the device: {self.error(status)}; the CUDA "
+                         "context can't be used after a fault: start a new process")
+
   def check(self, status: int, what: str) -> None:
     if status == 0: return
     # a fault is reported by whatever call comes after the kernel that made it: say so, and how to find the kernel
@@ -565,9 +571,7 @@ class CUDABackend:
     params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args])
     d.check(d.lib.cuLaunchKernel(program.function, blocks, 1, 1, threads, 1, 1, program.shared_bytes, None, params, None),
             f"cuLaunchKernel {program.name}")
-    if sync_each_launch() and (status := d.lib.cuCtxSynchronize()) != 0:
-      raise BackendError(f"kernel {program.name} ({blocks} blocks of {threads} threads) failed on the device: {d.error(status)}; the "
-                         "CUDA context can't be used after a fault: start a new process")
+    if sync_each_launch(): d.wait_for(program.name, blocks, threads)
 
   def graph(self, launches: list[tuple], slots: int) -> CUDAGraph:
     """Launches that always run together, in order (a JIT replay): `launches` are (program, slots of its arguments,
@@ -668,9 +672,7 @@ class CUDAGraph:
     for k, (function, blocks, threads, shared, params) in enumerate(self.launches):
       if (status := launch(function, blocks, 1, 1, threads, 1, 1, shared, None, params, None)) != 0:
         d.check(status, f"cuLaunchKernel {self.programs[k].name}")
-      if sync and (status := d.lib.cuCtxSynchronize()) != 0:
-        raise BackendError(f"kernel {self.programs[k].name} ({blocks} blocks of {threads} threads) failed on the device: "
-                           f"{d.error(status)}; the CUDA context can't be used after a fault: start a new process")
+      if sync: d.wait_for(self.programs[k].name, blocks, threads)
 
   def _build(self, d: _Driver) -> None:
     """The launches as one instantiated CUDA graph, with the cells' values now; on any failure, none (and a warning)."""
