@@ -190,13 +190,20 @@ def worker(args) -> dict:
   data = batches(cfg, batch, warm + per_round)
   if args.contender.startswith("uopc"): step = uopc_trainer(cfg_kw, state, plain=args.contender == "uopc plain")
   else: step = torch_trainer(cfg, state, compiled=args.contender == "torch.compile")
+  if args.first_only: return {"first": timed(lambda: step(*data[0]))}
+  first, loss, best = train_timed(step, data, warm, args.rounds)
+  return {"first": first, "loss": loss, "step": best, "rss": peak_rss_mib()}
+
+
+def train_timed(step, data: list, warm: int, rounds: int) -> tuple[float, float, float]:
+  """(the first step's seconds, the loss after `warm` steps, the best of `rounds` rounds' mean step over the rest of
+  `data`) of `step(tokens, targets) -> loss` (a float: the step has finished when it returns)."""
   t = time.perf_counter()
   losses = [step(*data[0])]
   first = time.perf_counter() - t
-  if args.first_only: return {"first": first}
   losses += [step(x, y) for x, y in data[1:warm]]
-  best = min(timed(lambda: [step(x, y) for x, y in data[warm:]]) / per_round for _ in range(args.rounds))
-  return {"first": first, "loss": losses[-1], "step": best, "rss": peak_rss_mib()}
+  best = min(timed(lambda: [step(x, y) for x, y in data[warm:]]) / (len(data) - warm) for _ in range(rounds))
+  return first, losses[-1], best
 
 
 def timed(fn) -> float:

@@ -101,13 +101,8 @@ def gpt_rows(sizes: list[str]) -> None:
         contenders.append(("torch", lambda: bench.torch_trainer(GPTConfig(**cfg_kw), state, compiled=False, device="cuda")))
       got = {}
       for name, make in contenders:
-        step = make()
-        t = time.perf_counter()
-        losses = [step(*data[0])]
-        first = time.perf_counter() - t
-        losses += [step(x, y) for x, y in data[1:warm]]
-        best = min(bench.timed(lambda: [step(x, y) for x, y in data[warm:]]) / per_round for _ in range(3))
-        got[name] = (first, best, losses[-1])
+        first, loss, best = bench.train_timed(make(), data, warm, 3)
+        got[name] = (first, best, loss)
     row = f"{size:10}" + "".join(f"{got[n][0]:>11.2f}s{got[n][1] * 1e3:>9.2f}ms{got[n][2]:>11.4f} " for n in got)
     if "torch" in got: row += f"{got['torch'][1] / got['uopc'][1]:>11.2f}x"
     print(row, flush=True)
