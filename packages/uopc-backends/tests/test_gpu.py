@@ -83,6 +83,8 @@ def test_a_reduction_nested_in_a_shared_one_need_not_divide_by_the_block():
 def test_many_outputs_of_short_sums_get_a_thread_each_few_outputs_a_block_each():
   wide = make_kernel(matmul(1024, 65, 128), buf(2, 1024 * 65))        # 66,560 outputs: a thread each
   narrow = make_kernel(matmul(16, 65, 128), buf(2, 16 * 65))          # 1,040 outputs: a block's threads share each sum
+  from uopc.opt import GROUP_OUTPUTS
+  assert 16 * 65 <= GROUP_OUTPUTS < 1024 * 65            # the two sides of the threshold this test is about
   caps = get_backend(PY).caps
   assert choose_opts(wide, caps).group == 1 and choose_opts(wide, caps).local
   assert choose_opts(narrow, caps).group > 1
