@@ -259,6 +259,26 @@ def test_toposort_order_is_sources_first_left_to_right():
   assert [u for u in (a + b).toposort()][:2] == [a, b]
 
 
+def test_toposort_of_a_graph_sorted_again_is_a_list_of_its_own_and_keeps_nothing_alive():
+  """A large graph's order is kept for the next toposort of it (passes in a row sort one program again), as a new list
+  each time, by a weak reference: the kept order neither keeps the graph (and the buffers it names) alive nor outlives it."""
+  import uopc.uop as U
+  gc.collect()
+  before = len(UOp._cache)
+  x = param(0, dtypes.f32)
+  for i in range(2 * U.SORTS_KEPT_FROM): x = x * 2.0 + float(i)
+  first = x.toposort()
+  again = x.toposort()
+  assert again == first and again is not first and again[-1] is x and len(first) == len(set(first))
+  again.append(x)                                    # a caller may change its list: the next sort is untouched
+  assert x.toposort() == first
+  small = param(1) + 1
+  assert small.toposort() == [param(1), UOp.const(1), small]
+  del x, first, again, small
+  gc.collect()
+  assert len(UOp._cache) == before and not any(r() is not None and r().op is Ops.MUL for r in U._recent_sorts)
+
+
 def test_substitute_rebuilds_only_what_changed():
   x = param(0, dtypes.f32)
   e = (x + 1.0) * (x + 1.0)
