@@ -340,16 +340,26 @@ def _staged(roots: list[UOp]) -> set[UOp]:
   staged |= _split_large_bodies(nodes, staged, live)
   # shared values: a node used by several kernels is materialized if recomputing it is costly
   root_set = set(roots)
+  # each kernel's region, by its root, and each shared node's local region: a round's new cuts change only the regions
+  # that hold one of them, so only those are walked again (each round walked every region: a third of a cold GPT step's
+  # kernelize)
+  regions: dict[UOp, set[UOp]] = {}
+  locals_: dict[UOp, set[UOp]] = {}
+  new: set[UOp] = set()
   while True:
+    for r in [r for r, reg in regions.items() if not new.isdisjoint(reg)] + [r for r in dict.fromkeys(roots) if r not in regions] + \
+             [r for r in staged if r not in regions]:
+      regions[r] = _regions([r], staged)[0]
+    for u in [u for u, reg in locals_.items() if not new.isdisjoint(reg)]: del locals_[u]
     owners: dict[UOp, set[int]] = {}
-    for k, reg in enumerate(_regions(list(roots) + list(staged), staged)):
-      for u in reg: owners.setdefault(u, set()).add(k)
+    for k, r in enumerate(list(roots) + list(staged)):
+      for u in regions[r]: owners.setdefault(u, set()).add(k)
     costly: dict[UOp, set[UOp]] = {}
     for u, ks in owners.items():
       if len(ks) < 2 or u in staged or u.op in (Ops.CONST, Ops.BUFFER, Ops.SINK): continue
       # sharing starts at the topmost shared node: one that is a kernel root, or has a user in fewer kernels
       if u not in root_set and all(owners.get(v, set()) >= ks for v in users.get(u, ()) if v in owners): continue
-      local = _regions([u], staged)[0]
+      if (local := locals_.get(u)) is None: local = locals_[u] = _regions([u], staged)[0]
       if (any(x.op is Ops.REDUCE for x in local) or len(_reads(local)) > MAX_SHARED_READS
           or sum(ALU_COST.get(x.op, 0) for x in local) > MAX_SHARED_COST): costly[u] = local
     # the deepest first: once a shared scores matrix is stored, the exp of it that two kernels share is cheap again
