@@ -11,7 +11,7 @@ from uopc.symbolic import simplify
 from uopc.composite import pad_axis, flip_axis, anti_eye, move_axis
 from uopc.rangeify import lower, Opts, Ctx
 from uopc.testing import render_c, run_c
-from uopc.backends.c import MATH_DECLS, VECTORIZE_PRAGMA, CCompiler, scalar_loop
+from uopc.backends.c import MATH_DECLS, VECTORIZE_PRAGMA, CCompiler, CRenderer, scalar_loop
 from uopc.vectorize import vectorize
 from uopc.linearize import linearize
 from uopc.testing import run_shaped
@@ -203,6 +203,17 @@ def test_a_kernel_with_a_loop_of_scalar_work_on_memory_is_built_at_the_vectorize
   assert not scalar_loop(linear(tiled)) and VECTORIZE_PRAGMA not in render_c(tiled, "tile")
 
 
+def test_a_small_kernels_scalar_loop_stays_at_cflags_level():
+  """gcc's -O1 and vectorizer cost about 6 ms a kernel more than -Og: a kernel whose buffers are all smaller than
+  CRenderer.scalar_loop_min elements keeps its scalar loop at -Og (a cold GPT step's small transposed Adam updates),
+  and one at the threshold gets the pragma, whichever of its buffers is the large one (a softmax's rows, read)."""
+  n = CRenderer.scalar_loop_min
+  assert not c_of(buf(0, n // 2) * 2.0, 1, "small").startswith(VECTORIZE_PRAGMA)
+  assert c_of(buf(0, n) * 2.0, 1, "large").startswith(VECTORIZE_PRAGMA)
+  rows = buf(0, n).reshape((n // 64, 64)).reduce(Ops.MAX, 1)                 # reads n elements, writes n // 64
+  assert scalar_loop(linear(lower(rows, buf(1, n // 64)))) and c_of(rows, 1, "rows").startswith(VECTORIZE_PRAGMA)
+
+
 def test_a_kernels_helpers_are_inlined_at_cflags_level(tmp_path, monkeypatch):
   """-Og inlines no function on its own: a vector fma called per multiply-add made a GEMM's tile 2x slower. The prelude's
   helpers are always_inline, so a kernel built with CFLAGS keeps none of them as a function of its own (nm lists the
@@ -218,13 +229,13 @@ def test_a_kernels_helpers_are_inlined_at_cflags_level(tmp_path, monkeypatch):
 
 def test_the_prelude_holds_only_the_helpers_the_kernel_uses():
   plain = c_of(buf(0, 4) * 2.0, 1, "plain")
-  assert plain.startswith(VECTORIZE_PRAGMA + "void plain(")    # no libm declarations, no helper, no vector type
+  assert plain.startswith("void plain(")    # no libm declarations, no helper, no vector type (nor the pragma: 4 elements)
   ex = c_of(buf(0, 4).alu(Ops.EXP2), 1, "ex")
   assert "float uopc_exp2(float x)" in ex and MATH_DECLS not in ex and "floordiv_i32" not in ex and "typedef" not in ex
   div = c_of(buf(0, 4, dtypes.i32) // buf(1, 4, dtypes.i32), 2, "div")
   assert "int floordiv_i32(int a, int b)" in div and "floormod_i32" not in div and "uopc_exp2" not in div
   mx = c_of(buf(0, 8).reshape((2, 4)).reduce(Ops.MAX, 1), 1, "mx")
-  assert mx.startswith(VECTORIZE_PRAGMA + MATH_DECLS) and "-INFINITY" in mx and "#include" not in mx   # libm declared, not included
+  assert mx.startswith(MATH_DECLS) and "-INFINITY" in mx and "#include" not in mx   # libm declared, not included
   x = buf(0, 64)
   vec = render_c(lower((x * 2.0).alu(Ops.EXP2), buf(1, 64), Ctx(opts=Opts(vector=(0, 8)))), "vec")
   assert "typedef float f32x8 " in vec and "f32x8 exp2_f32x8(f32x8 x)" in vec and "sel_f32x8(" in vec and "bcast_f32x8(" in vec
