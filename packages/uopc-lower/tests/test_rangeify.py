@@ -1,6 +1,7 @@
 """rangeify and lower: index maps, the REDUCE lowering, Opts, checked by running the lowered loops."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, AxisType, buf, range_, stack, prod
 from uopc.uir import parse, to_uir
@@ -33,6 +34,33 @@ def test_ravel_unravel():
   k = range_(4, 2)
   merged = ravel((i, range_(4, 1), k), (4, 4, 4))
   assert simplify(unravel(merged, (4, 16))[0]) is i
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=2, max_size=5), st.data())
+def test_a_splits_index_is_the_simplified_unravel(sizes, data):
+  """A RESHAPE that splits one axis reads its source at the simplified row-major position of the index (a shortcut):
+  the very node that simplifying unravel's (position // 1) % n gives, for index entries that are loop counters, offsets
+  of them, a constant 0 or a sum of two counters; and no shortcut where the bounds don't show the position in range."""
+  from uopc.rangeify import _regrouped, _split_position
+  n = prod(sizes)
+  ranges = [range_(s, k) for k, s in enumerate(sizes)]
+  def entry(k):
+    kind = data.draw(st.sampled_from(["range", "zero", "offset", "pair"] if sizes[k] > 1 else ["zero"]))
+    if kind == "zero": return UOp.const(0)
+    if kind == "offset": return range_(sizes[k] - 1, 10 + k) + 1
+    if kind == "pair":                    # two counters whose sum stays within the axis: 0 .. size - 2
+      h = data.draw(st.integers(1, sizes[k] - 1))
+      return range_(h, 20 + k) + range_(sizes[k] - h, 30 + k)
+    return ranges[k]
+  idx = tuple(entry(k) for k in range(len(sizes)))
+  general = tuple(simplify(c) for c in unravel(ravel(idx, tuple(sizes)), (n,)))
+  assert _regrouped(idx, tuple(sizes), (n,)) == general
+  short = _split_position(idx, tuple(sizes), n)
+  assert short is None or (short,) == general
+  if all(i.op is Ops.RANGE or i.op is Ops.CONST for i in idx): assert short is not None
+  wide = tuple(range_(s + 1, 40 + k) for k, s in enumerate(sizes))      # a counter past its axis: not within [0, n)
+  assert _split_position(wide, tuple(sizes), n) is None
 
 
 def test_identity_elements():

@@ -11,7 +11,7 @@ from uopc.lowering import LowerError
 from uopc.rangeify import lower, Opts, Ctx
 from uopc.linearize import linearize
 from uopc.interpret import run_linear
-from uopc.vectorize import vectorize
+from uopc.vectorize import vectorize, _Lanes
 
 rng = np.random.default_rng(0)
 
@@ -65,6 +65,29 @@ def test_the_vectorized_program_computes_what_the_lanes_as_a_loop_compute(name, 
   assert not any(u.op is Ops.RANGE and u.arg.kind is AxisType.UPCAST for u in nodes)     # no lane loop left
   assert any(u.dtype.count > 1 for u in nodes)
   assert bits(run(vectors, inputs, n)) == bits(run(program, inputs, n))
+
+
+def test_the_lane_sum_shortcut_gives_the_address_the_proof_gives():
+  """A lane address that is a sum of the lane and lane-free terms (x + lane + 16) takes a shortcut to lane 0's address:
+  for every such address of these programs (and of a GEMM tile whose B rows are read at +8), the shortcut's address is
+  the very node the contiguity proof finds, and the other addresses (gathers, modulo heads) get no shortcut."""
+  X = buf(0, 256).reshape((8, 32))
+  extra = [("gemm tile", ((X.reshape((8, 1, 32)).expand((8, 16, 32))) * buf(1, 512).reshape((1, 16, 32)).expand((8, 16, 32))).reduce(Ops.ADD, 1),
+            Opts(vector=(1, 8), upcast={0: 2, 1: 2}, fma=True))]
+  took = refused = 0
+  for _, root, inputs, opts in [(n, r, i, o) for n, r, i, o in programs()] + [(n, r, [], o) for n, r, o in extra]:
+    program = lower(root, buf(9, max(1, math.prod(root.shape)), root.dtype), Ctx(opts=opts))
+    lanes = _Lanes(program)
+    lanes.rewrite(program)
+    for u in program.toposort():
+      if u.op not in (Ops.LOAD, Ops.STORE) or (lane := lanes._address_lane(u.src[0])) is None: continue
+      address = u.src[0].src[1]
+      if (base := lanes._lane_sum(address, lane)) is None:
+        refused += 1
+        continue
+      took += 1
+      assert lanes.rewrite(base) is lanes._contiguous_proof(address, lane), address
+  assert took >= 10 and refused >= 4
 
 
 def test_contiguous_lanes_are_one_vector_load_and_one_vector_store():

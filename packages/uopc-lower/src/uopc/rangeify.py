@@ -31,11 +31,11 @@ receives their values (or, needing none, returns the value at once), driven by a
 two indices is two computations, and hash consing makes the index tuple an exact, cheap key.
 """
 from __future__ import annotations
-import dataclasses, functools, threading
+import dataclasses, functools, operator, threading
 from typing import Callable, Generator
 from uopc.uop import UOp, Ops, AxisType, ALU, MOVEMENT, sink, prod, _rebuild_graph
 from uopc.dtype import dtypes, I32_MAX
-from uopc.symbolic import simplify
+from uopc.symbolic import simplify, bounds
 from uopc.evaluate import identity, SUM_CHUNK
 from uopc.lowering import LowerError, Opts, Ctx, Gemm, GpuAxis, Walk, Chunks, ReduceLoops, ravel, unravel, ranges_in
 from uopc.gpulower import staged_gemm, tc_gemm, tc_outputs, combine_group, check_gpu_opts
@@ -110,11 +110,25 @@ def _regrouped(idx: tuple[UOp, ...], new: tuple[int, ...], old: tuple[int, ...])
   """The indices into `old` of the element at index `idx` of `new` (one group of axes of equal product), simplified."""
   key = (idx, new, old)
   if (hit := _regroup_memo.get(key)) is not None: return hit
-  out = tuple(simplify(c) for c in unravel(ravel(idx, new), old))
+  if len(old) == 1 and (flat := _split_position(idx, new, old[0])) is not None: out = (flat,)
+  else: out = tuple(simplify(c) for c in unravel(ravel(idx, new), old))
   with _regroup_lock:
     _regroup_memo[key] = out
     while len(_regroup_memo) > UNRAVELED: del _regroup_memo[next(iter(_regroup_memo))]
   return out
+
+
+def _split_position(idx: tuple[UOp, ...], new: tuple[int, ...], n: int) -> UOp | None:
+  """A split's source index (one axis of n split into `new`): the row-major position of idx, simplified, when its bounds
+  show it within [0, n), as those of loop counters do; unravel's `(position // 1) % n` simplifies to the same, after
+  simplify multiplied out the Horner form and proved the modulo idle (most of a cold GPT step's reshape indices)."""
+  terms, stride = [], 1
+  for i, size in zip(reversed(idx), reversed(new)):
+    if not (i.op is Ops.CONST and i.arg == 0): terms.append(i if stride == 1 else i * stride)
+    stride *= size
+  flat = simplify(functools.reduce(operator.add, reversed(terms))) if terms else UOp.const(0)
+  lo, hi = bounds(flat)
+  return flat if 0 <= lo and hi < n else None
 
 
 # a movement op's value at idx is its source's value at another index: the index maps of the table above
