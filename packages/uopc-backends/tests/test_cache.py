@@ -148,6 +148,7 @@ def test_kernels_compiled_together_are_one_gcc_run_and_each_an_entry_a_fresh_com
   progs = CCompiler().compile_many(items)
   assert len(builds) == 1 and "-fopenmp" in builds[0]    # one run, OpenMP's flags for all (nothing changes without a pragma)
   assert progs[5] is progs[0] and len({id(p) for p in progs}) == 5
+  assert len({id(p.lib) for p in progs}) == 1                            # the run's object, loaded once for all five
   backend = CBackend()
   def check_all(progs):
     for prog, scale in zip(progs[:2], scales): check_scale(lambda arrays: backend.launch(prog, [arrays[0], arrays[1]]), scale)
@@ -166,6 +167,17 @@ def test_kernels_compiled_together_are_one_gcc_run_and_each_an_entry_a_fresh_com
   check_all([again.compile(src, name) for src, name in items[:5]])
   check_all(CCompiler().compile_many(items[:5]))
   assert len(builds) == 1
+
+
+def test_a_batch_whose_object_cant_be_loaded_once_loads_each_member_from_its_own_entry(tmp_path, monkeypatch):
+  """A batch's shared object is read back and loaded once for all its members; where that fails (here: refused), each
+  member is loaded from its own entry, as a later process would, and computes what it should."""
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(CC.CCompiler, "_open", staticmethod(lambda path, key: None))
+  scales = [fresh_scale() for _ in range(3)]
+  progs = CCompiler().compile_many([(render_c(scale_program(s), "k"), "k") for s in scales])
+  assert len({p.path for p in progs}) == 3
+  for prog, scale in zip(progs, scales): check_scale(lambda arrays: CBackend().launch(prog, [arrays[0], arrays[1]]), scale)
 
 
 def test_threads_switch_often_while_a_compile_runs_and_the_interval_comes_back_after(tmp_path, monkeypatch):

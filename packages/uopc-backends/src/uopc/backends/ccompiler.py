@@ -199,9 +199,13 @@ class CCompiler:
         except CompileError: so = None    # one of them doesn't compile: each alone says which
         if so is not None:
           first = self._store(so, cache_dir() / f"{unique[0][2]}.so")
+          # the shared object is read back, checked and loaded once, and each member's function found in it (loading
+          # each member's entry read and hashed the whole object again, and each of those syscalls waited for the planner
+          # to let the GIL go: a third of the 25 ms a batch of a cold GPT step spent after its gcc)
+          lib = self._open(first, unique[0][2])
           for i, _, key, src in unique:
             path = first if key == unique[0][2] else self._link(first, so, cache_dir() / f"{key}.so")
-            if (prog := self._load(path, items[i][1], src, key)) is not None:
+            if (prog := self._member(lib, path, items[i][1], src, key) or self._load(path, items[i][1], src, key)) is not None:
               with self._lock: self._loaded.setdefault(key, prog)
       for i, _, key, src in group:
         with self._lock: prog = self._loaded.get(key)
@@ -215,6 +219,26 @@ class CCompiler:
       _check_asan_preloaded()
       flags = flags + SANITIZE_FLAGS
     return flags, hashlib.sha256("\0".join([src, " ".join(flags), self.identity()]).encode()).hexdigest()[:32]
+
+  @staticmethod
+  def _open(path: Path, key: str) -> ctypes.CDLL | None:
+    """The shared object a batch just stored at `path`, loaded (None when it can't be read back whole, or loaded, or
+    lacks the first member's function: each member is then loaded from its own entry, as _load does)."""
+    if read_entry(path) is None: return None
+    try:
+      lib = ctypes.CDLL(str(path))
+      getattr(lib, _symbol(key))
+      return lib
+    except (OSError, AttributeError): return None
+
+  @staticmethod
+  def _member(lib: ctypes.CDLL | None, path: Path, name: str, src: str, key: str) -> CProgram | None:
+    """A batch member's program from its batch's loaded object (its entry at `path`), or None."""
+    if lib is None: return None
+    try: fn = getattr(lib, _symbol(key))
+    except AttributeError: return None
+    fn.restype = None
+    return CProgram(name, src, path, fn, lib)
 
   @staticmethod
   def _load(path: Path, name: str, src: str, key: str, why: list[str] | None = None) -> CProgram | None:
