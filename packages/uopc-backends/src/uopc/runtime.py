@@ -352,9 +352,9 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
 _COMPILE_WORKERS = max(2, os.cpu_count() or 1)   # compiles at once (os.cpu_count() costs 30 us a call here: read once)
 
 
-# A compiler run's source while planning goes on: gcc takes about 13 ms a KB of kernel source here (a 51 KB GEMM with a
-# GELU epilogue, 0.73 s), so about 0.4 s
-BATCH_SOURCE = 32_000
+# A compiler run's source while planning goes on: gcc takes 3-4 ms a KB of kernel source here, so about 0.2 s; a run
+# also costs 30 ms before it compiles anything (a cold GPT step, alternating: 32 KB 1.14-1.32 s, 64 KB 1.00-1.14 s)
+BATCH_SOURCE = 64_000
 
 
 def _source_size(plan: _Pending) -> int:
