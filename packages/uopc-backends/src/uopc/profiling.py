@@ -4,11 +4,15 @@
     profile.compiled(program, seconds)    counted for the summary
     profile.summary()                     programs, launches, compile and run time, the top kernels by time; printed at exit
 
-A program is anything with `name`, `backend.name`, `shape`, `flops` and `nbytes` (uopc.runtime.Program).
+A program is anything with `name`, `backend.name`, `shape`, `flops` and `nbytes` (uopc.runtime.Program), whose FLOPs,
+bytes and launch grid launch_cost and launch_grid read off its linearized program (format_linear prints one).
 """
 from __future__ import annotations
 import atexit, sys
-from typing import Any
+from typing import Any, Sequence
+from uopc.uop import UOp, Ops, AxisType, ALU
+from uopc.symbolic import bounds
+from uopc.gpulower import WMMA_K, WMMA_M, WMMA_N
 
 
 class _Profile:
@@ -57,4 +61,40 @@ class _Profile:
 profile = _Profile()
 
 
-__all__ = ["profile"]
+def launch_grid(lin: Sequence[UOp], kind: AxisType) -> tuple[int, ...] | None:
+  """The launch grid's sizes along the GLOBAL (or LOCAL) ranges, in range order; None when the program has none."""
+  sizes = [bounds(u.src[0])[1] for u in sorted((u for u in lin if u.op is Ops.RANGE and u.arg.kind is kind), key=lambda r: r.arg)]
+  return tuple(sizes) or None
+
+
+# a WMMA is one lane's share of a warp's m16n8k16 multiply-add (the 32 lanes are a LOCAL range around it)
+WMMA_LANE_FLOPS = 2 * WMMA_M * WMMA_N * WMMA_K // 32
+
+
+def launch_cost(lin: Sequence[UOp], params: tuple[UOp, ...]) -> tuple[int, int]:
+  """(FLOPs, bytes) of one launch: every float ALU op (on a vector, one per lane; a fused multiply-add two, and a WMMA
+  its lane's share of the warp's 2 * 16 * 8 * 16) times the trip count of the loops around it (index arithmetic is not
+  counted), and every parameter's memory once. An n x n x n GEMM counts 2 n^3, however it is lowered."""
+  trips, flops = [1], 0
+  for u in lin:
+    if u.op is Ops.RANGE: trips.append(trips[-1] * max(0, bounds(u.src[0])[1]))
+    elif u.op is Ops.END: trips.pop()
+    elif u.op is Ops.WMMA: flops += trips[-1] * WMMA_LANE_FLOPS
+    elif u.op in ALU and u.op is not Ops.CAST and (u.dtype.is_float or u.src[0].dtype.is_float):
+      flops += trips[-1] * u.src[0].dtype.count * (2 if u.op is Ops.MULACC else 1)
+  return flops, sum(b.shape[0] * b.dtype.itemsize for b in params)
+
+
+def format_linear(lin: Sequence[UOp]) -> str:
+  """A linearized program, one statement per line, indented by loop: number, op, dtype, arg, sources by number."""
+  ids = {u: i for i, u in enumerate(lin)}
+  lines, depth = [], 0
+  for i, u in enumerate(lin):
+    if u.op is Ops.END: depth -= 1
+    arg = "" if u.arg is None else repr(u.arg)
+    lines.append(f"{i:4d} {'  ' * depth}{u.op.name:<8} {u.dtype.name:<5} {arg[:48]:<48} {[ids[s] for s in u.src]}")
+    if u.op is Ops.RANGE: depth += 1
+  return "\n".join(lines)
+
+
+__all__ = ["profile"]   # (launch_cost, launch_grid and format_linear are uopc.runtime's; it exports format_linear)

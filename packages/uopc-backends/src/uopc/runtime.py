@@ -44,19 +44,18 @@ from pathlib import Path
 from typing import Any, MutableMapping, Sequence
 import numpy as np
 from uopc.dtype import DType, dtypes
-from uopc.uop import UOp, Ops, AxisType, ALU, prod
+from uopc.uop import UOp, Ops, AxisType, prod
 from uopc.uir import to_uir
 from uopc.lowering import Opts, Ctx, LowerError
 from uopc.rangeify import lower
 from uopc.linearize import linearize
 from uopc.vectorize import vectorize
 from uopc.kernelize import Kernel, Schedule
-from uopc.symbolic import bounds
 from uopc.opt import Caps, choose_opts
-from uopc.gpulower import WMMA_K, WMMA_M, WMMA_N, block_threads
+from uopc.gpulower import block_threads
 from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import Backend, BackendError, LinearProgram, base_memory
-from uopc.profiling import _Profile, profile   # noqa: F401  (runtime.profile is the one tests swap)
+from uopc.profiling import _Profile, profile, launch_cost, launch_grid, format_linear   # noqa: F401  (runtime.profile is the one tests swap)
 
 
 def np_dtype(dtype: DType) -> np.dtype:
@@ -447,8 +446,8 @@ class _Pending:
   def finish(self, handle: Any) -> Program:
     lin, params = self.lin, self.params
     written = stored_slots(lin)
-    flops, nbytes = _cost(lin, params)
-    global_size, local_size = _grid(lin, AxisType.GLOBAL), _grid(lin, AxisType.LOCAL)
+    flops, nbytes = launch_cost(lin, params)
+    global_size, local_size = launch_grid(lin, AxisType.GLOBAL), launch_grid(lin, AxisType.LOCAL)
     prog = Program(self.name, self.src, self.opts, tuple(Param(b.arg.slot, b.dtype, b.shape[0], b.arg.slot in written) for b in params),
                    self.backend, handle, global_size, local_size, self.shape, flops, nbytes, lin)
     if self.plan_path is not None and self.src is not None and self.opts is not None:
@@ -571,42 +570,6 @@ def vectorized(sink: UOp, backend: Backend) -> UOp:
   it has them (caps.vector_width > 1; else they stay loops), its neighbouring memory moves as wide ones of caps.vector_bytes."""
   caps = backend_caps(backend)
   return vectorize(sink, lanes=caps.vector_width > 1, memory_bytes=caps.vector_bytes)
-
-
-def _grid(lin: Sequence[UOp], kind: AxisType) -> tuple[int, ...] | None:
-  """The launch grid's sizes along the GLOBAL (or LOCAL) ranges, in range order; None when the program has none."""
-  sizes = [bounds(u.src[0])[1] for u in sorted((u for u in lin if u.op is Ops.RANGE and u.arg.kind is kind), key=lambda r: r.arg)]
-  return tuple(sizes) or None
-
-
-# a WMMA is one lane's share of a warp's m16n8k16 multiply-add (the 32 lanes are a LOCAL range around it)
-WMMA_LANE_FLOPS = 2 * WMMA_M * WMMA_N * WMMA_K // 32
-
-
-def _cost(lin: Sequence[UOp], params: tuple[UOp, ...]) -> tuple[int, int]:
-  """(FLOPs, bytes) of one launch: every float ALU op (on a vector, one per lane; a fused multiply-add two, and a WMMA
-  its lane's share of the warp's 2 * 16 * 8 * 16) times the trip count of the loops around it (index arithmetic is not
-  counted), and every parameter's memory once. An n x n x n GEMM counts 2 n^3, however it is lowered."""
-  trips, flops = [1], 0
-  for u in lin:
-    if u.op is Ops.RANGE: trips.append(trips[-1] * max(0, bounds(u.src[0])[1]))
-    elif u.op is Ops.END: trips.pop()
-    elif u.op is Ops.WMMA: flops += trips[-1] * WMMA_LANE_FLOPS
-    elif u.op in ALU and u.op is not Ops.CAST and (u.dtype.is_float or u.src[0].dtype.is_float):
-      flops += trips[-1] * u.src[0].dtype.count * (2 if u.op is Ops.MULACC else 1)
-  return flops, sum(b.shape[0] * b.dtype.itemsize for b in params)
-
-
-def format_linear(lin: Sequence[UOp]) -> str:
-  """A linearized program, one statement per line, indented by loop: number, op, dtype, arg, sources by number."""
-  ids = {u: i for i, u in enumerate(lin)}
-  lines, depth = [], 0
-  for i, u in enumerate(lin):
-    if u.op is Ops.END: depth -= 1
-    arg = "" if u.arg is None else repr(u.arg)
-    lines.append(f"{i:4d} {'  ' * depth}{u.op.name:<8} {u.dtype.name:<5} {arg[:48]:<48} {[ids[s] for s in u.src]}")
-    if u.op is Ops.RANGE: depth += 1
-  return "\n".join(lines)
 
 
 # ---- running -------------------------------------------------------------------------------------------------------
