@@ -1,6 +1,6 @@
 """uopc.runtime: Buffers, Programs whose parameters are fixed at compile time and checked at every launch,
 compile_kernel's Opts and cache, run_schedule, and the C renderer as tables a GPU renderer can subclass."""
-import re, time
+import re, threading, time
 import numpy as np
 import pytest
 from uopc.dtype import dtypes, AddrSpace
@@ -311,6 +311,39 @@ def test_compile_kernels_batches_what_was_planned_and_splits_the_rest_evenly_acr
     ref = data.copy()
     for i in range(n): ref = ref * np.float32(i + 2) + np.float32(1)
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-6)
+
+
+def test_a_compile_that_ends_while_planning_goes_on_starts_the_next_itself(monkeypatch):
+  """When a compiler run ends while Python is still lowering a kernel, the thread that ran it takes what was planned
+  meanwhile and starts the next run at once, not when the planner next looks (gcc sat idle 13-21 ms a run of a cold GPT
+  step). Here the planner stops before its fourth kernel until a second run has started: only the compiling thread can
+  start it."""
+  started = threading.Event()
+  real_many, real_one = C.compile_many, C.compile
+  def many(items):
+    started.set()
+    return real_many(items)
+  def slow_one(src, name):           # the first run, one kernel: slow, so that two more are planned meanwhile
+    time.sleep(0.3)
+    return real_one(src, name)
+  monkeypatch.setattr(C, "compile_many", many)
+  monkeypatch.setattr(C, "compile", slow_one)
+  monkeypatch.setattr(runtime, "_COMPILE_WORKERS", 2)
+  real_plan, planned = runtime._plan_kernel, []
+  def plan(kernel, *a):
+    if len(planned) == 3: planned.append(started.wait(10))   # (False if the run never started while the planner waited)
+    planned.append(True)
+    return real_plan(kernel, *a)
+  monkeypatch.setattr(runtime, "_plan_kernel", plan)
+  x = buf(0, 64)
+  kernels = [make_kernel(x * float(k + 2) + float(k), buf(1, 64)) for k in range(6)]
+  progs = runtime.compile_kernels(kernels, C)
+  assert all(planned) and len(planned) == 7
+  data = np.linspace(-1, 1, 64, dtype=np.float32)
+  for k, prog in enumerate(progs):
+    out = Buffer(C, 64, dtypes.f32)
+    prog([Buffer.from_numpy(data, C), out])
+    np.testing.assert_allclose(out.numpy(), data * np.float32(k + 2) + np.float32(k), rtol=1e-6)
 
 
 @pytest.mark.parametrize("sizes, limit, taken", [([10, 10, 10], 25, 2), ([30, 1], 25, 1), ([5, 5], 100, 2), ([3, 30, 3], 25, 1)])

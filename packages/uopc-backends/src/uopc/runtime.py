@@ -307,44 +307,62 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
   beside the planning of the kernels after them: a C compile is a gcc process, which starts as soon as its kernel is
   rendered, while Python lowers the next (a cold GPT step planned every kernel, then waited for gcc: 6.6 s). A backend
   with compile_many (the C backend) gets the kernels in batches, one compiler run each: whatever was planned while the
-  compiler was busy (up to BATCH_SOURCE of source), and at the end what is left, in parts of equal source, one per CPU."""
+  compiler was busy (up to BATCH_SOURCE of source; the thread whose run ended starts the next), and at the end what is
+  left, in parts of equal source, one per CPU."""
   unique: dict[tuple, Program | _Pending] = {}            # a schedule repeats structures (every layer's GEMMs): plan each once
-  handles: dict[int, tuple[Future, int]] = {}
+  handles: dict[int, Any] = {}                             # id(plan) -> the backend's handle, put as each compile ends
   many = getattr(backend, "compile_many", None)
   workers = _COMPILE_WORKERS
   waiting: list[_Pending] = []
-  running: list[Future] = []
+  lock, state = threading.Lock(), {"planning": True, "feeding": 0}
+  futures: list[Future] = []
+  def build(group: list[_Pending]) -> None:
+    hs = many([(p.compilable, p.name) for p in group]) if many is not None and len(group) > 1 else \
+      [backend.compile(p.compilable, p.name) for p in group]
+    handles.update((id(p), h) for p, h in zip(group, hs))
+  def feed(group: list[_Pending]) -> None:
+    # a compiler run, then, while planning goes on, the next one of what was planned meanwhile, at once: waiting for the
+    # planner to look (after the kernel it was lowering) left gcc idle 13-21 ms a run of a cold GPT step
+    try:
+      while group:
+        build(group)
+        with lock:
+          at = _batch(waiting) if state["planning"] and waiting else 0
+          group, waiting[:at] = waiting[:at], []
+    finally:
+      with lock: state["feeding"] -= 1
   with ExitStack() as stack:
     pool: ThreadPoolExecutor | None = None                  # made when a kernel needs a compile: most schedules have none new
-    def submit(group: list) -> None:
+    def submit(fn, group: list) -> None:
       nonlocal pool
       if pool is None: pool = stack.enter_context(ThreadPoolExecutor(workers + 1))   # (the last parts beside one still running)
-      if many is None or len(group) == 1: fut, items = pool.submit(lambda p: [backend.compile(p.compilable, p.name)], group[0]), group[:1]
-      else: fut, items = pool.submit(many, [(p.compilable, p.name) for p in group]), group
-      running.append(fut)
-      handles.update((id(p), (fut, j)) for j, p in enumerate(items))
-    for k in kernels:
-      if (k.canonical_root, k.canonical_out) in unique: continue
-      plan = unique[(k.canonical_root, k.canonical_out)] = _plan_kernel(k, backend, None, None, policy)
-      if isinstance(plan, Program): continue
-      if many is None:
-        submit([plan])
-        continue
-      waiting.append(plan)
-      running[:] = [f for f in running if not f.done()]
-      if len(running) < workers - 1:     # one CPU plans (Python); the others compile what it has planned so far
-        at = _batch(waiting)
-        submit(waiting[:at])
-        waiting = waiting[at:]
-    if waiting:
+      futures.append(pool.submit(fn, group))
+    try:
+      for k in kernels:
+        if (k.canonical_root, k.canonical_out) in unique: continue
+        plan = unique[(k.canonical_root, k.canonical_out)] = _plan_kernel(k, backend, None, None, policy)
+        if isinstance(plan, Program): continue
+        if many is None:
+          submit(build, [plan])
+          continue
+        with lock:
+          waiting.append(plan)
+          group = []
+          if state["feeding"] < workers - 1:     # one CPU plans (Python); the others compile what it has planned so far
+            at = _batch(waiting)
+            group, waiting[:at] = waiting[:at], []
+            state["feeding"] += 1
+        if group: submit(feed, group)
+    finally:
+      with lock: state["planning"], rest, waiting[:] = False, list(waiting), []
+    if rest:
       # what is left goes to every worker at once, in parts of about equal source (gcc's time grows with it), not only to
       # the idle ones: a compile still running ends soon, and a part that waited for it ran alone at the end (a cold GPT
       # step's last 80 kernels were one part, 4.3 s of gcc after planning, the other CPU idle)
-      for part in _balanced(waiting, min(len(waiting), workers)): submit(part)
+      for part in _balanced(rest, min(len(rest), workers)): submit(build, part)
     # (an error planning a later kernel leaves the pool waiting for the compiles already started, then propagates)
-    done = {}
-    for plan in unique.values():
-      if (handle := handles.get(id(plan))) is not None: done[id(plan)] = plan.finish(handle[0].result()[handle[1]])
+    for f in futures: f.result()
+    done = {id(plan): plan.finish(handles[id(plan)]) for plan in unique.values() if id(plan) in handles}
   return [p if isinstance(p, Program) else done[id(p)] for p in (unique[(k.canonical_root, k.canonical_out)] for k in kernels)]
 
 
