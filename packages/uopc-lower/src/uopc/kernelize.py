@@ -169,13 +169,13 @@ def _gemm(r: UOp) -> bool:
 def _regions(roots: list[UOp], cut: set[UOp]) -> list[set[UOp]]:
   """For each kernel root, the nodes computed inside its kernel: reachable without crossing a cut or a BUFFER."""
   out = []
+  buffer = Ops.BUFFER
   for r in roots:
-    seen, stack = set(), [r]
+    seen, stack = {r}, [r]
+    add, push, pop = seen.add, stack.append, stack.pop
     while stack:
-      u = stack.pop()
-      if u in seen: continue
-      seen.add(u)
-      stack.extend(s for s in u.src if s not in cut and s.op is not Ops.BUFFER)
+      for s in pop().src:
+        if s not in seen and s not in cut and s.op is not buffer: add(s); push(s)
     out.append(seen)
   return out
 
