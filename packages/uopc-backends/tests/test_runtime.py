@@ -313,11 +313,12 @@ def test_compile_kernels_batches_what_was_planned_and_splits_the_rest_evenly_acr
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-6)
 
 
-def test_a_compile_that_ends_while_planning_goes_on_starts_the_next_itself(monkeypatch):
+def test_a_compile_that_ends_while_planning_goes_on_starts_the_next_itself(monkeypatch, tmp_path):
   """When a compiler run ends while Python is still lowering a kernel, the thread that ran it takes what was planned
   meanwhile and starts the next run at once, not when the planner next looks (gcc sat idle 13-21 ms a run of a cold GPT
   step). Here the planner stops before its fourth kernel until a second run has started: only the compiling thread can
   start it."""
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))    # (kernels no earlier run compiled or planned)
   started = threading.Event()
   real_many, real_one = C.compile_many, C.compile
   def many(items):
@@ -344,6 +345,34 @@ def test_a_compile_that_ends_while_planning_goes_on_starts_the_next_itself(monke
     out = Buffer(C, 64, dtypes.f32)
     prog([Buffer.from_numpy(data, C), out])
     np.testing.assert_allclose(out.numpy(), data * np.float32(k + 2) + np.float32(k), rtol=1e-6)
+
+
+def test_a_compiled_kernel_becomes_its_program_while_planning_goes_on(monkeypatch, tmp_path):
+  """A kernel compiled while later kernels are planned becomes its Program (its facts counted, its plan written to the
+  disk cache) when the planner next finds it compiled, not after the last compile: all of them at the end were 60-90 ms
+  of a cold GPT step after its last gcc. Here the planner is slow, and the first kernel's Program is made before the last
+  kernel is planned; every Program runs to NumPy's answer."""
+  monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))    # (kernels no earlier run compiled or planned)
+  monkeypatch.setattr(runtime, "_COMPILE_WORKERS", 2)
+  real_plan, real_finish, events = runtime._plan_kernel, runtime._Pending.finish, []
+  def plan(kernel, *a):
+    time.sleep(0.15)                     # (each kernel's compile, alone, ends while the next is planned)
+    events.append("plan")
+    return real_plan(kernel, *a)
+  def finish(self, handle):
+    events.append("finish")
+    return real_finish(self, handle)
+  monkeypatch.setattr(runtime, "_plan_kernel", plan)
+  monkeypatch.setattr(runtime._Pending, "finish", finish)
+  x = buf(0, 64)
+  kernels = [make_kernel(x * float(k + 3) - float(k), buf(1, 64)) for k in range(4)]
+  progs = runtime.compile_kernels(kernels, C)
+  assert events.count("plan") == 4 and events.count("finish") == 4 and events.index("finish") < len(events) - 1 - events[::-1].index("plan")
+  data = np.linspace(-1, 1, 64, dtype=np.float32)
+  for k, prog in enumerate(progs):
+    out = Buffer(C, 64, dtypes.f32)
+    prog([Buffer.from_numpy(data, C), out])
+    np.testing.assert_allclose(out.numpy(), data * np.float32(k + 3) - np.float32(k), rtol=1e-6)
 
 
 @pytest.mark.parametrize("sizes, limit, taken", [([10, 10, 10], 25, 2), ([30, 1], 25, 1), ([5, 5], 100, 2), ([3, 30, 3], 25, 1)])

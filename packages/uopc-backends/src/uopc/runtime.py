@@ -36,7 +36,7 @@ and the benchmarks. What is the same for every backend lives here once, so no ba
 from __future__ import annotations
 import functools, hashlib, json, marshal, os, sys, threading, time, warnings
 from collections import OrderedDict, abc
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import ExitStack
 from dataclasses import dataclass
 from enum import Enum
@@ -310,7 +310,9 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
   compiler was busy (up to BATCH_SOURCE of source; the thread whose run ended starts the next), and at the end what is
   left, in parts of equal source, one per CPU."""
   unique: dict[tuple, Program | _Pending] = {}            # a schedule repeats structures (every layer's GEMMs): plan each once
-  handles: dict[int, Any] = {}                             # id(plan) -> the backend's handle, put as each compile ends
+  compiled: list[tuple[_Pending, Any]] = []               # (plan, the backend's handle), appended as each compile ends
+  done: dict[int, Program] = {}
+  finished = [0]                                           # how many of `compiled` made their Program
   many = getattr(backend, "compile_many", None)
   workers = _COMPILE_WORKERS
   waiting: list[_Pending] = []
@@ -319,7 +321,14 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
   def build(group: list[_Pending]) -> None:
     hs = many([(p.compilable, p.name) for p in group]) if many is not None and len(group) > 1 else \
       [backend.compile(p.compilable, p.name) for p in group]
-    handles.update((id(p), h) for p, h in zip(group, hs))
+    compiled.extend(zip(group, hs))
+  def finish_compiled() -> None:
+    # each compiled plan made a Program (its facts counted, its plan written to the disk cache) as soon as the planner
+    # or the wait at the end finds it compiled: all of them after the last compile was 60-90 ms of a cold GPT step
+    while finished[0] < len(compiled):
+      plan, handle = compiled[finished[0]]
+      finished[0] += 1
+      done[id(plan)] = plan.finish(handle)
   def feed(group: list[_Pending]) -> None:
     # a compiler run, then, while planning goes on, the next one of what was planned meanwhile, at once: waiting for the
     # planner to look (after the kernel it was lowering) left gcc idle 13-21 ms a run of a cold GPT step
@@ -353,6 +362,7 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
             group, waiting[:at] = waiting[:at], []
             state["feeding"] += 1
         if group: submit(feed, group)
+        finish_compiled()
     finally:
       with lock: state["planning"], rest, waiting[:] = False, list(waiting), []
     if rest:
@@ -361,8 +371,9 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
       # step's last 80 kernels were one part, 4.3 s of gcc after planning, the other CPU idle)
       for part in _balanced(rest, min(len(rest), workers)): submit(build, part)
     # (an error planning a later kernel leaves the pool waiting for the compiles already started, then propagates)
-    for f in futures: f.result()
-    done = {id(plan): plan.finish(handles[id(plan)]) for plan in unique.values() if id(plan) in handles}
+    for f in as_completed(futures):
+      f.result()
+      finish_compiled()
   return [p if isinstance(p, Program) else done[id(p)] for p in (unique[(k.canonical_root, k.canonical_out)] for k in kernels)]
 
 
