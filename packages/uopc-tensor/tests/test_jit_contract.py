@@ -33,6 +33,25 @@ def test_the_same_tensor_passed_twice_then_two_tensors():
   assert f(ones(3, v=2.0), ones(3)).item() == 12
 
 
+def test_arguments_returned_after_a_capture_of_the_same_tensor_twice_are_the_calls_own():
+  """A function that returns its arguments (and computes nothing it keeps), captured with one tensor passed twice: a
+  call with two tensors is another capture, and each returned tensor is the one passed in its place (the replay of the
+  first capture returned the second argument for both: the long fuzzer's loop 2050158510)."""
+  def f(x, aux, y):
+    (x + aux - y).square().mean()           # (dead: nothing realizes it)
+    return aux, x
+  g = jit(f)
+  a, b, y = Tensor(data(1, 3)), Tensor(data(2, 3)), Tensor(data(3, 3))
+  g(a, a, y)
+  g(a, a, y)                                # captured: x and aux are one tensor
+  for k in range(3):
+    x, aux = Tensor(data(10 + k, 3)), Tensor(data(20 + k, 3))
+    got_aux, got_x = g(x, aux, y)
+    assert got_x is x and got_aux is aux
+  got_aux, got_x = g(b, b, y)
+  assert got_x is b and got_aux is b
+
+
 def test_two_tensors_then_the_same_tensor_twice():
   f = jit(lambda a, b: (a * b).sum())
   for k in range(3): f(Tensor(data(k, 4)), Tensor(data(k + 5, 4)))

@@ -175,6 +175,7 @@ class _Plan:
   publish: list[tuple[tuple, int | None, tuple[int, ...]]]   # (place, slot or None for a .grad set to None, shape)
   grad_guards: list[tuple[tuple, bool]]          # (leaf place, whether its .grad was None when captured)
   out: Any                                       # the return value with an _Out for every tensor
+  same_args: list[tuple[int, ...]] = field(default_factory=list)   # argument positions that held one tensor (see _bind)
   pools: dict[int, list[_Held]] = field(default_factory=dict)
   memo: list = field(default_factory=list)       # per read, per place: (weakref to the uop last bound, to its Buffer)
   varying: list[int] | None = None               # the slots whose Buffer a replay may change: reads and results
@@ -320,7 +321,8 @@ class JitFunction:
     steps.append((LaunchGraph(rest[done:]), None))
     self._plans.append(_Plan([(t.shape, t.dtype) for t in tensors], others, objects, launches, steps, table, reads, temps, shown,
                              draws, checks, publish, grad_guards, template,
-                             static=LaunchGraph([launches[i] for i in sorted(static)]) if static else None, static_inputs=static_inputs))
+                             static=LaunchGraph([launches[i] for i in sorted(static)]) if static else None, static_inputs=static_inputs,
+                             same_args=[ks for ks in _positions(tensors) if len(ks) > 1]))
     return out
 
   # ---- replay
@@ -340,6 +342,11 @@ class JitFunction:
     guards don't hold (then another capture is needed). State left lazy is realized here."""
     for leaf, was_none in plan.grad_guards:
       if (t := _resolve(leaf, tensors)) is not None and (t.grad is None) != was_none: return None
+    # one tensor passed in several places when captured (f(x, x)) is one argument to the plan: its launches read one
+    # buffer for them, and a returned x is the tensor at one of them. Distinct tensors there (f(x, y)) are another
+    # capture; a plan that read nothing of them returned y for x
+    for ks in plan.same_args:
+      if any(tensors[k] is not tensors[ks[0]] for k in ks[1:]): return None
     table = plan.table[:]
     if not plan.memo: plan.memo = [[None] * len(places) for _, _, places in plan.reads]
     for (s, size, places), memo in zip(plan.reads, plan.memo):
@@ -434,6 +441,13 @@ class _Out(NamedTuple):
   """Where a replay finds a captured output: ("arg", k), ("place", place), ("slot", (slot, shape, device)), ("empty", ...)."""
   kind: str
   value: Any
+
+
+def _positions(tensors: list[Tensor]) -> list[tuple[int, ...]]:
+  """The argument positions of each distinct tensor among `tensors` (by identity), in order."""
+  at: dict[int, list[int]] = {}
+  for k, t in enumerate(tensors): at.setdefault(id(t), []).append(k)
+  return [tuple(ks) for ks in at.values()]
 
 
 def _key(place: tuple) -> tuple:
