@@ -350,13 +350,20 @@ def test_a_compile_that_ends_while_planning_goes_on_starts_the_next_itself(monke
 def test_a_compiled_kernel_becomes_its_program_while_planning_goes_on(monkeypatch, tmp_path):
   """A kernel compiled while later kernels are planned becomes its Program (its facts counted, its plan written to the
   disk cache) when the planner next finds it compiled, not after the last compile: all of them at the end were 60-90 ms
-  of a cold GPT step after its last gcc. Here the planner is slow, and the first kernel's Program is made before the last
-  kernel is planned; every Program runs to NumPy's answer."""
+  of a cold GPT step after its last gcc. Here the planner lowers its third kernel only once the first has compiled, and
+  the first kernel's Program is made before the last kernel is planned; every Program runs to NumPy's answer."""
   monkeypatch.setenv("UOPC_CACHE_DIR", str(tmp_path))    # (kernels no earlier run compiled or planned)
   monkeypatch.setattr(runtime, "_COMPILE_WORKERS", 2)
-  real_plan, real_finish, events = runtime._plan_kernel, runtime._Pending.finish, []
+  real_plan, real_finish, real_one, events = runtime._plan_kernel, runtime._Pending.finish, C.compile, []
+  first_compiled = threading.Event()
+  def one(src, name):
+    try: return real_one(src, name)
+    finally: first_compiled.set()
+  monkeypatch.setattr(C, "compile", one)
   def plan(kernel, *a):
-    time.sleep(0.15)                     # (each kernel's compile, alone, ends while the next is planned)
+    if events.count("plan") == 2:
+      assert first_compiled.wait(10)
+      time.sleep(0.05)                   # (its thread hands the compiled kernel over right after)
     events.append("plan")
     return real_plan(kernel, *a)
   def finish(self, handle):

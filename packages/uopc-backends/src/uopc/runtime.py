@@ -312,7 +312,7 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
   unique: dict[tuple, Program | _Pending] = {}            # a schedule repeats structures (every layer's GEMMs): plan each once
   compiled: list[tuple[_Pending, Any]] = []               # (plan, the backend's handle), appended as each compile ends
   done: dict[int, Program] = {}
-  finished = [0]                                           # how many of `compiled` made their Program
+  finished = 0                                             # how many of `compiled` made their Program
   many = getattr(backend, "compile_many", None)
   workers = _COMPILE_WORKERS
   waiting: list[_Pending] = []
@@ -325,9 +325,10 @@ def compile_kernels(kernels: Sequence[Kernel], backend: Backend, policy: OptsPol
   def finish_compiled() -> None:
     # each compiled plan made a Program (its facts counted, its plan written to the disk cache) as soon as the planner
     # or the wait at the end finds it compiled: all of them after the last compile was 60-90 ms of a cold GPT step
-    while finished[0] < len(compiled):
-      plan, handle = compiled[finished[0]]
-      finished[0] += 1
+    nonlocal finished
+    while finished < len(compiled):
+      plan, handle = compiled[finished]
+      finished += 1
       done[id(plan)] = plan.finish(handle)
   def feed(group: list[_Pending]) -> None:
     # a compiler run, then, while planning goes on, the next one of what was planned meanwhile, at once: waiting for the

@@ -226,13 +226,11 @@ def _in_normal_form(u: UOp) -> bool:
   seen: set[UOp] = set()
   last = None
   for i, t in enumerate(reversed(terms)):
-    if t.op is _CONST:
-      if i != len(terms) - 1 or t.arg == 0: return False
+    base, k = _split(t)
+    if base is None:
+      if i != len(terms) - 1 or k == 0: return False
       continue
-    if t.op is _MUL and t.src[1].op is _CONST:
-      base, k = t.src[0], t.src[1].arg
-      if k in (0, 1) or _wrap(k) != k: return False
-    else: base = t
+    if t is not base and (k in (0, 1) or _wrap(k) != k): return False
     if base.op is _FLOORMOD or base in seen: return False
     seen.add(base)
     if last is not None and _key(base) < last: return False

@@ -233,10 +233,11 @@ class CCompiler:
 
   @staticmethod
   def _member(lib: ctypes.CDLL | None, path: Path, name: str, src: str, key: str) -> CProgram | None:
-    """A batch member's program from its batch's loaded object (its entry at `path`), or None."""
+    """The program of kernel `key` in a loaded object (its entry at `path`), or None. An object a batch built exports
+    the kernel as k<key> (its name may be another member's too); one built alone, as `name`."""
     if lib is None: return None
-    try: fn = getattr(lib, _symbol(key))
-    except AttributeError: return None
+    fn = getattr(lib, _symbol(key), None) or getattr(lib, name, None)
+    if fn is None: return None
     fn.restype = None
     return CProgram(name, src, path, fn, lib)
 
@@ -249,11 +250,8 @@ class CCompiler:
       return None
     try:
       lib = ctypes.CDLL(str(path))   # the seal after the ELF data is where the dynamic loader never looks
-      # an entry a batch built exports the kernel as k<key> (its name may be another member's too); one built alone, as name
-      try: fn = getattr(lib, _symbol(key))
-      except AttributeError: fn = getattr(lib, name)
-      fn.restype = None
-      return CProgram(name, src, path, fn, lib)
+      if (prog := CCompiler._member(lib, path, name, src, key)) is None: raise AttributeError(f"no function {name} or {_symbol(key)}")
+      return prog
     except (OSError, AttributeError) as e:
       if why is not None: why.append(str(e) or type(e).__name__)
       # an entry that doesn't load or lacks the symbol (a foreign file): remove it, and the caller rebuilds it
