@@ -213,7 +213,9 @@ def test_short_rows_grow_the_register_tile_along_another_axis_that_reuses_each_v
   o = choose_opts(k, CPU)
   assert o.vector == (2, 16) and dict(o.upcast) == {0: 8, 1: 2}
   o = choose_opts(k, Caps(threads=2, vector_width=8, fma=True))
-  assert o.vector == (2, 8) and dict(o.upcast) == {0: 2, 1: 4, 2: 2}     # 16 registers (AVX2): 16 accumulators
+  # 16 registers (AVX2): 4 channels x 2 vectors, 8 accumulators, so each loaded vector feeds 4 FMAs and each weight 2
+  # (16 accumulators spilled: a 3x3 convolution of 64 -> 64 channels at 32 x 32 on an AMD Zen 1, 13.3 -> 7.9 ms)
+  assert o.vector == (2, 8) and dict(o.upcast) == {0: 4, 2: 2}
 
 
 def test_a_convolution_two_vectors_wide_tiles_one_vector_by_8_channels_and_2_rows():
@@ -288,15 +290,15 @@ def matmul_kernel(m: int, k: int, n: int):
   return make_kernel((a * b).reduce(Ops.ADD, 1), buf(2, m * n))
 
 
-@pytest.mark.parametrize("m, k, n, upcast, thread", [
-  (1024, 128, 384, {0: 8, 1: 3}, 0),    # 24 accumulators where the columns take 3 vectors; a tall GEMM splits its rows
-  (1024, 512, 128, {0: 8, 1: 2}, 0),    # else 16 (not 32: see below)
-  (1024, 1024, 1024, {0: 8, 1: 2}, 1),  # a GEMM whose B (4 MiB) is over half the L2 splits its column tiles
-  (256, 256, 256, {0: 8, 1: 2}, 0),     # a square one whose B (256 KiB) fits splits its rows (167 -> 192 GFLOP/s)
-  (2048, 1536, 384, {0: 8, 1: 3}, 1),   # and so does one whose B (2.4 MB) would be read from memory by every row tile
-  (1024, 128, 16, {0: 8}, 0),           # one vector of columns
+@pytest.mark.parametrize("m, k, n, upcast, thread, narrow_upcast", [
+  (1024, 128, 384, {0: 8, 1: 3}, 0, {0: 4, 1: 3}),    # 24 accumulators where the columns take 3 vectors; a tall GEMM splits its rows
+  (1024, 512, 128, {0: 8, 1: 2}, 0, {0: 4, 1: 2}),    # else 16 (not 32: see below)
+  (1024, 1024, 1024, {0: 8, 1: 2}, 1, {0: 4, 1: 2}),  # a GEMM whose B (4 MiB) is over half the L2 splits its column tiles
+  (256, 256, 256, {0: 8, 1: 2}, 0, {0: 4, 1: 2}),     # a square one whose B (256 KiB) fits splits its rows (167 -> 192 GFLOP/s)
+  (2048, 1536, 384, {0: 8, 1: 3}, 1, {0: 4, 1: 3}),   # and so does one whose B (2.4 MB) would be read from memory by every row tile
+  (1024, 128, 16, {0: 8}, 0, {0: 4, 1: 2}),           # one vector of columns (two of 8 lanes)
 ])
-def test_a_gemms_register_tile_fills_the_vector_registers_and_its_threads_split_the_operand_read_whole(m, k, n, upcast, thread):
+def test_a_gemms_register_tile_fills_the_vector_registers_and_its_threads_split_the_operand_read_whole(m, k, n, upcast, thread, narrow_upcast):
   """A GEMM's register tile of 8 rows x 2 vectors keeps 16 of AVX-512's 32 registers busy; 8 x 3 reuses each element of
   A for 3 vectors and still fits (1536^3, the loops alone: 316 -> 341 GFLOP/s). 8 x 4 does not: 32 accumulators, 4
   vectors of B and A's broadcast are 37 registers, and gcc kept 5 accumulators on the stack (1024^3: 286 -> 251). Its threads took
@@ -307,9 +309,24 @@ def test_a_gemms_register_tile_fills_the_vector_registers_and_its_threads_split_
   o = choose_opts(kern, Caps(threads=2, vector_width=16, fma=True))
   assert dict(o.upcast) == upcast and o.vector == (1, 16) and o.thread == thread
   check_opts(kern.canonical_root, o)
-  # 16 vector registers (AVX2): the tile stays 8 x 2, and the split is the same
+  # 16 vector registers (AVX2): 4 x 3 or 4 x 2, whose accumulators, vectors of B and broadcast of A fit in 16 (8 x 2
+  # needed 19: AMD Zen 1, GEMM 256 and 512, the kernels alone: 55-63 -> 66-75 GFLOP/s); the split is the same
   narrow = choose_opts(kern, Caps(threads=2, vector_width=8, fma=True))
-  assert dict(narrow.upcast) == {0: 8, 1: 2} and narrow.thread == thread
+  assert dict(narrow.upcast) == narrow_upcast and narrow.thread == thread
+  check_opts(kern.canonical_root, narrow)
+
+
+def test_a_register_tile_is_the_most_accumulators_that_fit_in_the_registers():
+  from uopc.opt import _register_tile
+  assert _register_tile(1024, 48, 32) == (8, 3) and _register_tile(1024, 2, 32) == (8, 2)   # AVX-512: the most rows, vectors
+  assert _register_tile(12, 48, 32) == (6, 3) and _register_tile(7, 5, 32) == (7, 1)
+  assert _register_tile(1024, 48, 16) == (4, 3)        # 12 accumulators + 3 vectors of B + A's broadcast = 16 registers
+  assert _register_tile(1536, 2, 16) == (6, 2)         # 12 + 2 + 1
+  assert _register_tile(1024, 2, 16) == (4, 2)         # 8 accumulators: 4 x 2 loads 6 values a step, 8 x 1 would load 9
+  assert _register_tile(1024, 1, 16) == (8, 1) and _register_tile(1, 1, 16) == (1, 1)
+  for rows, vectors, registers in [(1024, 64, 16), (96, 6, 16), (5, 7, 16), (1024, 64, 32)]:
+    r, v = _register_tile(rows, vectors, registers)
+    assert rows % r == 0 and vectors % v == 0 and r * v + v + 1 <= registers
 
 
 @pytest.mark.parametrize("n, tile", [(10, 10), (7, 7), (18, 9), (34, 2)])
@@ -424,6 +441,18 @@ def test_an_a_read_down_its_columns_is_packed_into_row_panels():
     ks = kernelize([((dy * x).reduce(Ops.ADD, 1), buf(2, 1536 * 384))], rewrite=graph_rewrite(CPU))
     stages = [kk for kk in ks if kk.root.shape == (1536 // PACK_ROWS, k, PACK_ROWS)]
     assert bool(stages) is packed, [kk.root.shape for kk in ks]
+
+
+def test_an_a_is_packed_in_panels_of_the_register_tiles_rows():
+  """With 16 vector registers (AVX2) the register tile is 4 rows (_register_tile), and A's panels are 4 rows: a panel of
+  8 put each k's 4 rows in half a run, and every other half-line of A came along unused (a GPT's MLP weight gradient,
+  128 x 512 from 1024 tokens, the kernel alone on an AMD Zen 1, 10 runs alternating: 1.87-1.89 -> 1.76 ms)."""
+  assert graph_rewrite(CPU).rows == 8 and graph_rewrite(Caps(vector_width=8, gemm_panel=32)).rows == 4
+  dy = buf(0, 1024 * 128).reshape((1024, 128, 1)).expand((1024, 128, 512))
+  x = buf(1, 1024 * 512).reshape((1024, 1, 512)).expand((1024, 128, 512))
+  dw = (dy * x).permute((1, 2, 0)).reduce(Ops.ADD, 1)
+  ks = kernelize([(dw, buf(2, 128 * 512))], rewrite=graph_rewrite(Caps(threads=2, vector_width=8, fma=True, gemm_panel=32)))
+  assert (128 // 4, 1024, 4) in [k.root.shape for k in ks] and len(ks) == 3
 
 
 def test_a_b_with_rows_apart_is_packed_when_too_big_for_l2_or_read_by_enough_rows():

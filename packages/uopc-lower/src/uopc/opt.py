@@ -7,8 +7,9 @@
                                                GEMM operands into panels), for kernelize's `rewrite`
 
 `Caps` is what a backend tells the optimizer (and uopc.vectorize) about its machine: how many threads run a parallel
-loop, how many f32 lanes a vector holds, how wide a memory move can be, the cache sizes, whether it has fused
-multiply-add, whether it is a GPU, whether its GEMMs want a badly read operand packed into panels first.
+loop, how many f32 lanes a vector holds and how many vector registers there are, how wide a memory move can be, the
+cache sizes, whether it has fused multiply-add, whether it is a GPU, whether its GEMMs want a badly read operand
+packed into panels first.
 
 The heuristics read the kernel the way a person would: lower it plainly once, and evaluate every load's index at
 counter 0 and 1 of each loop to get its stride. Then, for a CPU:
@@ -19,10 +20,12 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
     Otherwise, when the loads are contiguous along the innermost reduced axis (row sums, softmax, a dot product),
     that axis gets lanes of partial accumulators (Opts.reduce_vector), unrolled for more of them.
   * register tiles: a GEMM (a sum of products in which one operand is constant along the vector axis, the other along
-    the axis before it) computes 8 rows x 2 vectors of outputs per iteration, which keeps 16 vector accumulators and
-    the FMA units busy while each loaded value is used 8 or 2 times (Opts.upcast); where the machine has 32 vector
-    registers (16 f32 lanes: AVX-512), 8 rows x 3 or 4 vectors; with 256 rows or more, they are walked 64 at a time
-    (a cache tile, Opts.tile). A convolution tiles 8 output channels x 2 rows of one vector; a sum vectorized along an
+    the axis before it) computes rows x vectors of outputs per iteration, which keeps that many vector accumulators
+    and the FMA units busy while each loaded value is used once per row or vector (Opts.upcast): the most accumulators
+    whose registers, with the loaded vectors and the broadcast, fit in the machine's (Caps.vector_registers): 8 rows x
+    3 or 2 vectors with AVX-512's 32, 4 x 3 or 6 x 2 or 4 x 2 with AVX2's 16 (_register_tile); with 256 rows or more,
+    they are walked 64 at a time (a cache tile, Opts.tile). A convolution tiles 8 output channels x 2 rows of one
+    vector (32 registers) or 4 channels x 2 vectors (16); a sum vectorized along an
     earlier output axis tiles a later one its vector loads are constant along (a convolution's input gradient, its 9
     window positions); output axes along which no load moves, in a kernel with a STACK, are unrolled whole, so each
     copy loads its own branch (a convolution's weight gradient, its window positions).
@@ -61,6 +64,9 @@ class Caps:
   threads: int = 1                  # threads a parallel (THREAD) loop is split across
   vector_width: int = 1             # f32 lanes in one SIMD register (1: no vectors: UPCAST lanes stay loops, uopc.vectorize)
   vector_bytes: int = 0             # the widest aligned load or store that neighbouring scalar ones fold into (a GPU's 16)
+  vector_registers: int = 0         # SIMD registers: a register tile's accumulators and operands must fit in them, or gcc
+                                    # keeps some on the stack. 0: what the width says on x86-64 (32 with 16 lanes: AVX-512;
+                                    # else 16: AVX2 and SSE); AArch64 has 32 of 4 lanes, which its backend says
   fma: bool = False                 # fused multiply-add units
   l1_bytes: int = 32 * 1024         # per-core data cache
   l2_bytes: int = 1024 * 1024
@@ -70,7 +76,8 @@ class Caps:
   gemm_panel: int = 0               # columns of the panels a badly read GEMM operand is packed into first (GemmPacking); 0: none
 
   def __post_init__(self):
-    for name in ("threads", "vector_width", "l1_bytes", "l2_bytes", "max_local"):
+    if self.vector_registers == 0: object.__setattr__(self, "vector_registers", 32 if self.vector_width >= 16 else 16)
+    for name in ("threads", "vector_width", "vector_registers", "l1_bytes", "l2_bytes", "max_local"):
       v = getattr(self, name)
       if type(v) is not int or v < 1: raise LowerError(f"Caps.{name} must be a positive int, got {v!r}")
     for name in ("vector_bytes", "gemm_panel"):
@@ -225,6 +232,21 @@ def _divisor(n: int, want: int) -> int:
   return max(d for d in range(1, max(1, min(n, want)) + 1) if n % d == 0)
 
 
+def _register_tile(rows: int, vectors: int, registers: int) -> tuple[int, int]:
+  """A GEMM's register tile for `rows` rows and `vectors` vectors of columns: (rows, vectors) of accumulators, each a
+  divisor of its axis, at most 8 x 3, whose accumulators, vectors of B and broadcast of A fit in `registers`; the most
+  accumulators, then the fewest loads a step (rows + vectors). With 32 registers (AVX-512) that is 8 x 3 where the
+  columns allow, else 8 x 2: 24 or 16 accumulators. Not 8 x 4: with its 4 vectors of B and the broadcast of A that is 37
+  registers, and gcc kept 5 accumulators on the stack, a load and a store each per step (on an Intel AVX-512 machine,
+  the same loops alone: 8 x 4 at 1024^3 251 GFLOP/s against 286 for 8 x 2 and 341 for 8 x 3 at 1536^3; benchmarks/
+  cpu.py's GEMM 1024 8.6-8.8 -> 7.6-7.7 ms, 2048 68-70 -> 61.5-62). With 16 (AVX2), 4 x 3 or 6 x 2 where the shape
+  allows, else 4 x 2: 8 x 2 needed 19 registers, and on an AMD Zen 1 with AVX2 its kernel ran at 55-63 GFLOP/s against
+  66-75 for 4 x 2 (GEMM 256 and 512, the kernels alone, alternating)."""
+  fits = [(r, v) for r in range(1, min(rows, 8) + 1) if rows % r == 0 for v in range(1, min(vectors, 3) + 1)
+          if vectors % v == 0 and r * v + v + 1 <= registers]
+  return max(fits, key=lambda t: (t[0] * t[1], -(t[0] + t[1])), default=(1, 1))
+
+
 def _rows_first(analysis: Analysis, caps: Caps, last: int) -> bool:
   """Whether a GEMM splits its rows across threads rather than its column tiles: when B (the operand every row reads
   whole) fits in half an L2, each thread then reads only its half of A, which the kernel before it most likely wrote on
@@ -375,16 +397,12 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     vector = (last, w)
     rows = analysis.tile_axes(last)     # a GEMM's row axis is the last of them (tile_axis)
     row = rows[-1] if rows else None
-    # a GEMM's register tile is 8 rows x `vectors` vectors of accumulators: 24 (8 x 3) where the machine has 32 vector
-    # registers (AVX-512) and the columns allow, else 16 (8 x 2). Not 32 (8 x 4): with its 4 vectors of B and the
-    # broadcast of A that is 37 registers, and gcc kept 5 accumulators on the stack, a load and a store each per step
-    # (on an Intel AVX-512 machine, the same loops alone: 8 x 4 at 1024^3 251 GFLOP/s against 286 for 8 x 2 and
-    # 341 for 8 x 3 at 1536^3; benchmarks/cpu.py's GEMM 1024 8.6-8.8 -> 7.6-7.7 ms, 2048 68-70 -> 61.5-62)
-    wide = row is not None and caps.vector_width >= 16
-    vectors = next((v for v in ((3, 2) if wide else (2,)) if shape[last] % (v * w) == 0), 1)
+    # a GEMM's register tile (rows x vectors of accumulators, _register_tile); anything else 2 vectors an iteration
+    wide = row is not None and caps.vector_registers >= 32
+    if row is not None: upcast[row], vectors = _register_tile(shape[row], shape[last] // w, caps.vector_registers)
+    else: vectors = 2 if shape[last] % (2 * w) == 0 else 1
     if vectors > 1: upcast[last] = vectors
     if row is not None:
-      upcast[row] = _divisor(shape[row], 8)
       # other tile axes along which the *other* operand is the constant one (a convolution's output channels: the weights
       # move, the input doesn't). An axis where the same operand is constant as along the row axis (a linear layer on
       # (batch, tokens, features): both are rows of x under one weight) is more rows of one GEMM, tiled as a GEMM: as a
@@ -408,10 +426,14 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
         upcast.pop(last, None)
         upcast[more[-1]] = _divisor(shape[more[-1]], 8)
         upcast[row] = _divisor(shape[row], max(1, 16 // upcast[more[-1]]))
-      # short rows (a convolution's 4 output rows): the tile grows along another such axis (its output channels, which
-      # share each loaded input vector) to 16 accumulators; 4 alone kept each FMA chain waiting on the one before
-      elif more and (accumulators := upcast[row] * upcast.get(last, 1)) < 16:
-        upcast[more[-1]] = _divisor(shape[more[-1]], 16 // accumulators)
+      # with 16 registers (AVX2): 4 output channels x the register tile's vectors (2), and rows to 8 accumulators, so
+      # each loaded input vector feeds 4 channels' FMAs and each weight 2 vectors' (batch 8, 64 -> 64 channels, 32 x 32,
+      # 3 x 3, the kernel alone on an AMD Zen 1, 10 runs alternating: 4 x 1 x 2 7.9 ms; 4 x 2 x 1 8.6; 2 x 4 x 1 8.1;
+      # the GEMM's 4 rows x 2 vectors alone 12.2; 16 accumulators, 2 channels x 4 rows x 2 vectors, 13.3). Short rows (a
+      # convolution's 4 output rows) alone kept each FMA chain waiting on the one before
+      elif more:
+        upcast[more[-1]] = _divisor(shape[more[-1]], 4)
+        upcast[row] = _divisor(shape[row], max(1, 8 // (upcast[more[-1]] * upcast.get(last, 1))))
       # a cache tile of 64 rows: each thread's column panel of B is walked by 64 rows of A at a time while both stay in
       # its L2 (GEMM 1024: 184 -> 209 GFLOP/s; no change at 512 and below). Not in a batch of GEMMs (attention's, over
       # batch and heads: both operands move along the leading axes): there each GEMM's B is its own and small, and the
@@ -520,7 +542,7 @@ PACK_BIG = 1 << 18         # ...when it holds more than this many (1 MiB of f32:
 PACK_MID = 1 << 17         # ...or this many or more (512 KiB) when PACK_MID_ROWS rows or more read it (see _pack)
 PACK_MID_ROWS = 512
 PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each packed panel
-PACK_ROWS = 8              # an A read down its columns is packed into panels of this many rows (the register tile's)
+PACK_ROWS = 8              # an A read down its columns is packed into panels of up to this many rows (the register tile's)
 PACK_MIN_DEPTH = 512       # ...when its rows are a cache line apart or more and the GEMM sums this many products or more
 PACK_MIN_WORK = 1 << 20    # ...and enough multiply-adds to pay for a kernel of its own
 
@@ -570,7 +592,7 @@ def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool]) -> UOp:
   columns, a cache line or more apart, over PACK_MIN_DEPTH products or more (a weight's gradient dy.T @ x: A is dy
   transposed, summed over every token) is packed into panels of `a_rows` rows, A[..., i, k] stored as
   P[..., i // a_rows, k, i % a_rows]: the register tile's rows for one k are then one contiguous run instead of a
-  cache line each, thousands of lines apart. (`a_rows` is PACK_ROWS, or `panel` where the kernel will store C
+  cache line each, thousands of lines apart. (`a_rows` is GemmPacking.rows, or `panel` where the kernel will store C
   transposed, and so put its vector lanes along i: see GemmPacking.) An operand that is a slice of a longer one along
   the packed axis (attention's blocks: the first e keys of k) packs the whole one instead where `whole(base)` says so
   (GemmPacking: when other GEMMs read slices of it too), and reads its panels of the slice from that one pack."""
@@ -654,14 +676,16 @@ def _permuted_product(x: UOp) -> UOp | None:
 class GemmPacking:
   """kernelize's `rewrite` for a CPU: each GEMM whose B operand its vector loads would read badly gets B packed into
   panels of `panel` columns first (_pack), a kernel of its own. A value (frozen, compared by its panel), so that
-  kernelize_cached keeps one schedule per rewrite."""
+  kernelize_cached keeps one schedule per rewrite. An A read down its columns is packed into panels of `rows` rows: the
+  register tile's (8 with 32 vector registers, 4 with 16: _register_tile)."""
   panel: int
+  rows: int = PACK_ROWS
 
   def __call__(self, roots: list[UOp]) -> list[UOp]:
     # decided on the graph as it is; only the GEMMs that get packed are rebuilt (no graph rebuild when none is)
     nodes = UOp(Ops.SINK, tuple(roots)).toposort()
     transposed = _transposed_sums(nodes)
-    rows = lambda u: self.panel if u in transposed else PACK_ROWS
+    rows = lambda u: self.panel if u in transposed else self.rows
     # an operand sliced from a longer one that other GEMMs slice too (attention's blocks, each the first keys of k) is
     # packed whole, once, and each GEMM reads its panels of it: one pack of k a layer instead of one per block
     bases: dict[UOp, list[UOp]] = {}
@@ -714,7 +738,7 @@ def graph_rewrite(caps: Caps) -> GemmPacking | None:
   into panels of caps.gemm_panel columns on a CPU that asks for them; None (the graph as written) elsewhere. A GPU
   stages its own operand tiles (uopc.gpulower), and a packed f32 copy of an f16 operand would hide the GEMM's f16 from
   the tensor cores."""
-  return GemmPacking(caps.gemm_panel) if caps.gemm_panel else None
+  return GemmPacking(caps.gemm_panel, _register_tile(PACK_ROWS, 2, caps.vector_registers)[0]) if caps.gemm_panel else None
 
 
 

@@ -32,7 +32,7 @@ speed: a wrapping 32-bit index can't be strength-reduced.) gcc and the cache of 
 uopc.backends.ccompiler's.
 """
 from __future__ import annotations
-import ctypes, functools, math, os, re, weakref
+import ctypes, functools, math, os, platform, re, weakref
 from pathlib import Path
 from typing import Callable, Sequence
 import numpy as np
@@ -681,8 +681,11 @@ class CBackend:
     flags = _cpu_flags()
     # f32 lanes of the widest vector unit; 4 (SSE, NEON) when the flags can't tell
     width = 16 if "avx512f" in flags else 8 if "avx2" in flags or "avx" in flags else 4
+    # 32 SIMD registers with AVX-512 (zmm0-31) and on AArch64 (v0-v31), 16 on x86-64 below it (ymm0-15)
+    registers = 32 if width == 16 or platform.machine() in ("aarch64", "arm64") else 16
     # GEMM operands read badly are packed into panels of 32 columns (two 16-lane vectors, four 8-lane ones) first
-    self.caps = Caps(threads=_threads(), vector_width=width, fma="fma" in flags, gemm_panel=32, **_cache_bytes())
+    self.caps = Caps(threads=_threads(), vector_width=width, vector_registers=registers, fma="fma" in flags, gemm_panel=32,
+                     **_cache_bytes())
 
   def compile(self, src: str, name: str) -> CProgram: return compiler.compile(src, sanitize_name(name))   # as the signature has it
   def compile_many(self, items: Sequence[tuple[str, str]]) -> list[CProgram]:
