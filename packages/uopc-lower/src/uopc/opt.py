@@ -233,15 +233,11 @@ def _divisor(n: int, want: int) -> int:
 
 
 def _register_tile(rows: int, vectors: int, registers: int) -> tuple[int, int]:
-  """A GEMM's register tile for `rows` rows and `vectors` vectors of columns: (rows, vectors) of accumulators, each a
-  divisor of its axis, at most 8 x 3, whose accumulators, vectors of B and broadcast of A fit in `registers`; the most
-  accumulators, then the fewest loads a step (rows + vectors). With 32 registers (AVX-512) that is 8 x 3 where the
-  columns allow, else 8 x 2: 24 or 16 accumulators. Not 8 x 4: with its 4 vectors of B and the broadcast of A that is 37
-  registers, and gcc kept 5 accumulators on the stack, a load and a store each per step (on an Intel AVX-512 machine,
-  the same loops alone: 8 x 4 at 1024^3 251 GFLOP/s against 286 for 8 x 2 and 341 for 8 x 3 at 1536^3; benchmarks/
-  cpu.py's GEMM 1024 8.6-8.8 -> 7.6-7.7 ms, 2048 68-70 -> 61.5-62). With 16 (AVX2), 4 x 3 or 6 x 2 where the shape
-  allows, else 4 x 2: 8 x 2 needed 19 registers, and on an AMD Zen 1 with AVX2 its kernel ran at 55-63 GFLOP/s against
-  66-75 for 4 x 2 (GEMM 256 and 512, the kernels alone, alternating)."""
+  """A GEMM's register tile (rows, vectors of accumulators), each dividing its axis, at most 8 x 3, whose accumulators,
+  vectors of B and broadcast of A fit in `registers`: the most accumulators, then the fewest loads a step. 32 (AVX-512):
+  8 x 3 or 8 x 2 (8 x 4 is 37 registers: gcc kept 5 accumulators on the stack; on an Intel AVX-512 machine, the loops
+  alone, 8 x 4 at 1024^3 251 GFLOP/s against 286 for 8 x 2, and 341 for 8 x 3 at 1536^3). 16 (AVX2): 4 x 3, 6 x 2 or
+  4 x 2 (8 x 2 is 19; on an AMD Zen 1, GEMM 256 and 512, the kernels alone: 55-63 GFLOP/s against 66-75 for 4 x 2)."""
   fits = [(r, v) for r in range(1, min(rows, 8) + 1) if rows % r == 0 for v in range(1, min(vectors, 3) + 1)
           if vectors % v == 0 and r * v + v + 1 <= registers]
   return max(fits, key=lambda t: (t[0] * t[1], -(t[0] + t[1])), default=(1, 1))
@@ -426,11 +422,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
         upcast.pop(last, None)
         upcast[more[-1]] = _divisor(shape[more[-1]], 8)
         upcast[row] = _divisor(shape[row], max(1, 16 // upcast[more[-1]]))
-      # with 16 registers (AVX2): 4 output channels x the register tile's vectors (2), and rows to 8 accumulators, so
-      # each loaded input vector feeds 4 channels' FMAs and each weight 2 vectors' (batch 8, 64 -> 64 channels, 32 x 32,
-      # 3 x 3, the kernel alone on an AMD Zen 1, 10 runs alternating: 4 x 1 x 2 7.9 ms; 4 x 2 x 1 8.6; 2 x 4 x 1 8.1;
-      # the GEMM's 4 rows x 2 vectors alone 12.2; 16 accumulators, 2 channels x 4 rows x 2 vectors, 13.3). Short rows (a
-      # convolution's 4 output rows) alone kept each FMA chain waiting on the one before
+      # 16 registers (AVX2): 4 channels x the tile's vectors (and rows) to 8 accumulators (the same conv2d on an AMD
+      # Zen 1: 4 x 1 x 2 7.9 ms, 4 x 2 x 1 8.6, 2 x 4 x 1 8.1; 4 rows x 2 vectors alone 12.2; 2 x 4 x 2 spilled, 13.3)
       elif more:
         upcast[more[-1]] = _divisor(shape[more[-1]], 4)
         upcast[row] = _divisor(shape[row], max(1, 8 // (upcast[more[-1]] * upcast.get(last, 1))))
