@@ -183,7 +183,8 @@ def test_random_kernels_under_random_opts_match_numpy(data):
 @given(data=st.data())
 def test_the_heuristics_choice_matches_numpy(data):
   kind, root, inputs, ref, scale = data.draw(kernels)
-  caps = Caps(threads=2, vector_width=data.draw(st.sampled_from([4, 8, 16])), fma=True)
+  # 16 or 32 vector registers (AVX2's, AVX-512's and AArch64's), whose register tiles differ
+  caps = Caps(threads=2, vector_width=data.draw(st.sampled_from([4, 8, 16])), vector_registers=data.draw(st.sampled_from([16, 32])), fma=True)
   n = max(1, prod(root.shape))
   opts = choose_opts(make_kernel(root, buf(len(inputs), n, root.dtype), canonical=False), caps)
   check(kind, run_shaped(root, inputs, opts=opts), ref, scale)
@@ -199,6 +200,14 @@ def test_the_heuristics_wide_gemm_tiles_match_numpy(m, k, n, vectors, thread):
   assert dict(opts.upcast).get(1) == vectors and opts.thread == thread
 
 
+@pytest.mark.parametrize("m, k, n, tile", [(256, 64, 96, (4, 3)), (96, 40, 128, (6, 2)), (1024, 128, 256, (4, 2)), (40, 33, 8, (8, 1))])
+def test_the_heuristics_gemm_tiles_for_16_vector_registers_match_numpy(m, k, n, tile):
+  """The register tiles that fit in AVX2's 16 registers (4 x 3, 6 x 2, 4 x 2 of 8 lanes; 8 rows of one vector where
+  the columns are one vector), against NumPy."""
+  opts = _heuristic_gemm_matches_numpy(m, k, n, Caps(threads=2, vector_width=8, fma=True))
+  assert (dict(opts.upcast).get(0, 1), dict(opts.upcast).get(1, 1)) == tile and opts.vector == (1, 8)
+
+
 @pytest.mark.parametrize("m, k, n", [(256, 256, 10), (40, 33, 7), (16, 64, 34)])
 def test_the_heuristics_tile_of_a_scalar_reduction_matches_numpy(m, k, n):
   """A GEMM too narrow for vectors (W read down its few columns) gets a tile of its columns, a chain of multiply-adds
@@ -207,14 +216,15 @@ def test_the_heuristics_tile_of_a_scalar_reduction_matches_numpy(m, k, n):
   assert opts.vector is None and dict(opts.upcast).get(1, 1) > 1
 
 
-def _heuristic_gemm_matches_numpy(m: int, k: int, n: int) -> Opts:
-  """A (m, k) @ (k, n) GEMM run with the Opts the heuristics choose on an AVX-512 machine, checked against NumPy; the Opts."""
+def _heuristic_gemm_matches_numpy(m: int, k: int, n: int, caps: Caps = Caps(threads=2, vector_width=16, fma=True)) -> Opts:
+  """A (m, k) @ (k, n) GEMM run with the Opts the heuristics choose on `caps`' machine (AVX-512's by default), checked
+  against NumPy; the Opts."""
   rng = np.random.default_rng(m + k + n)
   a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
   A = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
   B = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
   root = (A * B).reduce(Ops.ADD, 1)
-  opts = choose_opts(make_kernel(root, buf(2, m * n), canonical=False), Caps(threads=2, vector_width=16, fma=True))
+  opts = choose_opts(make_kernel(root, buf(2, m * n), canonical=False), caps)
   check("reduction", run_shaped(root, [a, b], opts=opts), (a.astype(np.float64) @ b).astype(np.float32), np.abs(a).astype(np.float64) @ np.abs(b))
   return opts
 
