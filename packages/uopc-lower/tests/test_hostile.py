@@ -45,6 +45,7 @@ BAD = {
   "linearize of a value": (lambda: linearize(one), LinearizeError, "linearize takes a SINK"),
   "choose_opts of a UOp": (lambda: choose_opts(one, Caps()), LowerError, "choose_opts takes a Kernel and Caps"),
   "Caps with no threads": (lambda: Caps(threads=0), LowerError, "Caps.threads must be a positive int"),
+  "Caps with negative registers": (lambda: Caps(vector_registers=-16), LowerError, "Caps.vector_registers must be a positive int"),
   "run_linear of an int": (lambda: run_linear(3, {}), InterpretError, "run_linear takes the list"),
   "run_linear with no memory": (lambda: run_linear(linearize(lower(buf(0, 4) * 2.0, buf(1, 4))), {1: [0.0] * 4}), InterpretError,
                                 "no memory for BUFFER slot 0"),

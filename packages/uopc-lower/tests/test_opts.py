@@ -318,6 +318,9 @@ def test_a_gemms_register_tile_fills_the_vector_registers_and_its_threads_split_
 
 def test_a_register_tile_is_the_most_accumulators_that_fit_in_the_registers():
   from uopc.opt import _register_tile
+  # Caps' registers as the width says on x86-64 unless given (AArch64: 32 of 4 lanes)
+  assert (Caps(vector_width=16).vector_registers, Caps(vector_width=8).vector_registers, Caps().vector_registers) == (32, 16, 16)
+  assert Caps(vector_width=4, vector_registers=32).vector_registers == 32 and Caps(vector_width=16) == Caps(vector_width=16, vector_registers=32)
   assert _register_tile(1024, 48, 32) == (8, 3) and _register_tile(1024, 2, 32) == (8, 2)   # AVX-512: the most rows, vectors
   assert _register_tile(12, 48, 32) == (6, 3) and _register_tile(7, 5, 32) == (7, 1)
   assert _register_tile(1024, 48, 16) == (4, 3)        # 12 accumulators + 3 vectors of B + A's broadcast = 16 registers
