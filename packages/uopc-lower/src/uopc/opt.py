@@ -394,7 +394,6 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     rows = analysis.tile_axes(last)     # a GEMM's row axis is the last of them (tile_axis)
     row = rows[-1] if rows else None
     # a GEMM's register tile (rows x vectors of accumulators, _register_tile); anything else 2 vectors an iteration
-    wide = row is not None and caps.vector_registers >= 32
     if row is not None: upcast[row], vectors = _register_tile(shape[row], shape[last] // w, caps.vector_registers)
     else: vectors = 2 if shape[last] % (2 * w) == 0 else 1
     if vectors > 1: upcast[last] = vectors
@@ -408,7 +407,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       # move, so a tile over it shares no loaded vector and only multiplies the accumulators, 32 in nanoGPT's scores)
       fixed = lambda k: frozenset(b for b in deciding if analysis.out_strides[b][k] == 0)
       more = [k for k in rows if k != row and fixed(k) - fixed(row)]
-      if more and wide:
+      if more and caps.vector_registers >= 32:
         # a convolution (its output channels are another tile axis: the weights move along them, the input doesn't) on
         # a machine of 32 vector registers: 8 output channels x 2 rows x one vector, 16 accumulators, so each loaded
         # input vector feeds 8 channels' FMAs and each weight 2 rows'. A second vector a row needs fewer rows, and each

@@ -681,8 +681,9 @@ class CBackend:
     flags = _cpu_flags()
     # f32 lanes of the widest vector unit; 4 (SSE, NEON) when the flags can't tell
     width = 16 if "avx512f" in flags else 8 if "avx2" in flags or "avx" in flags else 4
-    # 32 SIMD registers with AVX-512 (zmm0-31) and on AArch64 (v0-v31), 16 on x86-64 below it (ymm0-15)
-    registers = 32 if width == 16 or platform.machine() in ("aarch64", "arm64") else 16
+    # AArch64 has 32 SIMD registers (v0-v31) of 4 lanes; on x86-64 Caps reads the count off the width (0): 32 with
+    # AVX-512 (zmm0-31), else 16 (ymm0-15)
+    registers = 32 if platform.machine() in ("aarch64", "arm64") else 0
     # GEMM operands read badly are packed into panels of 32 columns (two 16-lane vectors, four 8-lane ones) first
     self.caps = Caps(threads=_threads(), vector_width=width, vector_registers=registers, fma="fma" in flags, gemm_panel=32,
                      **_cache_bytes())
