@@ -45,7 +45,7 @@ caps.gemm_panel columns, a kernel of its own (GemmPacking, kernelize's `rewrite`
 it packs: a GPU stages its own tiles, and its tensor cores need the f16 operand the packed f32 copy would replace.
 """
 from __future__ import annotations
-import dataclasses, math
+import dataclasses, functools, math
 from typing import Callable
 from dataclasses import dataclass
 from uopc.dtype import dtypes
@@ -232,6 +232,7 @@ def _divisor(n: int, want: int) -> int:
   return max(d for d in range(1, max(1, min(n, want)) + 1) if n % d == 0)
 
 
+@functools.lru_cache(maxsize=256)   # pure, and read by graph_rewrite at every realize (a tenth of a small op's Python)
 def _register_tile(rows: int, vectors: int, registers: int) -> tuple[int, int]:
   """A GEMM's register tile (rows, vectors of accumulators), each dividing its axis, at most 8 x 3, whose accumulators,
   vectors of B and broadcast of A fit in `registers`: the most accumulators, then the fewest loads a step. 32 (AVX-512):
