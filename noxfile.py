@@ -30,12 +30,18 @@ CHAIN = {
 }
 
 
+# pip's options for every install here: no byte-compiling of what it installs (python compiles a module when it is
+# first imported, and the tests import a fraction of torch's: the torch session's install took 62-71 s with pip
+# compiling every file, 26-30 s without), and no asking the index whether pip itself is the newest
+PIP = ["--no-compile", "--disable-pip-version-check"]
+
+
 def _install_chain(session: nox.Session, package: str, *extra: str, extras: str = "") -> None:
   """Install the package (with `extras`, such as "[gpt]") and every in-repo package below it, plus `extra`. The
   packages are built with the session's own hatchling (their build backend): pip's isolated build made a virtualenv
   and installed hatchling into it for each package, 12 s of every session's 20 s of installing."""
-  session.install("hatchling")
-  session.install("--no-build-isolation", *(f"./packages/{p}" + (extras if p == package else "") for p in CHAIN[package]), *extra)
+  session.install(*PIP, "hatchling")
+  session.install(*PIP, "--no-build-isolation", *(f"./packages/{p}" + (extras if p == package else "") for p in CHAIN[package]), *extra)
 
 
 # the compile cache the test sessions share: under .nox, so no run shares state with the user's ~/.cache, and one
@@ -192,7 +198,7 @@ def fuzz(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
   """ruff over the whole repository."""
-  session.install("ruff>=0.5")
+  session.install(*PIP, "ruff>=0.5")
   session.run("ruff", "check", ".")
 
 
