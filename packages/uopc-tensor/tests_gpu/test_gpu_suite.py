@@ -6,17 +6,17 @@ device's own architecture).
 `nox -s "cuda(arch='sm_90')"` runs it; each workload below is one row of the suite."""
 from __future__ import annotations
 import os
-import re
 import shutil
 import numpy as np
 import pytest
 from uopc.tensor import Tensor
 from uopc import nn
-from uopc.backends import CompileError, LinearProgram, get_backend
+from uopc.backends import LinearProgram, get_backend
 from uopc.backends.python import PythonBackend
 from uopc.backends import cuda
 from uopc.backends.cuda import CUDACompiler, CUDARenderer, device_available
 from tiny_gpt import on_device, tiny_gpt_step
+import nvcc_batch
 
 ARCH = os.environ.get("UOPC_CUDA_ARCH", "sm_90")
 
@@ -220,36 +220,19 @@ def test_the_gpu_lowerings_are_the_ones_this_suite_means_to_check(recorded):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed: the CUDA compile checks need it")
 @pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.__name__)
-def test_every_kernel_of_the_workload_compiles_with_nvcc(workload, recorded):
+def test_every_kernel_of_the_workload_compiles_with_nvcc(workload, recorded, tmp_path):
   workload("PYTHON")
   assert recorded, "the workload compiled no kernel"
   renderer = CUDARenderer()
+  # in one nvcc run (testing/nvcc_batch.py: 61 s for the GPT step's 99 kernels one run each); on a failure each alone,
+  # so that the failure names its kernel
   sources = [(renderer.render(program), program.name) for program in recorded]
-  try: cubin, names = _nvcc_together(sources)
-  except CompileError:   # one at a time, so that the failure names its kernel
-    for src, name in sources: assert CUDACompiler._nvcc(src, ARCH)[:4] == b"\x7fELF", f"{name}: nvcc produced no cubin"
-    raise
+  proc, cubin, names = nvcc_batch.nvcc_all(sources, ARCH, tmp_path)
+  if proc.returncode != 0:
+    for src, name in sources: CUDACompiler._nvcc(src, ARCH)
+    pytest.fail(f"nvcc failed on the kernels together, not on any alone:\n{proc.stderr}")
   assert cubin[:4] == b"\x7fELF", "nvcc produced no cubin"
   for name in names: assert name.encode() in cubin, f"{name}: not in the cubin nvcc built"
-
-
-_KERNEL = re.compile(r"(__global__ void (?:__launch_bounds__\(\d+\) )?)(\w+)\(")
-
-
-def _nvcc_together(sources: list[tuple[str, str]]) -> tuple[bytes, list[str]]:
-  """One nvcc run (the product's flags, for ARCH) over every (CUDA source, kernel name): each source in a namespace of its
-  own, its kernel renamed NAME_kI (extern "C" names are one namespace), its #includes before them all. nvcc's fixed
-  cost is most of a small kernel's compile: a GPT step's 99 kernels took 61 s one run each. Returns the cubin and the
-  kernels' names in it."""
-  includes, parts, names = [], [], []
-  for i, (src, name) in enumerate(sources):
-    lines = src.splitlines()
-    includes += [line for line in lines if line.startswith("#include") and line not in includes]
-    body, n = _KERNEL.subn(lambda m: f"{m.group(1)}{m.group(2)}_k{i}(", "\n".join(line for line in lines if not line.startswith("#include")), count=1)
-    assert n == 1 and f" {name}(" in src, f"{name}: no kernel signature found in its source"
-    names.append(f"{name}_k{i}")
-    parts.append(f"namespace uopc_k{i} {{\n{body}\n}}")
-  return CUDACompiler._nvcc("\n".join(includes + parts), ARCH), names
 
 
 @pytest.mark.skipif(cuda._nvrtc() is None, reason="libnvrtc is not installed (pip install nvidia-cuda-nvrtc): the NVRTC compile checks need it")
