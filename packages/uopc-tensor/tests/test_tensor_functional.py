@@ -23,6 +23,15 @@ def test_matmul_matches_numpy(sa, sb):
   check(Tensor(a).matmul(Tensor(b)), a @ b, rtol=1e-5, atol=1e-5)
 
 
+
+def test_a_linear_layer_written_as_heads_matches_numpy():
+  # out[b, h, t, d] = (x @ W)[b, t, h * D + d] as one kernel: the heads are more columns of W, tiled as a GEMM's (its
+  # rows x vectors), not as a convolution's channels
+  x = RNG.standard_normal((2, 32, 64)).astype(np.float32)
+  w = RNG.standard_normal((64, 4 * 32)).astype(np.float32)
+  got = (Tensor(x) @ Tensor(w)).reshape(2, 32, 4, 32).transpose(1, 2).contiguous()
+  check(got, (x @ w).reshape(2, 32, 4, 32).transpose(0, 2, 1, 3), rtol=1e-4, atol=1e-4)
+
 @pytest.mark.parametrize("batch", [(), (3,), (2, 3)])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
 def test_matmul_s_straight_road_builds_the_graph_of_the_general_one(batch, dtype, monkeypatch):

@@ -405,9 +405,11 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       # second axis of 4 it made 32 accumulators, 3 more registers than AVX-512 has (the default GPT's MLP up
       # projection, 1024 x 512 from 128, ran at 145 GFLOP/s, 13% of its jitted step). Nor an axis whose constant loads
       # are all constant along the rows too (attention's batch axis, where only a bias added to q is: its q and k both
-      # move, so a tile over it shares no loaded vector and only multiplies the accumulators, 32 in nanoGPT's scores)
+      # move, so a tile over it shares no loaded vector and only multiplies the accumulators, 32 in nanoGPT's scores).
+      # Nor an axis along which the operand constant along the vector axis is too: more columns of one GEMM (a linear
+      # layer read as heads, (batch, heads, tokens, head size): 6 heads x 2 rows x 1 vector, 143 GFLOP/s in nanoGPT)
       fixed = lambda k: frozenset(b for b in deciding if analysis.out_strides[b][k] == 0)
-      more = [k for k in rows if k != row and fixed(k) - fixed(row)]
+      more = [k for k in rows if k != row and fixed(k) - fixed(row) - fixed(last)]
       if more and caps.vector_registers >= 32:
         # a convolution (its output channels are another tile axis: the weights move along them, the input doesn't) on
         # a machine of 32 vector registers: 8 output channels x 2 rows x one vector, 16 accumulators, so each loaded
@@ -732,7 +734,6 @@ def graph_rewrite(caps: Caps) -> GemmPacking | None:
   stages its own operand tiles (uopc.gpulower), and a packed f32 copy of an f16 operand would hide the GEMM's f16 from
   the tensor cores."""
   return GemmPacking(caps.gemm_panel, _register_tile(PACK_ROWS, 2, caps.vector_registers)[0]) if caps.gemm_panel else None
-
 
 
 def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[Opts]:
