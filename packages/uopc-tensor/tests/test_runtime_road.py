@@ -332,6 +332,16 @@ def test_long_reductions_of_any_length_match_numpy(n):
   np.testing.assert_allclose(Tensor(x).sum().item(), x.astype(np.float64).sum(), rtol=1e-5, atol=1e-3)
 
 
+
+@pytest.mark.parametrize("shape", [(37, 512), (64, 768), (3, 5, 1024)])
+def test_sums_over_the_rows_of_wide_tensors_match_numpy(shape):
+  # 32 vectors of columns or more are summed 4 vectors a row (uopc.opt); a mean and a max down the rows the same way
+  x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+  axes = tuple(range(len(shape) - 1))
+  np.testing.assert_allclose(Tensor(x).sum(axes).numpy(), x.astype(np.float64).sum(axes), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(Tensor(x).mean(axes).numpy(), x.astype(np.float64).mean(axes), rtol=1e-4, atol=1e-5)
+  np.testing.assert_array_equal(Tensor(x).max(axes).numpy(), x.max(axes))
+
 def test_uopc_search_set_makes_tensor_code_search_each_new_kernel_on_its_inputs(monkeypatch):
   import uopc.search as search
   seen = []
