@@ -15,8 +15,8 @@ The heuristics read the kernel the way a person would: lower it plainly once, an
 counter 0 and 1 of each loop to get its stride. Then, for a CPU:
 
   * vectors: an output axis along which the output and some load are contiguous (stride 1) becomes SIMD lanes
-    (Opts.vector), with a few copies of the vector per iteration for independent work. A GEMM's columns are such an
-    axis (B's rows and C's rows are contiguous), and so are a column sum's and an elementwise kernel's last axis.
+    (Opts.vector), with a few copies of the vector per iteration for independent work (4 in a sum down rows of 32 vectors
+    or more). A GEMM's columns are such an axis, and so are a column sum's and an elementwise kernel's last axis.
     Otherwise, when the loads are contiguous along the innermost reduced axis (row sums, softmax, a dot product),
     that axis gets lanes of partial accumulators (Opts.reduce_vector), unrolled for more of them.
   * register tiles: a GEMM (a sum of products in which one operand is constant along the vector axis, the other along
@@ -25,7 +25,7 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
     whose registers, with the loaded vectors and the broadcast, fit in the machine's (Caps.vector_registers): 8 rows x
     3 or 2 vectors with AVX-512's 32, 4 x 3 or 6 x 2 or 4 x 2 with AVX2's 16 (_register_tile); with 256 rows or more,
     they are walked 64 at a time (a cache tile, Opts.tile). A convolution tiles 8 output channels x 2 rows of one
-    vector (32 registers) or 4 channels x 2 vectors (16); a sum vectorized along an
+    vector (32 registers) or 4 channels x 2 vectors (16), not a GEMM's heads (more columns); a sum vectorized along an
     earlier output axis tiles a later one its vector loads are constant along (a convolution's input gradient, its 9
     window positions); output axes along which no load moves, in a kernel with a STACK, are unrolled whole, so each
     copy loads its own branch (a convolution's weight gradient, its window positions).
