@@ -590,6 +590,34 @@ def test_a_transposing_copy_walks_blocks_of_rows_inside_each_column_and_its_thre
   assert choose_opts(make_kernel(buf(0, 1024 * 32).reshape((1024, 32)) * 2.0, buf(1, 1024 * 32)), caps).tile == ()
 
 
+
+def test_a_transpose_walks_blocks_of_its_last_axis_split_across_the_threads():
+  """out[i, j] = x[j, i] (x.T.contiguous(), a + b.T): no vector lanes (the load jumps along j) and, in output order,
+  each element a new line of x, 2048 lines later read again for the next i (2048 x 2048 alone: 15.3 ms at 2 GB/s).
+  Blocks of 16 columns j, split across the threads, each walked down every i with its 16 j innermost: the 16 lines of x
+  serve 16 steps of i, and the output is written a line at a time (1.41 ms; PyTorch 5.0, NumPy 28.8)."""
+  import numpy as np
+  from uopc.kernelize import make_kernel
+  from uopc.linearize import linearize
+  from uopc.interpret import run_linear
+  from uopc.rangeify import lower
+  from uopc.lowering import Ctx
+  from uopc.opt import TRANSPOSE_BLOCK
+  caps = Caps(threads=2, vector_width=16, fma=True)
+  n, m = 64, 1024
+  kernel = make_kernel(buf(0, m * n).reshape((m, n)).permute((1, 0)), buf(1, m * n))
+  o = choose_opts(kernel, caps)
+  assert o.vector is None and o.thread == 1 and o.tile == ((1, TRANSPOSE_BLOCK),), o
+  sink = lower(kernel.canonical_root, kernel.canonical_out, Ctx(opts=o))
+  a = np.arange(m * n, dtype=np.float32)
+  out = [0.0] * a.size
+  run_linear(linearize(sink), {0: list(a), 1: out})
+  assert np.array_equal(np.array(out, np.float32), a.reshape(m, n).T.ravel())
+  # an elementwise kernel with a transposed operand the same way; a transpose of a short last axis keeps its order
+  plus = make_kernel(buf(0, n * m).reshape((n, m)) + buf(1, m * n).reshape((m, n)).permute((1, 0)), buf(2, n * m))
+  assert choose_opts(plus, caps).tile == ((1, TRANSPOSE_BLOCK),)
+  assert choose_opts(make_kernel(buf(0, n * 256).reshape((256, n)).permute((1, 0)), buf(1, n * 256)), caps).tile == ()
+
 def test_a_concatenations_kernel_splits_its_last_loop_and_others_dont():
   """The heuristics split the last loop of an elementwise kernel with a concatenation (a convolution's padding: 0.91 ->
   0.23 ms), never a GEMM's or a plain elementwise kernel's."""

@@ -342,6 +342,18 @@ def test_sums_over_the_rows_of_wide_tensors_match_numpy(shape):
   np.testing.assert_allclose(Tensor(x).mean(axes).numpy(), x.astype(np.float64).mean(axes), rtol=1e-4, atol=1e-5)
   np.testing.assert_array_equal(Tensor(x).max(axes).numpy(), x.max(axes))
 
+
+@pytest.mark.parametrize("shape", [(64, 1024), (1024, 48), (1000, 1024), (3, 96, 1024)])
+def test_transposes_of_long_axes_match_numpy(shape):
+  # a transpose along a long last axis walks blocks of 16 of it across the threads (uopc.opt), stored straight into the
+  # output (uopc.kernelize): every permutation, and an elementwise kernel with a transposed operand
+  import itertools
+  x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+  for perm in itertools.permutations(range(len(shape))):
+    np.testing.assert_array_equal(Tensor(x).permute(*perm).contiguous().numpy(), x.transpose(perm))
+  y = np.random.default_rng(1).standard_normal(shape[::-1]).astype(np.float32)
+  np.testing.assert_allclose((Tensor(x) * 2 + Tensor(y).permute(*range(len(shape) - 1, -1, -1))).numpy(), x * 2 + y.T, rtol=1e-6)
+
 def test_uopc_search_set_makes_tensor_code_search_each_new_kernel_on_its_inputs(monkeypatch):
   import uopc.search as search
   seen = []

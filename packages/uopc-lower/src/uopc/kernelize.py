@@ -204,6 +204,12 @@ def _stored_form(u: UOp, live: set[UOp], keep_layout: bool = False, stop: set[UO
   return best if best in live and best.op is not Ops.BUFFER else None
 
 
+def _unstaged(u: UOp) -> UOp:
+  """The node under u's STAGE marks (u itself when it is no STAGE)."""
+  while u.op is Ops.STAGE: u = u.src[0]
+  return u
+
+
 def _movement_chain(u: UOp) -> list[UOp]:
   """u and the movement ops under it, down to the first other node."""
   chain = [u]
@@ -497,8 +503,9 @@ def kernelize(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, DType],
   staged = _staged(roots)
   kernels: list[Kernel] = []
   # a materialized value that is also an output is computed straight into the output's buffer (no copy kernel after)
-  # (or behind a chain of views that renames its elements in place: a gradient reshaped to its parameter's shape)
-  into = {_same_memory(root): out for root, out in reversed(outputs) if out.shape[0] == max(1, prod(root.shape))}
+  # (or behind a chain of views that renames its elements in place: a gradient reshaped to its parameter's shape; or
+  # under STAGE marks, which an output is anyway: x.T.contiguous() realized was a transpose into a temporary, then a copy)
+  into = {_unstaged(_same_memory(root)): out for root, out in reversed(outputs) if out.shape[0] == max(1, prod(root.shape))}
 
   def materialize(old: UOp, u: UOp) -> UOp:
     # (old: the node in the graph as given, which `into` knows; u: the same over its sources' buffers)

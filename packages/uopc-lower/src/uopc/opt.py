@@ -34,8 +34,8 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
   * threads: the outermost axis with enough iterations for every thread, when the kernel does enough work to pay for
     waking them (OMP_NUM_THREADS is the backend's business: it sets caps.threads); a GEMM's column tiles, or its rows
     when its B fits in half an L2 (_rows_first).
-  * a copy that transposes (a GEMM operand packed into panels) walks its rows in blocks of 16 inside each column, the
-    blocks split across the threads (_transposing_axis), so every line it reads serves 16 rows before leaving the L1.
+  * a copy that transposes (a GEMM operand packed into panels, x.T) walks its rows in blocks of 16 inside each column,
+    the blocks split across the threads (_transposing_axis), so every line it reads serves 16 rows before leaving the L1.
 
 Every choice is checked by check_opts like any user's Opts, so the heuristics can only pick valid ones.
 
@@ -273,10 +273,11 @@ def _transposing_axis(analysis: Analysis, vector: tuple[int, int] | None, upcast
   the L1 holds lines, while an axis outside it moves the load less: in output order, a line's other halves waited for
   the outer axis to come back round, and by then it had left the L1. Its blocks of TRANSPOSE_BLOCK become the threads'
   loop, with the outer axis inside them and the block's rows innermost (copies of 2048 x 1536, x 1152 and x 384 into
-  panels of 8, alone: 1.33 -> 0.68, 0.86 -> 0.51 and 0.21 -> 0.14 ms). None for anything else."""
-  if analysis.reduce_sizes or vector is None or vector[0] != len(analysis.shape) - 1: return None
+  panels of 8, alone: 1.33 -> 0.68, 0.86 -> 0.51 and 0.21 -> 0.14 ms). With no vector, the last axis too (x.T copied,
+  2048 x 2048: 15.3 -> 1.41 ms; a + b.T). None for anything else."""
+  if analysis.reduce_sizes or (vector is not None and vector[0] != len(analysis.shape) - 1): return None
   shape = analysis.shape
-  for k in range(1, len(shape) - 1):
+  for k in range(1, len(shape) - (vector is not None)):
     if k in upcast or shape[k] % TRANSPOSE_BLOCK or shape[k] // TRANSPOSE_BLOCK < caps.threads or 64 * shape[k] <= caps.l1_bytes: continue
     for strides in analysis.out_strides:
       jump = strides[k]
@@ -488,9 +489,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   if vector is None and reduce_vector == 1 and not upcast and last is not None and reduce_sizes and min(reduce_sizes) > UNROLL_WHOLE \
      and (chains := _divisor(shape[last], 16)) > 1 and any(analysis.out_strides[b][last] == 0 for b in deciding):
     upcast[last] = chains
-  # a short innermost reduced axis (a convolution's window positions) is unrolled whole: no loop, and the STACK that
-  # picks a window becomes a constant choice in each copy. A reduction over nothing (an empty matmul fused into a sum)
-  # has no loop to unroll: 0 < short
+  # a short innermost reduced axis (a convolution's window positions) is unrolled whole: no loop, and the STACK that picks a
+  # window becomes a constant choice in each copy. A reduction over nothing (an empty matmul fused into a sum) has none: 0 < short
   if reduce_vector == 1 and reduce_sizes and 0 < (short := reduce_sizes[0]) <= UNROLL_WHOLE and all(r % short == 0 for r in reduce_sizes):
     unroll = short
   fma, thread = caps.fma and analysis.products, None
