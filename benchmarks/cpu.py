@@ -3,7 +3,7 @@
     python benchmarks/cpu.py [--repeat 7] [--passes 2] [--only gemm,sum] [--warm-cache]
 
 Rows: GEMM 256/512/1024/2048, attention forward and forward+backward (N=512, d=64), conv2d (batch 8, 64->64 channels,
-32x32, 3x3, padding 1), the sum and a*x+b of 16M f32, the MLP step of benchmarks/tensor.py and the GPT training step
+32x32, 3x3, padding 1), the sum and a*x+b of 16M f32, a 2048 x 2048 transpose copied, the MLP step of benchmarks/tensor.py and the GPT training step
 (vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW). The attention, sum, a*x+b, MLP and GPT rows run twice:
 calling the Tensor code each time, and under uopc.jit (its first two calls run and capture, replays are timed),
 which is how a training loop runs it; the difference is the Python cost of building and scheduling the graph.
@@ -238,9 +238,18 @@ def _torch_gpt(cfg, model, T, Y):
   return lambda: step(T, Y)
 
 
+def transpose() -> Row:
+  X = np.random.default_rng(6).standard_normal((2048, 2048)).astype(np.float32)
+  x = Tensor(X)
+  xt = torch.from_numpy(X) if torch else None
+  return Row("transpose 2048x2048", lambda: x.T.contiguous().realize(), lambda: np.ascontiguousarray(X.T),
+             (lambda: xt.T.contiguous()) if torch else None, nbytes=2 * X.nbytes)
+
+
 ROWS = {"gemm": lambda: [gemm(n) for n in (256, 512, 1024, 2048)],
         "attention": lambda: [attention(False), attention(False, True), attention(True), attention(True, True)],
         "conv": lambda: [conv2d()], "sum": lambda: [reduce_sum(), reduce_sum(True)], "axpy": lambda: [axpy(), axpy(True)],
+        "transpose": lambda: [transpose()],
         "mlp": lambda: [mlp(), mlp(True)],
         "gpt": lambda: [gpt(), gpt(True)]}
 
