@@ -156,6 +156,17 @@ def test_stack_index_and_composites():
   assert np.array_equal(run_lowered(st, [a]), a[[0, 5]])
 
 
+
+def test_a_reshape_past_i32_that_keeps_its_leading_axes_lowers():
+  """flip_axis of an (m, n) tensor views it as (m, n * n) on the way: more than i32 elements in all when m * n * n is
+  (2048 x 1024 x 1024), but the RESHAPE keeps m and regroups only n * n, each group's flat position computed on its own
+  (rangeify's _reshaped): it lowers, and only a group past i32 is refused (test_hostile)."""
+  from uopc.rangeify import _largest_group
+  assert _largest_group((2048, 1024, 1024), (2048, 1 << 20)) == 1 << 20 and _largest_group((4, 6), (4, 6)) == 0
+  assert _largest_group((2, 3, 1, 4), (6, 4)) == 6 and _largest_group((1 << 16, 1 << 16), (1 << 8, 1 << 24)) == 1 << 32
+  m, n = 2048, 1024
+  lower(flip_axis(buf(0, m * n).reshape((m, n)), 1), buf(1, m * n))            # was a LowerError: 2^31 elements
+
 def test_conv1d_from_movement_ops():
   out = conv1d(8, 3)
   xv, wv = np.arange(8, dtype=np.float32), np.array([1, 10, 100], np.float32)

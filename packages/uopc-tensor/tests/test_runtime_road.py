@@ -354,6 +354,13 @@ def test_transposes_of_long_axes_match_numpy(shape):
   y = np.random.default_rng(1).standard_normal(shape[::-1]).astype(np.float32)
   np.testing.assert_allclose((Tensor(x) * 2 + Tensor(y).permute(*range(len(shape) - 1, -1, -1))).numpy(), x * 2 + y.T, rtol=1e-6)
 
+
+def test_a_flip_of_a_large_tensor_matches_numpy():
+  # flip's movement ops view (m, n) as (m, n * n): past i32 elements in all at 2048 x 1024, which lower refused
+  x = np.random.default_rng(7).standard_normal((2048, 1024)).astype(np.float32)
+  np.testing.assert_array_equal(Tensor(x).flip(1).numpy(), x[:, ::-1])
+  np.testing.assert_array_equal(Tensor(x).flip((0, 1)).numpy(), x[::-1, ::-1])
+
 def test_uopc_search_set_makes_tensor_code_search_each_new_kernel_on_its_inputs(monkeypatch):
   import uopc.search as search
   seen = []

@@ -386,9 +386,25 @@ def _check_index_limits(root: UOp) -> None:
   for u in root.toposort():
     if any(s > I32_MAX for s in u.shape):
       raise LowerError(f"lower: {u.op!r} of shape {u.shape} has an axis longer than an i32 loop counter reaches ({I32_MAX})")
-    if u.op is Ops.RESHAPE and prod(u.shape) > I32_MAX:
-      raise LowerError(f"lower: a RESHAPE {u.src[0].shape} -> {u.shape} of {prod(u.shape)} elements: its flat positions pass i32 "
-                       f"({I32_MAX}), which indices can't hold")
+    if u.op is Ops.RESHAPE and prod(u.shape) > I32_MAX and (merged := _largest_group(u.src[0].shape, u.shape)) > I32_MAX:
+      raise LowerError(f"lower: a RESHAPE {u.src[0].shape} -> {u.shape} regroups {merged} elements: its flat positions "
+                       f"pass i32 ({I32_MAX}), which indices can't hold")
+
+
+def _largest_group(old: tuple[int, ...], new: tuple[int, ...]) -> int:
+  """The most elements of one group of axes a RESHAPE merges or splits (the groups _reshaped ravels and unravels, each
+  on its own): the range of the flat positions it computes. An axis it keeps passes its index through (0: none)."""
+  if 0 in old: return 0
+  largest, i, j = 0, 0, 0
+  old, new = [s for s in old if s != 1], [s for s in new if s != 1]
+  while i < len(old):
+    i2, j2, po, pn = i + 1, j + 1, old[i], new[j]
+    while po != pn:
+      if po < pn: po, i2 = po * old[i2], i2 + 1
+      else: pn, j2 = pn * new[j2], j2 + 1
+    if i2 - i > 1 or j2 - j > 1: largest = max(largest, po)
+    i, j = i2, j2
+  return largest
 
 
 def check_opts(root: UOp, o: Opts) -> None:
