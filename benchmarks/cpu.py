@@ -3,8 +3,9 @@
     python benchmarks/cpu.py [--repeat 7] [--passes 2] [--only gemm,sum] [--warm-cache]
 
 Rows: GEMM 256/512/1024/2048, attention forward and forward+backward (N=512, d=64), conv2d (batch 8, 64->64 channels,
-32x32, 3x3, padding 1), the sum and a*x+b of 16M f32, a 2048 x 2048 transpose copied, the MLP step of benchmarks/tensor.py and the GPT training step
-(vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW). The attention, sum, a*x+b, MLP and GPT rows run twice:
+32x32, 3x3, padding 1), the sum and a*x+b of 16M f32, a 2048 x 2048 transpose copied, the MLP step of
+benchmarks/tensor.py and the GPT training step (vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW).
+The attention, sum, a*x+b, MLP and GPT rows run twice:
 calling the Tensor code each time, and under uopc.jit (its first two calls run and capture, replays are timed),
 which is how a training loop runs it; the difference is the Python cost of building and scheduling the graph.
 
