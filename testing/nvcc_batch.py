@@ -8,8 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
-from uopc.backends.ccompiler import CCompiler
-from uopc.backends.cuda import NVCC_FLAGS
+from uopc.backends.cuda import _run_nvcc
 
 _KERNEL = re.compile(r"(__global__ void (?:__launch_bounds__\(\d+\) )?)(\w+)\(")
 
@@ -30,11 +29,7 @@ def together(sources: list[tuple[str, str]]) -> tuple[str, list[str]]:
 
 
 def nvcc_all(sources: list[tuple[str, str]], arch: str, workdir: Path) -> tuple[subprocess.CompletedProcess, bytes, list[str]]:
-  """nvcc (the CUDA backend's flags, for `arch`, as the backend runs it) over together(sources) in `workdir`: the
-  finished process, the cubin (b"" on failure) and the kernels' names in it."""
+  """nvcc as the CUDA backend runs it (uopc.backends.cuda._run_nvcc) over together(sources) in `workdir`: the finished
+  process, the cubin (b"" on failure) and the kernels' names in it."""
   src, names = together(sources)
-  cu, out = workdir / "all.cu", workdir / "all.cubin"
-  cu.write_text(src)
-  proc = subprocess.run(["nvcc", *NVCC_FLAGS, f"-arch={arch}", "-o", str(out), str(cu)], capture_output=True, text=True, timeout=600,
-                        env=CCompiler._compiler_env())
-  return proc, out.read_bytes() if proc.returncode == 0 else b"", names
+  return (*_run_nvcc(src, arch, workdir), names)

@@ -277,7 +277,7 @@ def _transposing_axis(analysis: Analysis, vector: tuple[int, int] | None, upcast
   2048 x 2048: 15.3 -> 1.41 ms; a + b.T). None for anything else."""
   if analysis.reduce_sizes or (vector is not None and vector[0] != len(analysis.shape) - 1): return None
   shape = analysis.shape
-  for k in range(1, len(shape) - (vector is not None)):
+  for k in range(1, len(shape) if vector is None else len(shape) - 1):    # with lanes, never the vector's own axis
     if k in upcast or shape[k] % TRANSPOSE_BLOCK or shape[k] // TRANSPOSE_BLOCK < caps.threads or 64 * shape[k] <= caps.l1_bytes: continue
     for strides in analysis.out_strides:
       jump = strides[k]

@@ -230,6 +230,16 @@ class CUDAProgram:
   function: ctypes.c_void_p | None = None   # the loaded CUfunction, once a launch needs it
 
 
+def _run_nvcc(src: str, arch: str, workdir: Path) -> tuple[subprocess.CompletedProcess, bytes]:
+  """nvcc as the backend runs it (NVCC_FLAGS, for `arch`) on `src` in `workdir`: the finished process and the cubin
+  (b"" when it failed). The GPU tests' one-run compile checks call it too (testing/nvcc_batch.py)."""
+  cu, out = workdir / "kernel.cu", workdir / "kernel.cubin"
+  cu.write_text(src)
+  proc = subprocess.run(["nvcc", *NVCC_FLAGS, f"-arch={arch}", "-o", str(out), str(cu)], capture_output=True, text=True, timeout=600,
+                        env=CCompiler._compiler_env())   # no preloaded ASan: nvcc's own programs crash under it
+  return proc, out.read_bytes() if proc.returncode == 0 else b""
+
+
 class CUDACompiler:
   """CUDA source -> cubin for one architecture, with nvcc (or NVRTC), cached in memory and on disk."""
   def __init__(self):
@@ -278,13 +288,10 @@ class CUDACompiler:
   @staticmethod
   def _nvcc(src: str, arch: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="uopc-cuda-") as tmp:
-      cu, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
-      cu.write_text(src)
-      try: proc = subprocess.run(["nvcc", *NVCC_FLAGS, f"-arch={arch}", "-o", str(out), str(cu)], capture_output=True, text=True, timeout=600,
-                                 env=CCompiler._compiler_env())   # no preloaded ASan: nvcc's own programs crash under it
+      try: proc, cubin = _run_nvcc(src, arch, Path(tmp))
       except subprocess.TimeoutExpired: raise CompileError("nvcc took more than 10 minutes") from None
       if proc.returncode != 0: raise CompileError(_failure("nvcc", proc.returncode, proc.stderr, src))
-      return out.read_bytes()
+      return cubin
 
   @staticmethod
   def _nvrtc(src: str, name: str, arch: str) -> bytes:
