@@ -3,8 +3,9 @@
     python benchmarks/cpu.py [--repeat 7] [--passes 2] [--only gemm,sum] [--warm-cache]
 
 Rows: GEMM 256/512/1024/2048, attention forward and forward+backward (N=512, d=64), conv2d (batch 8, 64->64 channels,
-32x32, 3x3, padding 1), the sum and a*x+b of 16M f32, a 2048 x 2048 transpose copied, the MLP step of
-benchmarks/tensor.py and the GPT training step (vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW).
+32x32, 3x3, padding 1), the sum and a*x+b of 16M f32, a 2048 x 2048 transpose copied, 4096 rows of a 2048 x 1024
+tensor picked by an index tensor (x[idx]), the MLP step of benchmarks/tensor.py and the GPT training step (vocab 65,
+context 64, batch 16, 2 layers, width 128, 4 heads, AdamW).
 The attention, sum, a*x+b, MLP and GPT rows run twice:
 calling the Tensor code each time, and under uopc.jit (its first two calls run and capture, replays are timed),
 which is how a training loop runs it; the difference is the Python cost of building and scheduling the graph.
@@ -247,10 +248,18 @@ def transpose() -> Row:
              (lambda: xt.T.contiguous()) if torch else None, nbytes=2 * X.nbytes)
 
 
+def gather() -> Row:
+  rng = np.random.default_rng(7)
+  X, I = rng.standard_normal((2048, 1024)).astype(np.float32), rng.integers(0, 2048, 4096).astype(np.int32)
+  x, i = Tensor(X), Tensor(I)
+  xt, it = (torch.from_numpy(X), torch.from_numpy(I.astype(np.int64))) if torch else (None, None)
+  return Row("gather 4096 of 2048 rows", lambda: x[i].realize(), lambda: X[I], (lambda: xt[it]) if torch else None, nbytes=2 * 4096 * 1024 * 4)
+
+
 ROWS = {"gemm": lambda: [gemm(n) for n in (256, 512, 1024, 2048)],
         "attention": lambda: [attention(False), attention(False, True), attention(True), attention(True, True)],
         "conv": lambda: [conv2d()], "sum": lambda: [reduce_sum(), reduce_sum(True)], "axpy": lambda: [axpy(), axpy(True)],
-        "transpose": lambda: [transpose()],
+        "transpose": lambda: [transpose()], "gather": lambda: [gather()],
         "mlp": lambda: [mlp(), mlp(True)],
         "gpt": lambda: [gpt(), gpt(True)]}
 

@@ -8,8 +8,10 @@ ops a table leaves out on purpose, with the reason, as an explicit exclusion set
 """
 from uopc.uop import Ops, ALU, MOVEMENT
 
+# a read at loaded positions (uopc-ir 0.5 and later: by name, as the vector ops below)
+GATHER_OPS = {Ops.__members__[name] for name in ("GATHER",) if name in Ops.__members__}
 # what a shaped graph holds: the values Tensor builds, kernelize cuts, rangeify lowers and autodiff differentiates
-SHAPED = ALU | MOVEMENT | {Ops.CONST, Ops.BUFFER, Ops.STACK, Ops.INDEX, Ops.REDUCE, Ops.STAGE}
+SHAPED = ALU | MOVEMENT | {Ops.CONST, Ops.BUFFER, Ops.STACK, Ops.INDEX, Ops.REDUCE, Ops.STAGE} | GATHER_OPS
 # what a linearized program holds: no shapes left, memory and loops instead, and vectors (what renderers and interpreters read)
 # (by name: uopc-ir before 0.3 has no vectors, and `nox -s compat` runs uopc-tensor's tests, which import this, on it)
 VECTOR_OPS = {Ops.__members__[name] for name in ("VECTORIZE", "GEP") if name in Ops.__members__}

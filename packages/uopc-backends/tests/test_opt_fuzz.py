@@ -1,5 +1,5 @@
 """Every Opts choice computes the right answer: random kernels (elementwise with broadcasting, reductions over any axes,
-GEMMs of odd sizes, convolutions, movement chains) lowered with random valid Opts (vectors, register tiles, unrolling,
+GEMMs of odd sizes, convolutions, movement chains, gathers of rows) lowered with random valid Opts (vectors, register tiles, unrolling,
 partial accumulators, fused multiply-adds, threads, cache tiles, a pad's loop split at its edges) against NumPy; elementwise kernels give the same
 bits with and without threads, and so do reductions (a THREAD loop splits outputs, never a sum). A sum is compared within
 a few ulps of the sum of its terms' magnitudes (its rounding error, whatever the order of the additions). The budget
@@ -123,7 +123,27 @@ def movement(draw):
   return "elementwise", u * 1.0, [x], np.ascontiguousarray(ref), 0.0
 
 
-kernels = st.one_of(elementwise(), reduction(), gemm(), conv1d(), movement())
+@st.composite
+def gather(draw):
+  # rows of x (itself through a view sometimes) picked by a tensor of indices, then an elementwise op or a sum over the
+  # rows' last axis: loads at loaded indices under every Opts
+  shape = tuple(draw(st.lists(sizes, min_size=1, max_size=3)))
+  rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+  x = rng.standard_normal(shape).astype(np.float32)
+  ishape = tuple(draw(st.lists(sizes, min_size=0, max_size=2)))
+  idx = rng.integers(0, shape[0], ishape).astype(np.int32)
+  X, I = buf(0, x.size).reshape(shape), buf(1, max(1, idx.size), dtypes.i32).reshape(ishape)
+  if len(shape) >= 2 and draw(st.booleans()):                           # rows of a transposed view
+    X, x = X.permute((1, 0) + tuple(range(2, len(shape)))), x.swapaxes(0, 1)
+    I, idx = buf(1, max(1, idx.size), dtypes.i32).reshape(ishape), rng.integers(0, x.shape[0], ishape).astype(np.int32)
+  g, ref = (X * 2.0).gather(I), x[idx] * np.float32(2)
+  if ref.ndim >= 1 and draw(st.booleans()):
+    return "reduction", g.reduce(Ops.ADD, 1) * 1.0, [x if x.flags.c_contiguous else np.ascontiguousarray(x.swapaxes(0, 1)), idx], \
+      ref.astype(np.float64).sum(-1).astype(np.float32), np.abs(ref).astype(np.float64).sum(-1)
+  return "elementwise", g + 1.0, [x if x.flags.c_contiguous else np.ascontiguousarray(x.swapaxes(0, 1)), idx], ref + np.float32(1), 0.0
+
+
+kernels = st.one_of(elementwise(), reduction(), gemm(), conv1d(), movement(), gather())
 
 
 # ---- random valid Opts ---------------------------------------------------------------------------------------------------

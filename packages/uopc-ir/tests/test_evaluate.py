@@ -637,3 +637,28 @@ def test_an_integer_past_f16_or_f32_rounds_to_infinity_as_numpy():
   assert round_f16(65536) == np.float16(65536) == math.inf and round_f16(-70000) == -math.inf
   assert round_f16(65504) == 65504.0 and round_f32(2**128) == math.inf and round_f32(-(10**400)) == -math.inf
   assert run(UOp(Ops.CAST, (UOp(Ops.CAST, (UOp.const(65536),), dtypes.f16),), dtypes.f32)).arg == math.inf
+
+
+# ---- GATHER: rows picked by computed indices ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows", [[1, 0, 1], [[0, 1], [1, 1]], 1])
+def test_gather_picks_rows_as_numpy_fancy_indexing(rows):
+  want_rows = np.array(rows, np.int32).reshape(np.shape(rows))
+  idx = lit(want_rows)
+  assert_evaluates_to(lit(X234).gather(idx), X234[want_rows])
+  assert_evaluates_to(lit(X234).reshape((24,)).gather(idx), X234.reshape(24)[want_rows])   # single elements of a flat x
+
+def test_gather_by_computed_indices_and_of_a_computed_value():
+  x, idx = lit(X234), lit(np.array([1, 0], np.int32))
+  assert_evaluates_to((x * 2).gather(1 - idx), (X234 * 2)[[0, 1]])
+  assert_evaluates_to(x.gather(idx).reduce(Ops.ADD, 1), X234[[1, 0]].sum(2).astype(np.int32))
+
+def test_a_batched_gather_picks_along_its_axis_within_each_batch_entry_as_take_along_axis():
+  idx = np.array([[[2, 0, 1, 1], [0, 0, 2, 1]], [[1, 1, 1, 0], [2, 2, 0, 0]]], np.int32)   # (2, 2, 4): 2 batch axes
+  want = np.take_along_axis(X234.transpose(0, 2, 1), idx.transpose(0, 2, 1), 2).transpose(0, 2, 1)
+  assert_evaluates_to(lit(X234).permute((0, 2, 1)).gather(lit(idx.transpose(0, 2, 1)), 2).permute((0, 2, 1)), want)
+  assert_evaluates_to(lit(X234).gather(lit(np.array([[2, 2], [0, 1]], np.int32)), 1), np.stack([X234[0][[2, 2]], X234[1][[0, 1]]]))
+
+@pytest.mark.parametrize("bad", [2, -1, I32_MIN])
+def test_gather_out_of_range_is_an_eval_error(bad):
+  with pytest.raises(EvalError, match="GATHER index .* out of range for axis 0 of size 2"): run(lit(X234).gather(lit(np.array([0, bad], np.int32))))

@@ -175,3 +175,10 @@ def test_round_trip_property(g):
 def test_stack_of_one_and_nested_stacks():
   for g in [stack(1), stack(stack(1.0)), stack(stack(True, False), stack(False, True))]:
     assert parse(to_uir(g)) is g
+
+
+def test_a_gather_round_trips():
+  rows = stack(stack(1.0, 2.0), stack(3.0, 4.0), stack(5.0, 6.0))
+  g = rows.gather(stack(stack(2, 0), stack(1, 1)) + UOp.const(0).reshape((1, 1)).expand((2, 2)))
+  text = to_uir(g)
+  assert "gather" in text and parse(text) is g

@@ -143,6 +143,15 @@ def test_shapes_and_dtypes_are_inferred_at_construction():
     with pytest.raises(UOpError): bad()
 
 
+def test_gather_shape_is_the_indices_then_the_rows():
+  m = stack(stack(1.0, 2.0, 3.0), stack(4.0, 5.0, 6.0))                     # (2, 3)
+  idx = stack(stack(0, 1), stack(1, 1), stack(0, 0))                        # (3, 2)
+  assert m.gather(idx).shape == (3, 2, 3) and m.gather(idx).dtype is dtypes.f32
+  assert m.gather(UOp.const(1)).shape == (3,)                               # a scalar index picks one row
+  assert m.gather(param(0)).shape == (3,)                                   # any i32 value indexes
+  assert m.gather(stack(stack(2, 0, 2, 1), stack(0, 0, 1, 1)), 1).shape == (2, 4)   # each row picks its own entries
+
+
 def test_index_by_a_param_is_a_graph():
   s = stack(stack(1, 2, 3), stack(4, 5, 6))
   u = s.index(param(0), 2)
@@ -158,6 +167,14 @@ ERRORS = [
   ("where cond", lambda: UOp.const(1).where(1, 2), "WHERE condition must be bool"),
   ("index float", lambda: stack(1, 2, 3).index(UOp.const(1.0)), "INDEX indices are i32 scalars"),
   ("too many idx", lambda: stack(1, 2, 3).index(1, 2), "INDEX: 2 indices into shape (3,)"),
+  ("gather float idx", lambda: stack(1, 2, 3).gather(stack(1.0)), "GATHER indices are i32, got f32"),
+  ("gather scalar x", lambda: UOp.const(1.0).gather(stack(0)), "GATHER picks along x's axis 0: x of shape () has none (f32)"),
+  ("gather past x", lambda: stack(1, 2).gather(stack(0), 1), "GATHER picks along x's axis 1: x of shape (2,) has none (i32)"),
+  ("gather batch", lambda: stack(stack(1, 2), stack(3, 4)).gather(stack(0, 1, 1), 1),
+   "GATHER with 1 batch axes: indices (3,) and x (2, 2) differ on them"),
+  ("gather arg", lambda: UOp(Ops.GATHER, (stack(1, 2), stack(0)), None), "GATHER's arg is the number of batch axes, an int >= 0, got None"),
+  ("gather negative", lambda: stack(1, 2).gather(stack(0), -1), "GATHER's arg is the number of batch axes, an int >= 0, got -1"),
+  ("gather one src", lambda: UOp(Ops.GATHER, (stack(1, 2),)), "GATHER takes (x, idx), got 1 sources"),
   ("call missing param", lambda: UOp(Ops.CALL, (param(0) + param(1), UOp.const(1)), CallArg()), "CALL needs params 0..0, body has [0, 1]"),
   ("call wrong type", lambda: UOp(Ops.CALL, (param(0) * param(0), UOp.const(1.0)), CallArg()), "CALL arg 0: dtypes.f32() != param dtypes.i32()"),
   ("empty stack", lambda: UOp(Ops.STACK, ()), "STACK of nothing"),

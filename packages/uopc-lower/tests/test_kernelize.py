@@ -329,3 +329,27 @@ def test_a_wide_sum_of_many_small_chains_is_cut_too():
   a = np.array([0.1, 0.5, -0.3, 0.9], np.float32)
   ref = sum(sin_chain_ref(a * np.float32(i + 1), 30) for i in range(len(parts)))
   np.testing.assert_allclose(run_schedule(ks, {0: a})[1], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_a_gather_fuses_with_what_it_reads_but_a_reduction_under_it_is_stored_first():
+  # a gather of an elementwise value (and at computed indices) is one kernel: the value is computed at the rows picked.
+  # A reduction under its rows or its indices is a kernel of its own: read at a loaded index, its loops would run once
+  # per row picked, or once per element of the row for the indices' reduction (an argmax's row picked)
+  rng = np.random.default_rng(5)
+  a = rng.standard_normal((6, 4)).astype(np.float32)
+  idx = np.array([5, 0, 3], np.int32)
+  x, i = buf(0, 24).reshape((6, 4)), buf(1, 3, dtypes.i32)
+  fused = (x * 2.0).gather(i * -1 + 5)
+  ks = kernelize([(fused, buf(9, 12))])
+  assert len(ks) == 1
+  np.testing.assert_array_equal(np.array(run_schedule(ks, {0: a, 1: idx})[9]).reshape(3, 4), (a * 2)[5 - idx])
+  sums = x.reduce(Ops.ADD, 1).reshape((6, 1)).expand((6, 4)) * x                        # rows of a broadcast sum
+  ks = kernelize([(sums.gather(i), buf(9, 12))], lambda n, d: buf(20 + n % 7, n, d))
+  assert len(ks) == 2 and ks[0].root.op is Ops.REDUCE
+  np.testing.assert_allclose(np.array(run_schedule(ks, {0: a, 1: idx})[9]).reshape(3, 4), (a.sum(1, keepdims=True) * a)[idx], rtol=1e-6)
+  best = UOp(Ops.CAST, (x.reduce(Ops.MAX, 1),), dtypes.i32)                                   # an index that is a reduction
+  picked = x.gather(UOp(Ops.MAX, (UOp(Ops.MAX, (best, best.const_like(0))) * -1, best.const_like(-5))) * -1)
+  ks = kernelize([(picked, buf(9, 24))], lambda n, d: buf(20 + n % 7, n, d))
+  assert len(ks) == 2 and ks[0].out.dtype is dtypes.i32 and any(u.op is Ops.REDUCE for u in ks[0].root.toposort())   # the indices
+  want = a[np.clip(a.max(1).astype(np.int32), 0, 5)]
+  np.testing.assert_array_equal(np.array(run_schedule(ks, {0: a, 1: idx})[9]).reshape(6, 4), want)

@@ -390,3 +390,45 @@ def test_split_cuts_the_last_loop_where_a_concatenation_changes_branch():
   (pad(buf(0, 12).reshape((3, 4)), ((0, 0), (2, 2))), Opts(split=True, tile={1: 4}), "threads' loop or tiled")])
 def test_check_opts_refuses_a_split_that_cant_apply(root, opts, says):
   with pytest.raises(LowerError, match=f"Opts.split: .*{says}"): lower(root, buf(1, max(1, prod(root.shape))), Ctx(opts=opts))
+
+
+# ---- GATHER: a load at a loaded index ---------------------------------------------------------------------------------
+
+GATHER_CASES = [((10, 7), (2, 3)), ((10,), (5,)), ((9, 16), (33,)), ((6, 3, 4), (2, 2)), ((5, 8), ())]
+
+@pytest.mark.parametrize("xshape,ishape", GATHER_CASES)
+@pytest.mark.parametrize("opts", [Opts(), Opts(upcast=((0, 2),)), Opts(thread=0)], ids=["plain", "upcast", "thread"])
+def test_a_gather_lowers_to_loads_at_the_loaded_rows_and_matches_numpy(xshape, ishape, opts):
+  rng = np.random.default_rng(3)
+  a = rng.standard_normal(xshape).astype(np.float32)
+  idx = rng.integers(0, xshape[0], ishape).astype(np.int32)
+  x, i = buf(0, a.size).reshape(xshape), buf(1, max(1, idx.size), dtypes.i32).reshape(ishape)
+  g = x.gather(i)
+  if opts.upcast and (not g.shape or g.shape[0] % 2): opts = Opts()
+  assert np.array_equal(run_lowered(g, [a, idx], opts), a[idx])
+  # of a computed value, at computed indices
+  want = (a * 2 + 1)[(xshape[0] - 1) - idx]
+  assert np.array_equal(run_lowered((x * 2.0 + 1.0).gather(i * -1 + (xshape[0] - 1)), [a, idx], opts), want)
+
+
+@pytest.mark.parametrize("opts", [Opts(), Opts(upcast=((1, 2),)), Opts(thread=0)], ids=["plain", "upcast", "thread"])
+def test_a_batched_gather_picks_within_each_batch_entry_and_matches_take_along_axis(opts):
+  rng = np.random.default_rng(8)
+  a = rng.standard_normal((4, 6, 3)).astype(np.float32)
+  idx = rng.integers(0, 6, (4, 2, 3)).astype(np.int32)                         # entries along axis 1, per (batch, column)
+  x, i = buf(0, a.size).reshape((4, 6, 3)).permute((0, 2, 1)), buf(1, idx.size, dtypes.i32).reshape((4, 2, 3)).permute((0, 2, 1))
+  got = run_lowered(x.gather(i, 2).permute((0, 2, 1)), [a, idx], opts)
+  assert np.array_equal(got, np.take_along_axis(a, idx, 1))
+
+
+def test_a_gathers_row_is_clamped_into_its_axis_so_every_address_is_proven_inside_memory():
+  # the index is a loaded value whose bounds are all of i32; the clamp bounds the row to 0..n-1, so every address of x
+  # lies inside it (out-of-range indices are the caller's to refuse: 99 reads the last row, -5 the first, and -2^31,
+  # whose negation wraps, the last, instead of memory outside x)
+  from uopc.symbolic import bounds
+  a = np.arange(12, dtype=np.float32)
+  x, i = buf(0, 12).reshape((4, 3)), buf(1, 4, dtypes.i32)
+  reads = [u for u in linearize(lower(x.gather(i), buf(2, 12))) if u.op is Ops.INDEX and u.src[0].op is Ops.BUFFER and u.src[0].arg.slot == 0]
+  assert reads and all(0 <= bounds(u.src[1])[0] and bounds(u.src[1])[1] <= 11 for u in reads)
+  idx = np.array([1, 99, -5, -2**31], np.int32)
+  assert np.array_equal(run_lowered(x.gather(i), [a, idx]), a.reshape(4, 3)[[1, 3, 0, 3]])

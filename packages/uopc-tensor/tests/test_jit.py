@@ -312,3 +312,16 @@ def test_state_another_capture_rewrites_in_place_is_read_again():
     np.testing.assert_allclose(infer(x).numpy(), data(0, 16, 512) @ lin.weight.numpy().T, rtol=1e-4, atol=1e-4)
   assert infer._plans[0].static is not None
   assert any(a is b for a, b in zip(held, held[1:]))         # the same Buffer, written again in between
+
+
+def test_a_replayed_gather_reads_each_calls_indices_and_checks_them():
+  # the GATHER's indices are an argument: every replay loads the rows the call's own indices pick, and refuses one out
+  # of range as a plain call does
+  rng = np.random.default_rng(2)
+  W = rng.standard_normal((50, 8)).astype(np.float32)
+  w = Tensor(W)
+  step = jit(lambda i: (w[i] * 2).realize())
+  for n in range(5):
+    idx = rng.integers(-50, 50, (3, 4)).astype(np.int32)
+    np.testing.assert_array_equal(step(Tensor(idx)).numpy(), W[idx] * 2)
+  with pytest.raises(Exception, match="index 50 is out of range for axis 0 of size 50"): step(Tensor(np.array([[0, 1, 2, 50]] * 3, np.int32)))

@@ -267,6 +267,34 @@ def test_cross_entropy_ignores_minus_100_by_default_and_takes_spatial_logits():
         cross_entropy_ref(flat_logits, target.reshape(-1), reduction="none").reshape(2, 3), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_losses_load_each_rows_target_and_an_ignored_row_stays_out_even_beside_infinite_logits(weighted):
+  # each row's target log-probability is loaded (a GATHER along the classes, the rows its batch axis), not picked by a
+  # one-hot summed over every class (at 8192 classes, a scan of all the log-probabilities in one thread); an ignored
+  # row reads class 0 and counts for nothing, with a -inf logit there too (0 * -inf would be NaN); class weights are
+  # loaded the same way. Values and gradients against the formula
+  rng = np.random.default_rng(11)
+  logits = rng.standard_normal((40, 300)).astype(np.float32)
+  target = rng.integers(0, 300, 40).astype(np.int32)
+  target[[3, 17]] = -100
+  logits[[3, 17], 0] = -np.inf
+  w = rng.random(300).astype(np.float32) + 0.5 if weighted else None
+  x = Tensor(logits, requires_grad=True)
+  loss = x.cross_entropy(Tensor(target), weight=Tensor(w) if weighted else None)
+  ks = loss.schedule()
+  assert any(u.op is Ops.GATHER for k in ks for u in k.root.toposort())
+  assert all(u.src[0].shape[-1] != 300 for k in ks if k.root.shape == () for u in k.root.toposort() if u.op is Ops.REDUCE)
+  keep = target != -100
+  logp = np_log_softmax(np.where(np.isinf(logits), -1e30, logits).astype(np.float64), 1)
+  ww = w[np.where(keep, target, 0)] * keep if weighted else keep.astype(np.float64)
+  want = -(logp[np.arange(40), np.where(keep, target, 0)] * ww).sum() / ww.sum()
+  check(loss, want, rtol=1e-5)
+  loss.backward()
+  p = np.exp(logp)
+  grad = (p - np.eye(300)[np.where(keep, target, 0)]) * ww[:, None] / ww.sum()
+  np.testing.assert_allclose(x.grad.numpy(), grad, rtol=1e-4, atol=1e-6)
+
+
 def test_tinygrads_loss_names_are_the_same_losses():
   p = (1 / (1 + np.exp(-X34))).astype(np.float32)
   t = (X34[::-1] > 0).astype(np.float32)
@@ -339,11 +367,12 @@ def test_the_constants_composites_build_are_made_once_and_shared(monkeypatch):
   for n in range(3): creation.shared_constant(Tensor(x), ("big", n), lambda: np.zeros(1001, np.bool_))
   assert creation._shared_bytes <= creation.SHARED_CONSTANT_BYTES and len(creation._shared) == 2
   assert creation._shared_bytes == sum(nbytes for _, nbytes in creation._shared.values())
-  # a gather, a one-hot and a loss compare with one shared 0..n-1; Tensor.arange hands out a tensor of the caller's own
+  # a one-hot and a loss compare with one shared 0..n-1; Tensor.arange hands out a tensor of the caller's own
   g = Tensor(x)[Tensor(np.array([2, 0], np.int32))]
   oh = Tensor(np.array([1, 4], np.int32)).one_hot(5)
   shared = lambda t: {u for u in t.uop.toposort() if u.op is Ops.BUFFER and u.dtype is dtypes.i32}
-  assert creation.positions(Tensor(x), 5).uop in shared(oh) and creation.positions(Tensor(x), 3).uop in shared(g)
+  assert creation.positions(Tensor(x), 5).uop in shared(oh)
+  assert g.uop.op is Ops.GATHER and creation.positions(Tensor(x), 3).uop not in shared(g)   # a gather loads its rows: no one-hot
   check(g, x[[2, 0]])
   check(oh, np.eye(5, dtype=np.int32)[[1, 4]])
   assert buffer_of(Tensor.arange(5).uop) is not buffer_of(Tensor.arange(5).uop)
@@ -492,21 +521,27 @@ def test_attention_straight_to_uops_builds_the_graph_of_its_tensor_ops(shapes):
 
 
 @pytest.mark.parametrize("shape", [(4, 3), (5,), (1, 1), (2, 3, 2)])
-def test_embedding_straight_to_uops_builds_the_graph_of_the_gather(shape):
-  # embedding's common case builds its UOps directly; it must be the graph of weight[indices] as _gather builds it, node
-  # for node, so kernels and gradients are its
+def test_embedding_is_one_gather_of_the_rows_and_its_gradient_adds_each_row_up(shape):
+  # weight[indices] is one GATHER node over the weight (a load per element: a one-hot of the indices against every row,
+  # summed, was O(vocab) per element), for every kind of index tensor (a view, lazy) and weight (requiring a gradient
+  # or not, f16); its gradient sums the picked rows' gradients into each row, as np.add.at does
   rng = np.random.default_rng(4)
-  for w_grad, view, lazy, v, d in [(a, b, c, e, f) for a in (False, True) for b in (False, True) for c in (False, True)
-                                    for e in (7, 1) for f in (5, 1)]:
-    w = Tensor(rng.standard_normal((v, d)).astype(np.float32), requires_grad=w_grad)
+  for w_grad, view, lazy, v, d, half in [(a, b, c, e, f, h) for a in (False, True) for b in (False, True) for c in (False, True)
+                                         for e in (7, 1) for f in (5, 1) for h in (False, True)]:
+    W = rng.standard_normal((v, d)).astype(np.float16 if half else np.float32)
+    w = Tensor(W, requires_grad=w_grad and not half)
     idx = rng.integers(0, v, shape).astype(np.int32)
     i = Tensor(idx.ravel()).reshape(*shape) if view else Tensor(idx)
     if lazy: i = i * 1
-    e = i.embedding(w)   # (its index check may compute a lazy i first)
-    fast, slow = i._embedding_uops(w), w._gather([(0, i)], checked=True)
-    assert fast is not None and fast.uop is slow.uop is e.uop and fast.requires_grad == slow.requires_grad
-  np.testing.assert_array_equal(fast.numpy(), w.numpy()[idx])
-  assert i._embedding_uops(w.half()) is None   # f16 rows: the general road
+    e = i.embedding(w)   # (its index check computes a lazy i first)
+    assert e.uop.op is Ops.GATHER and e.uop.src[0] is w.uop and e.shape == shape + (d,) and e.requires_grad == w.requires_grad
+    np.testing.assert_array_equal(e.numpy(), W[idx])
+    if w.requires_grad:
+      G = rng.standard_normal(e.shape).astype(np.float32)
+      (e * Tensor(G)).sum().backward()
+      want = np.zeros_like(W)
+      np.add.at(want, idx, G)
+      np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("n, c", [(6, 5), (1, 3), (4, 1)])

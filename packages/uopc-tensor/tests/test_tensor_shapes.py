@@ -297,3 +297,49 @@ def test_random_index_tuples_match_numpy(seed):
     except IndexError: continue   # index arrays that don't broadcast together: draw again
     break
   check(Tensor(x)[idx], expected)
+
+
+def test_a_gather_of_rows_is_one_kernel_of_loads_and_its_gradient_adds_the_rows_up():
+  # x[idx] loads the rows picked (a GATHER): one kernel, no reduction over the indexed axis (a one-hot mask summed over it
+  # was O(rows) work per element: 4096 rows of a 2048 x 1024 tensor took 450 ms). Its gradient sums each picked row's
+  # gradient into its row, repeats included, as np.add.at does; every dtype gathers
+  rng = np.random.default_rng(7)
+  X = rng.standard_normal((300, 24)).astype(np.float32)
+  idx = rng.integers(-300, 300, (40, 3)).astype(np.int32)
+  x = Tensor(X, requires_grad=True)
+  y = x[Tensor(idx)]
+  ks = y.schedule()
+  assert len(ks) == 1 and not any(u.op is Ops.REDUCE for u in ks[0].root.toposort())
+  check(y, X[idx])
+  G = rng.standard_normal(y.shape).astype(np.float32)
+  (y * Tensor(G)).sum().backward()
+  want = np.zeros_like(X)
+  np.add.at(want, idx, G)
+  np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-5, atol=1e-5)
+  check(Tensor(X.astype(np.float16))[Tensor(idx)], X.astype(np.float16)[idx], dtype=dtypes.f16)
+  check(Tensor(X > 0)[Tensor(idx), 5], (X > 0)[idx, 5], dtype=dtypes.bool)
+  check(Tensor(idx)[Tensor(np.array([39, 0], np.int32))], idx[[39, 0]], dtype=dtypes.i32)
+  # torch.gather: each element from its own position along dim
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_gather_along_a_dim_loads_each_element_and_its_gradient_sums_along_that_dim_alone(dim):
+  # torch.gather is a GATHER whose batch axes are all the others: its forward one load per element, its gradient a
+  # one-hot along dim alone (every other axis a batch axis of it), so the backward sums over the index's own length
+  rng = np.random.default_rng(8)
+  X = rng.standard_normal((5, 6, 7)).astype(np.float32)
+  ishape = tuple(3 if k == dim % 3 else s - 1 for k, s in enumerate(X.shape))
+  idx = rng.integers(0, X.shape[dim], ishape).astype(np.int32)
+  ref = np.take_along_axis(X[tuple(slice(0, s) if k != dim % 3 else slice(None) for k, s in enumerate(ishape))], idx, dim)
+  x = Tensor(X, requires_grad=True)
+  y = x.gather(dim, Tensor(idx))
+  check(y, ref)
+  G = rng.standard_normal(ishape).astype(np.float32)
+  (y * Tensor(G)).sum().backward()
+  want = np.zeros_like(X)
+  grid = np.indices(ishape)
+  grid[dim % 3] = idx
+  np.add.at(want, tuple(grid), G)
+  sums = [u for k in x.grad.schedule() for u in k.root.toposort() if u.op is Ops.REDUCE]
+  assert sums and all(math.prod(u.src[0].shape[-u.arg[1]:]) == 3 for u in sums)      # over the index's length along dim
+  np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-5, atol=1e-5)

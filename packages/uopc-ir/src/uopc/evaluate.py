@@ -216,6 +216,19 @@ def _fold_index(u: UOp, ctx: dict) -> UOp:
   start, size = sum(i * k for i, k in zip(pos, st)), prod(u.shape)
   return literal(vals[start:start + size], u.shape, u.dtype)
 
+def _fold_gather(u: UOp, ctx: dict) -> UOp:
+  x, i = u.src
+  b = u.arg
+  vals, picks = _values(x, ctx), _values(i, ctx)
+  n, row = x.shape[b], prod(x.shape[b + 1:])
+  per_batch = prod(i.shape[b:])                     # indices of one batch entry, whose rows are x's entry's rows
+  out = []
+  for k, r in enumerate(picks):
+    if not 0 <= r < n: raise EvalError(f"GATHER index {r} out of range for axis {b} of size {n} (shape {x.shape})")
+    start = (k // per_batch * n + r) * row if per_batch else 0
+    out.extend(vals[start:start + row])
+  return literal(out, u.shape, u.dtype)
+
 def _fold_movement(u: UOp, ctx: dict) -> UOp:
   x = u.src[0]
   vals = _values(x, ctx)
@@ -279,6 +292,7 @@ _evaluate = PatternMatcher([
   (UPat(Ops.EXPAND, name="u"), lambda u, ctx: None if _is_empty_literal(u) else _fold_movement(u, ctx)),
   (UPat(ALU, name="u"), _fold_alu),
   (UPat(Ops.INDEX, name="u"), _fold_index),
+  (UPat(Ops.GATHER, name="u"), _fold_gather),
   (UPat(MOVEMENT - {Ops.EXPAND}, name="u"), _fold_movement),
   (UPat(Ops.REDUCE, name="u"), _fold_reduce),
   (UPat(Ops.GEP, name="u"), lambda u, ctx: literal([_values(u.src[0], ctx)[u.arg]], (), u.dtype)),

@@ -72,6 +72,11 @@ class Ops(Enum):
   # ---- vectors (made by uopc.vectorize, the last lowering pass; an ALU op on vectors works lane by lane) -------------
   VECTORIZE = auto()  # (*scalars): the vector of their values, lane k = src[k]; dtype src dtype.vec(len(src))
   GEP = auto()        # (vector,) arg: lane. That lane's scalar value
+  # ---- a read at computed positions (shaped; lowering turns it into a load at a loaded index) ---------------------------
+  GATHER = auto()     # (x, idx) arg: b, the batch axes they share (x.shape[:b] == idx.shape[:b]). Entries of x picked along
+                      # its axis b by the i32 values of idx: shape idx.shape + x.shape[b + 1:], element [*B, *s, *r] =
+                      # x[*B, idx[*B, *s], *r] (b = 0: rows of x, x[idx]; b = rank - 1: take_along_axis). An index
+                      # outside 0..x.shape[b]-1 is the caller's to refuse (lowering clamps it, so memory stays safe)
 
   def __repr__(self): return "Ops." + self.name
   __hash__ = object.__hash__   # members are singletons: identity hashing is correct and much faster
@@ -292,6 +297,10 @@ class UOp:
 
   def index(self, *idx) -> UOp:
     return UOp(Ops.INDEX, (self,) + tuple(i if isinstance(i, UOp) else UOp.const(int(i)) for i in idx))
+  def gather(self, idx: UOp, batch: int = 0) -> UOp:
+    """Entries of self along axis `batch` picked by the i32 values of idx, which shares self's first `batch` axes: shape
+    idx.shape + self.shape[batch + 1:] (a GATHER; batch 0: rows of self)."""
+    return UOp(Ops.GATHER, (self, idx), batch)
   def load(self) -> UOp: return self.alu(Ops.LOAD)
   def store(self, v) -> UOp: return self.alu(Ops.STORE, v)
   def after(self, *deps) -> UOp:
@@ -580,6 +589,16 @@ def _infer_index(op, src, arg):
     raise UOpError(f"INDEX as {arg.name}: a vector is read from flat memory at one index, got {x.addrspace!r} of shape {x.shape} and {n} indices")
   return arg, (), x.addrspace
 
+def _infer_gather(op, src, arg):
+  if len(src) != 2: raise UOpError(f"GATHER takes (x, idx), got {len(src)} sources")
+  x, idx = src
+  if type(arg) is not int or arg < 0: raise UOpError(f"GATHER's arg is the number of batch axes, an int >= 0, got {_show(arg)}")
+  if len(x.shape) <= arg: raise UOpError(f"GATHER picks along x's axis {arg}: x of shape {x.shape} has none ({x.dtype.name})")
+  if idx.dtype is not _i32: raise UOpError(f"GATHER indices are i32, got {idx.dtype.name}")
+  if x.dtype.count > 1: raise UOpError(f"GATHER reads scalars, got {x.dtype.name}")
+  if idx.shape[:arg] != x.shape[:arg]: raise UOpError(f"GATHER with {arg} batch axes: indices {idx.shape} and x {x.shape} differ on them")
+  return x.dtype, idx.shape + x.shape[arg + 1:], _A
+
 def _infer_vectorize(op, src, arg):
   if len(src) < 2: raise UOpError(f"VECTORIZE makes a vector of 2 or more lanes, got {len(src)}")
   d = src[0].dtype
@@ -752,6 +771,7 @@ def _infer_wmma(op, src, arg):
 _RULES: dict[Ops, Callable] = {
   Ops.CONST: _infer_const, Ops.PARAM: _infer_param, Ops.BUFFER: _infer_buffer, Ops.ALLOC: _infer_buffer,
   Ops.CALL: _infer_call, Ops.STACK: _infer_stack, Ops.INDEX: _infer_index, Ops.WHERE: _infer_where, Ops.MULACC: _infer_mulacc,
+  Ops.GATHER: _infer_gather,
   **{op: _infer_unary for op in UNARY}, **{op: _infer_binary for op in BINARY},
   Ops.LOAD: _infer_load, Ops.STORE: _infer_store, Ops.AFTER: _infer_after, Ops.SINK: _infer_void, Ops.BARRIER: _infer_void,
   Ops.END: _infer_end, Ops.RANGE: _infer_range, Ops.RESHAPE: _infer_reshape, Ops.EXPAND: _infer_expand,

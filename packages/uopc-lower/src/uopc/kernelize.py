@@ -89,7 +89,7 @@ ALU_COST: dict[Ops, int] = {
 }
 
 # ops that stay inside a kernel: a value made of these is recomputed wherever it is used
-_LOCAL = ALU | MOVEMENT | {Ops.STACK, Ops.INDEX, Ops.CONST}
+_LOCAL = ALU | MOVEMENT | {Ops.STACK, Ops.INDEX, Ops.GATHER, Ops.CONST}
 
 
 class KernelizeError(Exception):
@@ -273,11 +273,12 @@ def _staged(roots: list[UOp]) -> set[UOp]:
   joins: dict[UOp, bool] = {}           # a concatenation of values read from memory is computed in u's kernel
   padded: dict[UOp, bool] = {}
   carried: dict[UOp, frozenset] = {}
+  covered: set[UOp] = set()             # reductions a broadcast's rule has stored (alone, or inside what it stored)
   direct: dict[UOp, frozenset] = {}     # the sums of products among them reached without a broadcast on the way
   empty: frozenset = frozenset()
   for u in nodes:
     if u.op in ALU: cost[u] = min(1000, ALU_COST[u.op] + sum(cost[s] for s in u.src))
-    elif u.op in MOVEMENT or u.op in (Ops.STACK, Ops.INDEX): cost[u] = min(1000, sum(cost[s] for s in u.src))
+    elif u.op in MOVEMENT or u.op in (Ops.STACK, Ops.INDEX, Ops.GATHER): cost[u] = min(1000, sum(cost[s] for s in u.src))
     else: cost[u] = 0
     # a pad is a STACK of a value and zeros (or a view of one); pads of values added join them (a concatenation, as the
     # gradient of a split is). Not a STACK of several values: a convolution's window is one, of shifted views of one
@@ -323,7 +324,14 @@ def _staged(roots: list[UOp]) -> set[UOp]:
             staged |= stored([s])
             c, d = c - direct[s], d - direct[s]
       carried[u], direct[u] = c, (empty if _expands(u) else d)
-      if u.op is Ops.STACK and c:
+      if u.op is Ops.GATHER and c:
+        # a reduction under a gather's rows or indices is stored first, unless it is stored already (a broadcast on the
+        # way stored it, or another rule: a log-softmax's max and sum, the logits' GEMM, and the log-probabilities a loss
+        # picks are computed at the rows picked, not stored whole): read at a loaded index, its loops would run once per
+        # row picked (per element of each row, for the indices' reduction), and no Opts could tile them
+        staged |= stored(s for s in u.src if carried[s] - covered - staged)
+        carried[u], direct[u] = empty, empty
+      elif u.op is Ops.STACK and c:
         # a reduction that reaches a concatenation (a pad's zeros beside it, a window's shifted views of it) would run
         # under the choice of branch, once for each branch that reads it, in loops no Opts can vectorize: store it first
         staged |= stored(_movement_chain(s)[-1] for s in u.src if carried[s])
@@ -342,6 +350,7 @@ def _staged(roots: list[UOp]) -> set[UOp]:
         # adding the bias again, once for each copy (the scores' GEMM broadcast q + b from a register, a slot of the
         # FMA units, for each of its 8 rows a step: 0.56 -> 0.40 ms)
         else: staged |= {f} if (f := _epilogue(c, users)) is not None else c
+        covered |= c                    # (each branch computes them in a kernel of their own: stored, or inside what is)
     else: carried[u] = direct[u] = empty
   staged |= _split_large_bodies(nodes, staged, live)
   # shared values: a node used by several kernels is materialized if recomputing it is costly

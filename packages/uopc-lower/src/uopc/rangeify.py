@@ -56,6 +56,19 @@ def _index(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs:
   return (yield [(u.src[0], tuple(iv) + idx)])[0]
 
 
+def _gather(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs:
+  """GATHER(x, i)[B, s, r] = x[B, i[B, s], r] (B: its arg's batch axes): the index is a value computed (loaded) at (B, s),
+  clamped into x's axis so that every address stays provably inside memory (the caller refuses indices outside it:
+  uopc.tensor checks them first). min(v, n - 1) is written -max(-v, 1 - n), which the bounds follow where a WHERE's two
+  branches would not."""
+  x, i = u.src
+  b, k, n = u.arg, len(i.shape), x.shape[u.arg]
+  v = (yield [(i, idx[:k])])[0]
+  neg = UOp.const(-1)
+  at = UOp(Ops.MAX, (UOp(Ops.MUL, (UOp(Ops.MAX, (UOp(Ops.MUL, (v, neg)), UOp.const(1 - n))), neg)), UOp.const(0)))
+  return (yield [(x, idx[:b] + (at,) + idx[k:])])[0]
+
+
 def _stack(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> Needs:
   i, rest = idx[0], idx[1:]
   if ctx.opts.split: ctx.selectors.append(i)    # where Opts.split may cut the last loop (see _segments)
@@ -256,6 +269,7 @@ INDEX_RULES: dict[Ops, Callable[[UOp, tuple[UOp, ...], Ctx], Needs | UOp]] = {
   Ops.STAGE: _stage,
   **dict.fromkeys(ALU, _alu),
   Ops.INDEX: _index,
+  Ops.GATHER: _gather,
   Ops.STACK: _stack,
   **dict.fromkeys(INDEX_MAPS, _moved),
   Ops.REDUCE: _reduce,
@@ -325,7 +339,7 @@ def rangeify(u: UOp, idx: tuple[UOp, ...], ctx: Ctx) -> UOp:
       if len(at) != len(node.shape): raise LowerError(f"rangeify: {node.op!r}: {len(at)} indices for shape {node.shape}")
       if (rule := INDEX_RULES.get(node.op)) is None:
         raise LowerError(f"rangeify: no index rule for {node.op!r} (a shaped graph holds BUFFERs, CONSTs, ALU, movement ops, "
-                         f"STACK, INDEX, REDUCE and STAGE)")
+                         f"STACK, INDEX, GATHER, REDUCE and STAGE)")
       gen = rule(node, at, ctx)
       if type(gen) is UOp: memo[key] = gen; stack.pop(); continue    # a rule that needs nothing gives its value at once
       frame[1], send = gen, None

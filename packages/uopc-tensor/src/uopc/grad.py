@@ -60,6 +60,27 @@ def _index_grad(u: UOp, g: UOp) -> tuple:
   return (full,) + (None,) * k
 
 
+def _gather_grad(u: UOp, g: UOp, positions: Callable[[int], UOp] | None) -> tuple:
+  """GATHER's adjoint: entry j of x (in each batch entry) gets the sum of the entries of g whose index is j (a
+  scatter-add), built as a one-hot of the indices against the positions (0..n-1: `positions(n)`, a stored arange, or a
+  literal one), summed over the indices' own axes. The indices themselves get none."""
+  x, i = u.src
+  b = u.arg
+  n, batch, rest, own = x.shape[b], x.shape[:b], x.shape[b + 1:], i.shape[b:]
+  if positions is not None: pos = positions(n)
+  else:
+    from uopc.evaluate import literal
+    pos = literal(list(range(n)), (n,), i.dtype)
+  k, ones = len(own), (1,) * len(rest)
+  full = batch + (n,) + rest + own                  # (*batch, entry, *rest, *index axes): the index axes last, summed
+  hit = pos.reshape((1,) * b + (n,) + ones + (1,) * k).expand(full).eq(i.reshape(batch + (1,) + ones + own).expand(full))
+  gp = g.permute(tuple(range(b)) + tuple(range(b + k, b + k + len(rest))) + tuple(range(b, b + k)))   # (*batch, *rest, *own)
+  rows = gp.reshape(batch + (1,) + gp.shape[b:]).expand(full)
+  picked = hit.where(rows, rows.const_like(0.0))
+  # one index per batch entry (a loss's target in each row) sums nothing: a reshape, which fuses where a REDUCE is a kernel
+  return (picked.reduce(Ops.ADD, k) if math.prod(own) != 1 else picked.reshape(x.shape), None)
+
+
 def _unshrink(u: UOp, g: UOp) -> UOp:
   """SHRINK's adjoint: g back in place among zeros. An empty slice took nothing, so its gradient is all zeros (and the
   PAD composite can't grow an empty axis)."""
@@ -102,6 +123,7 @@ GRAD_RULES: dict[Ops, Callable[[UOp, UOp], tuple]] = {
   Ops.STACK: lambda u, g: tuple(g.index(k) for k in range(len(u.src))),
   Ops.REDUCE: lambda u, g: (g.reshape(g.shape + (1,) * u.arg[1]).expand(u.src[0].shape),) if u.arg[0] is Ops.ADD else _reduce_max_grad(u, g),
   Ops.INDEX: _index_grad,
+  Ops.GATHER: lambda u, g: _gather_grad(u, g, None),   # (gradient() passes its caller's stored positions instead)
   # a stored value's gradient is stored too: a chain of stages (a sorting network) would otherwise be one backward kernel
   # whose every element recomputes every path back through the chain, 2^stages of them
   Ops.STAGE: lambda u, g: (UOp(Ops.STAGE, (g,)),),
@@ -114,9 +136,11 @@ def _max_share(a: UOp, b: UOp, g: UOp) -> UOp:
   return (b < a).where(g, a.eq(b).where(g * 0.5, zero))
 
 
-def gradient(root: UOp, wrt: list[UOp], seed: UOp | None = None, order: list[UOp] | None = None) -> list[UOp]:
+def gradient(root: UOp, wrt: list[UOp], seed: UOp | None = None, order: list[UOp] | None = None,
+             positions: Callable[[int], UOp] | None = None) -> list[UOp]:
   """d root / d w for each w in wrt, as UOps of w's shape (zeros where root does not depend on w). root must be a
-  float scalar unless `seed`, the gradient of root itself, is given. `order`: root.toposort(), when the caller has it."""
+  float scalar unless `seed`, the gradient of root itself, is given. `order`: root.toposort(), when the caller has it.
+  `positions(n)`: an i32 (n,) UOp holding 0..n-1 (a stored arange), for a GATHER's adjoint; without it a literal one."""
   if seed is None:
     if root.shape != () or not root.dtype.is_float:
       raise UOpError(f"gradient of a {root.dtype}{root.shape} value needs a seed (only a float scalar gets 1.0 by default)")
@@ -145,7 +169,7 @@ def gradient(root: UOp, wrt: list[UOp], seed: UOp | None = None, order: list[UOp
     if rule is None:
       if any(s in needed for s in u.src): raise UOpError(f"gradient: no rule for {u.op!r}")
       continue
-    for s, sg in zip(u.src, rule(u, g)):
+    for s, sg in zip(u.src, _gather_grad(u, g, positions) if u.op is Ops.GATHER else rule(u, g)):
       if sg is not None: add(s, sg)
   return [grads[w] if w in grads else w.const_like(0.0) for w in wrt]
 

@@ -382,7 +382,8 @@ class TensorCore:
   def _gradients(self, root: UOp, order: list[UOp], leaves: list[TensorCore], gradient: TensorCore | None) -> list[TensorCore]:
     seed = gradient.cast(self.dtype).uop if gradient is not None else root.const_like(1.0)
     if seed.shape != self.shape: raise TensorError(f"backward: gradient {seed.shape} for a tensor of shape {self.shape}")
-    grads = grad_of(root, [t.uop for t in leaves], seed, order=order)
+    # a GATHER's adjoint compares its indices with 0..n-1, a shared stored arange (the composed Tensor's creation methods)
+    grads = grad_of(root, [t.uop for t in leaves], seed, order=order, positions=getattr(self, "_positions_uop", None))
     return [type(self)(g if g.dtype is t.dtype else g.cast(t.dtype), device=self.device) for t, g in zip(leaves, grads)]
 
   def _with_gradient(self, *pairs: tuple[TensorCore, TensorCore]) -> TensorCore:

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from typing import Callable
 import numpy as np
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
-from uopc.uop import UOp, Ops
+from uopc.uop import UOp
 from uopc.evaluate import to_python
 from uopc.runtime import np_dtype
 from uopc.backends import get_backend
@@ -20,7 +20,7 @@ from uopc.tensor.errors import TensorError
 from uopc.tensor.args import NP_TO_DTYPE, to_dtype, number_arg, shape_arg, check_size, new_shape
 from uopc.tensor.storage import buffer_of, generator, seed_generator
 from uopc.tensor.capture import capturing
-from uopc.tensor.core import TensorCore, broadcast_uop
+from uopc.tensor.core import TensorCore
 
 
 def const_uop(value, dtype=None) -> UOp:
@@ -68,21 +68,11 @@ def shared_constant(like: TensorCore, key: tuple, make: Callable[[], np.ndarray]
 
 
 def positions(like: TensorCore, n: int) -> TensorCore:
-  """0, 1, ..., n - 1 (i32) on like's device, shared (see shared_constant): what a gather, a one-hot, a sort or a
+  """0, 1, ..., n - 1 (i32) on like's device, shared (see shared_constant): what a one-hot, a scatter, a sort or a
   running max compares indices with inside its own graph (n - positions counts down). Never handed out: Tensor.arange
   makes a tensor of the caller's own, and so does a composite whose result could be these positions themselves (a sort
   network's indices, nonzero's coordinates)."""
   return shared_constant(like, ("arange", n), lambda: np.arange(n, dtype=np.int32))
-
-
-def one_hot_uop(like: TensorCore, idx: UOp, n: int) -> UOp:
-  """idx (an i32 UOp) against 0..n-1 on a new last axis, as idx.unsqueeze(-1).eq(positions(like, n)) builds it in
-  Tensor ops (an i32 needs no gradient, so unsqueeze's reshape folds a reshape)."""
-  i = idx.src[0] if idx.op is Ops.RESHAPE else idx
-  i = i if i.shape == idx.shape + (1,) else i.reshape(idx.shape + (1,))
-  hit = idx.shape + (n,)
-  ne = UOp(Ops.CMPNE, (broadcast_uop(i, hit), broadcast_uop(positions(like, n).uop, hit)))
-  return UOp(Ops.CMPNE, (ne, ne.const_like(True)))
 
 
 def triangle(like: TensorCore, rows: int, cols: int, diagonal: int = 0, upper: bool = False) -> TensorCore:
@@ -95,6 +85,11 @@ def triangle(like: TensorCore, rows: int, cols: int, diagonal: int = 0, upper: b
 class CreationMixin:
   """Constructors (class methods: Tensor.zeros(2, 3)), their *_like forms, and random tensors."""
   __slots__ = ()
+
+  def _positions_uop(self, n: int) -> UOp:
+    """positions(self, n) as a UOp: what autodiff compares a GATHER's indices with (TensorCore._gradients asks the
+    composed tensor for it, since uopc.tensor.creation builds on uopc.tensor.core and not the other way round)."""
+    return positions(self, n).uop
 
   @classmethod
   def full(cls, shape, value, dtype=None, requires_grad: bool = False, device: str | None = None) -> TensorCore:

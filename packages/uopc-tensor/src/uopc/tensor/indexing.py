@@ -1,10 +1,11 @@
 """uopc.tensor.indexing: Python indexing, gather and scatter, masks, one_hot and embedding.
 
 Ints, slices, None and Ellipsis are movement ops (shrink, reshape, a strided view, a flip for a negative step).
-An index with integer tensors (advanced indexing, NumPy's rule) gathers with a one-hot mask and a sum, which silently
-gives 0 for an index that hits nothing, so the index values are checked as PyTorch checks them (capture.check_indices,
-repeated on every uopc.jit replay). scatter is the same one-hot mask read the other way; masked_select needs its
-result's length, which is read back unless `size` fixes it.
+An index with integer tensors (advanced indexing, NumPy's rule), embedding and gather load the rows their indices pick
+(a GATHER: one load per element). Lowering clamps an index into its axis, so memory stays safe but a wrong index would
+silently read another row: the index values are checked as PyTorch checks them (capture.check_indices, repeated on
+every uopc.jit replay). scatter is a one-hot mask of the indices against the positions, summed (as a GATHER's gradient
+is); masked_select needs its result's length, which is read back unless `size` fixes it.
 """
 from __future__ import annotations
 import numpy as np
@@ -13,8 +14,8 @@ from uopc.uop import UOp, Ops, prod
 from uopc.tensor.errors import TensorError, TensorIndexError, TensorTypeError
 from uopc.tensor.args import broadcast_shape, index_array
 from uopc.tensor.capture import check_indices
-from uopc.tensor.core import TensorCore, broadcast_uop
-from uopc.tensor.creation import positions, const_uop, one_hot_uop
+from uopc.tensor.core import TensorCore
+from uopc.tensor.creation import positions
 import uopc.tensor.sorting as sorting
 
 
@@ -66,8 +67,10 @@ class IndexingMixin:
 
   def _gather(self, tensor_axes: list[tuple[int, TensorCore]], checked: bool = False) -> TensorCore:
     """Advanced indexing (NumPy's rule): the index tensors broadcast together and select along their axes; the result's
-    index dimensions go where the indexed axes were when those are adjacent, else first. A one-hot mask and a sum.
-    `checked`: the caller has refused every index outside [0, n) already (embedding), so none counts from the end."""
+    index dimensions go where the indexed axes were when those are adjacent, else first. The indexed axes are moved
+    first and merged into one, whose flat index picks rows (a GATHER: one load per element, where a one-hot mask and a
+    sum over the axis were O(n) per element). `checked`: the caller has refused every index outside [0, n) already
+    (embedding), so none counts from the end."""
     axes = [a for a, _ in tensor_axes]
     ishape = broadcast_shape(*(i.shape for _, i in tensor_axes))
     flat = None
@@ -79,22 +82,12 @@ class IndexingMixin:
       i = i._broadcast_to(ishape)
       flat = i if flat is None else flat * n + i
     rest = [k for k in range(self.ndim) if k not in axes]
-    x = self.permute(rest + axes)
-    m = prod(self.shape[a] for a in axes)
-    x = x.reshape(tuple(self.shape[k] for k in rest) + (m,))                # (*rest, m)
     pre = tuple(self.shape[k] for k in rest)
-    onehot = flat.unsqueeze(-1).eq(positions(self, m))   # (*ishape, m)
-    xe = x.reshape(pre[:0] + pre + (1,) * len(ishape) + (m,))._broadcast_to(pre + ishape + (m,))
-    oh = onehot.reshape((1,) * len(pre) + ishape + (m,))._broadcast_to(pre + ishape + (m,))
-    out = oh.where(xe, 0).sum(-1) if self.dtype is not dtypes.bool else oh.where(xe.int(), 0).sum(-1).bool()   # (*rest, *ishape)
-    adjacent = axes == list(range(axes[0], axes[0] + len(axes)))
-    if adjacent and axes[0] > 0:   # move the index dimensions back to where the indexed axes were
-      k = len(ishape)
-      lead = axes[0]
-      order = list(range(lead)) + [len(pre) + j for j in range(k)] + list(range(lead, len(pre)))
-      out = out.permute(order)
-    elif not adjacent or axes[0] == 0:
-      out = out.permute([len(pre) + j for j in range(len(ishape))] + list(range(len(pre))))
+    x = self.permute(axes + rest).reshape((prod(self.shape[a] for a in axes),) + pre)   # (m, *rest)
+    out = x._new(UOp(Ops.GATHER, (x.uop, flat.uop), 0), x)                               # (*ishape, *rest)
+    if axes == list(range(axes[0], axes[0] + len(axes))) and axes[0] > 0:   # adjacent: the index dimensions where the axes were
+      k, lead = len(ishape), axes[0]
+      out = out.permute([k + j for j in range(lead)] + list(range(k)) + [k + j for j in range(lead, len(pre))])
     return out
 
   def gather(self, dim: int, index: TensorCore) -> TensorCore:
@@ -107,10 +100,13 @@ class IndexingMixin:
     if any(a > b for i, (a, b) in enumerate(zip(index.shape, self.shape)) if i != d):
       raise TensorError(f"gather: index of shape {index.shape} is larger than the tensor {self.shape} outside dim {d}")
     check_indices(index, 0, n, f"gather: index {{}} is out of range for dim {d} of size {n} (shape {self.shape})")
+    # dim moved last: every other axis is a batch axis the indices share with the (shrunk) tensor, and each element is
+    # picked along dim by its own index (a GATHER with rank - 1 batch axes; its gradient a one-hot along dim alone)
     x = self.shrink(tuple(None if i == d else (0, s) for i, s in enumerate(index.shape)))
-    oh = index.unsqueeze(-1).eq(positions(self, n))
-    xe = x.unsqueeze(-1).transpose(d, -1)
-    return oh.where(xe._broadcast_to(oh.shape), 0).sum(-1)
+    order = [k for k in range(self.ndim) if k != d] + [d]
+    x, idx = x.permute(order), index.permute(order)
+    out = x._new(UOp(Ops.GATHER, (x.uop, idx.uop), self.ndim - 1), x)
+    return out.permute([order.index(k) for k in range(self.ndim)])
 
   # ---- scatter and masks
   def _scatter_parts(self, dim: int, index: TensorCore, src) -> tuple[int, TensorCore, TensorCore]:
@@ -237,20 +233,6 @@ class IndexingMixin:
     if self.dtype is not dtypes.i32: raise TensorError(f"embedding: indices must be i32, got {self.dtype.name}")
     weight = self._tensor_arg(weight, "embedding: weight")
     if weight.ndim != 2: raise TensorError(f"embedding: weight must be (num_embeddings, dim), got {weight.shape}")
+    if weight.device != self.device: raise TensorError(f"embedding: indices on {self.device} and a weight on {weight.device}: move one first")
     check_indices(self, 0, weight.shape[0], f"embedding: index {{}} is out of range for {weight.shape[0]} embeddings")
-    if (fast := self._embedding_uops(weight)) is not None: return fast
-    return weight._gather([(0, self)], checked=True)   # weight[self], its indices checked once
-
-  def _embedding_uops(self, weight: TensorCore) -> TensorCore | None:
-    """embedding's common case, an f32 weight on this tensor's device and indices with elements, straight to UOps: the
-    graph _gather builds for weight[self] (a one-hot of the indices against the positions, selecting and summing rows of
-    the transposed weight), node for node (a test holds them to it), for a third of its Python (a GPT's two were 0.2 ms
-    of each plain step's forward). None otherwise."""
-    w, i = weight.uop, self.uop
-    if w.dtype is not dtypes.f32 or weight.device != self.device or not i.shape or 0 in i.shape or 0 in w.shape: return None
-    (v, d), shape = w.shape, i.shape
-    full = (d,) + shape + (v,)
-    onehot = one_hot_uop(self, i, v)
-    rows = broadcast_uop(w.permute((1, 0)).reshape((d,) + (1,) * len(shape) + (v,)), full)    # weight.T, a row a column
-    picked = UOp(Ops.WHERE, (broadcast_uop(onehot.reshape((1,) + onehot.shape), full), rows, broadcast_uop(const_uop(0, dtypes.f32), full)))
-    return weight._new(picked.reduce(Ops.ADD, 1).permute(tuple(range(1, len(shape) + 1)) + (0,)))
+    return weight._new(UOp(Ops.GATHER, (weight.uop, self.uop), 0), weight)   # weight[self]: a row per index
