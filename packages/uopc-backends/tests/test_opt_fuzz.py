@@ -260,3 +260,23 @@ def test_the_heuristics_transposing_copy_matches_numpy(k, n, panel):
   from uopc.opt import THREAD_MIN_WORK
   assert opts.tile and opts.thread == (1 if k * n >= THREAD_MIN_WORK else None)    # a small copy: one thread, the same loops
   assert np.array_equal(run_shaped(root, [a], opts=opts), a.reshape(k, n // panel, panel).transpose(1, 0, 2))
+
+
+@pytest.mark.parametrize("rows, width, tokens, registers", [(512, 64, 256, 32), (200, 48, 96, 32), (64, 32, 64, 16), (65, 128, 1024, 32)])
+def test_the_heuristics_tile_a_one_hot_scatter_as_a_gemm_and_match_numpy(rows, width, tokens, registers):
+  """An embedding's gradient, out[v, d] = sum over tokens t of (idx[t] == v ? g[t, d] : 0): a GEMM of the one-hot and the
+  tokens' rows, whose rows are tiled as a GEMM's (each loaded vector of g feeds several rows' selects), though what moves
+  along them, the positions compared with each index, is read outside the sum's loop. Against np.add.at."""
+  rng = np.random.default_rng(rows + tokens)
+  idx, g = rng.integers(0, rows, tokens).astype(np.int32), rng.standard_normal((tokens, width)).astype(np.float32)
+  pos = np.arange(rows, dtype=np.int32)
+  full = (rows, width, tokens)
+  hit = buf(0, rows, dtypes.i32).reshape((rows, 1, 1)).expand(full).eq(buf(1, tokens, dtypes.i32).reshape((1, 1, tokens)).expand(full))
+  rows_of_g = buf(2, tokens * width).reshape((tokens, width)).permute((1, 0)).reshape((1, width, tokens)).expand(full)
+  root = hit.where(rows_of_g, rows_of_g.const_like(0.0)).reduce(Ops.ADD, 1)
+  opts = choose_opts(make_kernel(root, buf(3, rows * width), canonical=False), Caps(threads=2, vector_width=16, vector_registers=registers, fma=True))
+  assert opts.vector is not None and dict(opts.upcast).get(0, 1) > 1          # rows of the output x vectors of its columns
+  want, scale = np.zeros((rows, width), np.float64), np.zeros((rows, width), np.float64)
+  np.add.at(want, idx, g)
+  np.add.at(scale, idx, np.abs(g))
+  check("reduction", run_shaped(root, [pos, idx, g], opts=opts), want.astype(np.float32), scale)

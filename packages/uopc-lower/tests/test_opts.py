@@ -467,7 +467,7 @@ def test_an_a_read_down_its_columns_is_packed_into_row_panels():
   """dW = dy.T @ x for nanoGPT's MLP (2048 tokens, 1536 -> 384): A is dy transposed, each k a cache line 6 KiB from the
   last, and the register tile's 8 rows one line each (59 GFLOP/s). Packed as P[i // 8, k, i % 8], the rows for one k are
   one run (137 GFLOP/s). A short sum (k < PACK_MIN_DEPTH) pays for no copy."""
-  from uopc.opt import PACK_MIN_DEPTH, PACK_ROWS
+  from uopc.packing import PACK_MIN_DEPTH, PACK_ROWS
   for k, packed in ((2048, True), (PACK_MIN_DEPTH // 2, False)):
     dy = buf(0, k * 1536).reshape((k, 1536)).permute((1, 0)).reshape((1536, 1, k)).expand((1536, 384, k))
     x = buf(1, k * 384).reshape((k, 384)).permute((1, 0)).reshape((1, 384, k)).expand((1536, 384, k))
@@ -496,7 +496,7 @@ def test_a_b_with_rows_apart_is_packed_when_too_big_for_l2_or_read_by_enough_row
   512: 1.09-1.96 -> 1.06-1.14 ms; 2048 x 384 @ 384 x 384: 2.15-2.20 -> 2.05-2.08 ms), counting the rows of every batch
   that shares B. A GEMM 384 (384 rows) and a GEMM 256 (256 KiB) stay unpacked: the copy costs more than it saves (384:
   0.44-0.46 against 0.49 ms packed; 256: 0.147 against 0.173 ms)."""
-  from uopc.opt import PACK_STRIDE, PACK_MID
+  from uopc.packing import PACK_STRIDE, PACK_MID
   for m, k, n, packed in ((2048, 1152, 384, True), (1024, 1024, 1024, True), (512, 512, 512, True), (256, 256, 256, False),
                           (384, 384, 384, False), (2048, 384, 384, True), (2048, PACK_MID // 384 - 1, 384, False),
                           (2048, 2048, PACK_STRIDE // 2, False)):
@@ -519,7 +519,7 @@ def test_a_gemm_stored_transposed_packs_its_a_into_panels_a_vector_wide():
   GEMM C = A @ B with A = q.T (read down its columns: packed) whose kernel stores C transposed. That kernel's vector lanes
   go along C's rows, A's i: in panels of 8 rows each 16-lane vector was two runs, gathered lane by lane (111 GFLOP/s);
   in panels of the B width (32) it is one vector load. An A stored plainly keeps its panels of 8 rows."""
-  from uopc.opt import PACK_ROWS
+  from uopc.packing import PACK_ROWS
   from uopc.vectorize import vectorize
   from uopc.rangeify import lower
   from uopc.lowering import Ctx

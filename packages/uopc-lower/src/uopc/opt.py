@@ -20,7 +20,8 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
     Otherwise, when the loads are contiguous along the innermost reduced axis (row sums, softmax, a dot product),
     that axis gets lanes of partial accumulators (Opts.reduce_vector), unrolled for more of them.
   * register tiles: a GEMM (a sum of products in which one operand is constant along the vector axis, the other along
-    the axis before it) computes rows x vectors of outputs per iteration, which keeps that many vector accumulators
+    the axis before it; or of values masked by a condition, a one-hot scatter such as an embedding's gradient, whose
+    rows' positions are read outside the sum) computes rows x vectors of outputs per iteration, which keeps that many vector accumulators
     and the FMA units busy while each loaded value is used once per row or vector (Opts.upcast): the most accumulators
     whose registers, with the loaded vectors and the broadcast, fit in the machine's (Caps.vector_registers): 8 rows x
     3 or 2 vectors with AVX-512's 32, 4 x 3 or 6 x 2 or 4 x 2 with AVX2's 16 (_register_tile); with 256 rows or more,
@@ -41,12 +42,11 @@ Every choice is checked by check_opts like any user's Opts, so the heuristics ca
 
 One CPU choice changes the schedule rather than a kernel, so it is made on the graph before kernelize: a GEMM whose B
 operand the vector loads would read badly (along its columns, or rows 2 KiB apart or more) gets B packed into panels of
-caps.gemm_panel columns, a kernel of its own (GemmPacking, kernelize's `rewrite`). Only a backend whose Caps ask for
+caps.gemm_panel columns, a kernel of its own (uopc.packing.GemmPacking, kernelize's `rewrite`). Only a backend whose Caps ask for
 it packs: a GPU stages its own tiles, and its tensor cores need the f16 operand the packed f32 copy would replace.
 """
 from __future__ import annotations
 import dataclasses, functools, math
-from typing import Callable
 from dataclasses import dataclass
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, AxisType, MOVEMENT, prod
@@ -56,6 +56,8 @@ from uopc.gpulower import block_threads, outer_reductions
 from uopc.kernelize import Kernel
 from uopc.symbolic import simplify
 from uopc.evaluate import exec_alu, const_value, EvalError
+from uopc.packing import (GemmPacking, PACK_STRIDE, PACK_BIG, PACK_MID, PACK_MID_ROWS, PACK_MIN_ROWS, PACK_ROWS,   # (here too, as before)
+                          PACK_MIN_DEPTH, PACK_MIN_WORK)
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,8 @@ class Analysis:
   products: bool                        # an f32 sum of products (something fma helps)
   reduced: int = 1                      # the most elements any reduction reduces into each output (all its axes)
   stacked: bool = False                 # a STACK (a concatenation, a pad) is in it
+  summed: tuple[bool, ...] = ()         # per load: its buffer is read by a reduction's terms (inner, or hoisted out of
+                                        # the loop as loop-invariant: a one-hot's positions, compared with each index)
 
   @property
   def work(self) -> int:
@@ -120,8 +124,11 @@ class Analysis:
     """The output axes before the vector axis along which one deciding load moves and another is constant (a GEMM's
     rows: A moves, B is broadcast over them), so a tile along them reuses every loaded vector; for a sum of products."""
     deciding = self.deciding()
+    # the load that moves may be one the sum's terms read outside its loop (a one-hot scatter's positions, the rows of
+    # its output, compared with the indices inside: an embedding's gradient is a GEMM of the one-hot and the tokens' rows)
+    moving = set(deciding) | {b for b, t in enumerate(self.summed) if t}
     axes = [k for k in range(vector_axis) if self.shape[k] > 1 and any(self.out_strides[b][k] == 0 for b in deciding)
-            and any(self.out_strides[b][k] for b in deciding)]
+            and any(self.out_strides[b][k] for b in moving)]
     return axes if self.products else []
 
   def tile_axis(self, vector_axis: int) -> int | None:
@@ -157,13 +164,16 @@ def analyze(kernel: Kernel) -> Analysis:
     out = tuple(stride(index, nodes, axis_range[k]) if k in axis_range else None for k in range(len(shape)))
     red = next((s for r in innermost if (s := stride(index, nodes, r)) != 0), 0) if innermost else None
     return out, red, any(r in reduce_ranges for r in nodes)
-  loads = [u.src[0].src[1] for u in lin if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.BUFFER]
+  load_ops = [u for u in lin if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.BUFFER]
+  loads = [u.src[0].src[1] for u in load_ops]
+  terms = {b for r in reduces for b in r.src[0].toposort() if b.op is Ops.BUFFER}
   per_load = [strides(i) for i in loads]
   out_strides, reduce_strides, inner = (tuple(s[n] for s in per_load) for n in range(3))
-  products = any(u.arg[0] is Ops.ADD and u.dtype is dtypes.f32 and _under_movement(u.src[0]).op is Ops.MUL for u in reduces)
+  products = any(u.arg[0] is Ops.ADD and u.dtype is dtypes.f32 and _product(_under_movement(u.src[0])) for u in reduces)
   reduced = max((prod(u.src[0].shape[len(u.src[0].shape) - u.arg[1]:]) for u in reduces), default=1)
   return Analysis(shape, tuple(u.src[0].shape[-1] for u in reduces), out_strides, reduce_strides, inner,
-                  frozenset(u.dtype for u in nodes), products, reduced, any(u.op is Ops.STACK for u in nodes))
+                  frozenset(u.dtype for u in nodes), products, reduced, any(u.op is Ops.STACK for u in nodes),
+                  tuple(u.src[0].src[0] in terms for u in load_ops))
 
 
 def _int_at(nodes: dict[UOp, None], r: UOp, i: int) -> int | None:
@@ -192,6 +202,13 @@ def _under_movement(u: UOp) -> UOp:
   """The first node under u's movement ops (a weight gradient sums a permuted product)."""
   while u.op in MOVEMENT: u = u.src[0]
   return u
+
+
+def _product(u: UOp) -> bool:
+  """A product, or a value masked by a condition, where(c, x, 0), which is x times c as 0 or 1 (a one-hot's scatter: an
+  embedding's gradient sums each token's gradient row into the row of its index): a sum of either is a GEMM's."""
+  if u.op is Ops.MUL: return True
+  return u.op is Ops.WHERE and (z := _under_movement(u.src[2])).op is Ops.CONST and z.arg == 0
 
 
 def _innermost_reduce_ranges(lin: list[UOp]) -> list[UOp]:
@@ -530,204 +547,6 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   return Opts()
 
 
-# ---- GEMM operands packed into panels: a CPU's choice, made on the graph before kernelize ------------------------
-
-PACK_STRIDE = 256          # a B operand whose rows are this many elements apart (1 KiB of f32) or more is packed
-PACK_BIG = 1 << 18         # ...when it holds more than this many (1 MiB of f32: more than stays in a core's L2 cache)
-PACK_MID = 1 << 17         # ...or this many or more (512 KiB) when PACK_MID_ROWS rows or more read it (see _pack)
-PACK_MID_ROWS = 512
-PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each packed panel
-PACK_ROWS = 8              # an A read down its columns is packed into panels of up to this many rows (the register tile's)
-PACK_MIN_DEPTH = 512       # ...when its rows are a cache line apart or more and the GEMM sums this many products or more
-PACK_MIN_WORK = 1 << 20    # ...and enough multiply-adds to pay for a kernel of its own
-
-
-def _offset(view: UOp, idx: tuple[int, ...]) -> int | None:
-  """Where element idx of `view`, a chain of movement ops, lies in the row-major layout of the node under the chain (a
-  BUFFER, or the value kernelize will store: its stored form is its own row-major layout). Plain integer arithmetic,
-  one op at a time (each op's index map, as in rangeify's table); None when the chain holds anything else."""
-  u = view
-  while u.op in MOVEMENT:
-    src = u.src[0].shape
-    if u.op is Ops.RESHAPE:
-      flat = 0
-      for i, n in zip(idx, u.shape): flat = flat * n + i
-      out = []
-      for n in reversed(src): out.append(flat % n if n else 0); flat //= max(n, 1)
-      idx = tuple(reversed(out))
-    elif u.op is Ops.EXPAND: idx = tuple(0 if s == 1 else i for i, s in zip(idx, src))
-    elif u.op is Ops.PERMUTE:
-      back = dict(zip(u.arg, idx))
-      idx = tuple(back[a] for a in range(len(idx)))
-    else: idx = tuple(i + b for i, (b, _) in zip(idx, u.arg))   # SHRINK
-    u = u.src[0]
-  if u is view or u.op in (Ops.STACK, Ops.INDEX, Ops.CONST): return None
-  flat = 0
-  for i, n in zip(idx, u.shape): flat = flat * n + i
-  return flat
-
-
-def _strides(view: UOp) -> tuple[int, int] | None:
-  """(stride along the second-to-last axis, along the last axis) of a movement-op view (see _offset); None when unknown."""
-  lead = (0,) * (len(view.shape) - 2)
-  zero = _offset(view, lead + (0, 0))
-  if zero is None: return None
-  along_n = _offset(view, lead + (1, 0)) - zero if view.shape[-2] > 1 else 0
-  along_k = _offset(view, lead + (0, 1)) - zero if view.shape[-1] > 1 else 0
-  return along_n, along_k
-
-
-def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool]) -> UOp:
-  """A GEMM C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (REDUCE of a product whose operands are broadcast along j
-  and along i) whose B would be read badly is given B packed into panels of `panel` columns: B[..., k, j] is stored as
-  P[..., j // panel, k, j % panel], so the kernel's vector loads of a row of a panel are contiguous and the panel it
-  walks down is one contiguous block. Badly: along a column (x @ w.T, q @ k.T: B's columns are contiguous, not its
-  rows), or with rows so far apart that a panel thrashes the caches (an NN GEMM of 2048; in a B too big for L2, rows
-  1 KiB apart are: nanoGPT's 1152 x 384 weight in dx = dy @ W). Likewise an A read down its
-  columns, a cache line or more apart, over PACK_MIN_DEPTH products or more (a weight's gradient dy.T @ x: A is dy
-  transposed, summed over every token) is packed into panels of `a_rows` rows, A[..., i, k] stored as
-  P[..., i // a_rows, k, i % a_rows]: the register tile's rows for one k are then one contiguous run instead of a
-  cache line each, thousands of lines apart. (`a_rows` is GemmPacking.rows, or `panel` where the kernel will store C
-  transposed, and so put its vector lanes along i: see GemmPacking.) An operand that is a slice of a longer one along
-  the packed axis (attention's blocks: the first e keys of k) packs the whole one instead where `whole(base)` says so
-  (GemmPacking: when other GEMMs read slices of it too), and reads its panels of the slice from that one pack."""
-  if u.arg != (Ops.ADD, 1) or u.dtype is not dtypes.f32 or len(u.src[0].shape) < 3: return u
-  if (product := _permuted_product(u.src[0])) is None: return u
-  *batch, m, n, k = product.shape
-  operands = product.src
-  along = lambda x, axis: x.op is Ops.EXPAND and x.src[0].shape[axis] == 1 and x.shape[axis] > 1
-  if not (along(operands[0], -2) and along(operands[1], -3)) and not (along(operands[1], -2) and along(operands[0], -3)): return u
-  if m < PACK_MIN_ROWS or k < 8 or prod(product.shape) < PACK_MIN_WORK: return u
-  b_at = 1 if along(operands[1], -3) else 0
-  new = list(operands)
-  small = operands[b_at].src[0]                            # B: (..., 1, n, k) before the broadcast along i, read as B[k, j]
-  lead = small.shape[:-3]
-  if n % panel == 0 and n != panel and (st := _strides(small.reshape(lead + (n, k)).permute(tuple(range(len(lead))) + (len(lead) + 1, len(lead))))):
-    along_k, along_j = st                                  # B[k, j]: rows are k, columns j
-    # rows PACK_STRIDE or more apart put a column panel's lines in a few of the L1's sets (2 KiB apart: 4 sets of 12
-    # ways for a GEMM 512's 1024 lines), so every row tile reads the panel from L2 again; a copy pays for itself when
-    # enough rows read the panels (the rows of every batch that shares this B). GEMM 512, 4 runs alternating:
-    # 1.09-1.96 (median 1.25) -> 1.06-1.14 ms; 2048 x 384 @ 384 x 384 2.15-2.20 -> 2.05-2.08 ms, (8, 256, 384) @ (384,
-    # 384) 2.29-2.32 -> 2.15-2.16; 384^3 (384 rows) lost to the copy, 0.44-0.46 -> 0.49 ms
-    reuse = m * prod(t for t, s in zip(batch, small.shape[:-3]) if s == 1)
-    if along_j != 1 or (abs(along_k) >= PACK_STRIDE and (n * k > PACK_BIG or (n * k >= PACK_MID and reuse >= PACK_MID_ROWS))):
-      new[b_at] = _in_panels(operands[b_at], n, panel, whole)
-  small = operands[1 - b_at].src[0]                        # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
-  if m % a_rows == 0 and m != a_rows and (st := _strides(small.reshape(small.shape[:-3] + (m, k)))):
-    if abs(st[1]) >= 16 and k >= PACK_MIN_DEPTH: new[1 - b_at] = _in_panels(operands[1 - b_at], m, a_rows, whole)   # a line per k
-  if all(a is b for a, b in zip(new, operands)): return u
-  return u.replace(src=(product.replace(src=tuple(new)),))
-
-
-def _in_panels(x: UOp, count: int, rows: int, whole: Callable[[UOp], bool]) -> UOp:
-  """x, a GEMM operand broadcast from (..., count, 1, k) or (..., 1, count, k), read through a copy stored in panels of
-  `rows` of its count axis: P[..., c // rows, k, c % rows] (a STAGE, so a kernel of its own). Where x is a slice of a
-  longer operand along that axis, at panel boundaries, and `whole` says so of the longer one's source, the longer one is
-  packed and its panels of the slice read."""
-  small = x.src[0]
-  lead = small.shape[:-3]
-  swap = tuple(range(len(lead))) + (len(lead), len(lead) + 2, len(lead) + 1)
-  axis = len(small.shape) - (3 if small.shape[-2] == 1 else 2)
-  stage = lambda v: UOp(Ops.STAGE, (v.reshape(lead + (v.shape[axis] // rows, rows, small.shape[-1])).permute(swap),))
-  if (found := _unshrunk(small, axis)) is not None and found[1] % rows == 0 and found[0].shape[axis] % rows == 0 and whole(found[2]):
-    longer, start, _ = found
-    packed = stage(longer).shrink(tuple((0, d) for d in lead) + ((start // rows, (start + count) // rows), (0, small.shape[-1]), (0, rows)))
-  else: packed = stage(small)
-  return packed.permute(swap).reshape(small.shape).expand(x.shape)
-
-
-def _unshrunk(view: UOp, axis: int) -> tuple[UOp, int, UOp] | None:
-  """view as a slice of a longer view along `axis`: (the longer view, where the slice starts, the source of the SHRINK
-  that cut it), when under view's PERMUTEs and RESHAPEs that only add or drop axes of 1 lies a SHRINK of that axis
-  alone (attention's blocks read the first keys of k so: transposed, shrunk, transposed back); else None."""
-  ops: list[tuple[UOp, int]] = []           # the ops above the SHRINK, top first, each with the axis in its output
-  u, a = view, axis
-  while u.op in (Ops.RESHAPE, Ops.PERMUTE):
-    ops.append((u, a))
-    if u.op is Ops.PERMUTE: a = u.arg[a]
-    else:
-      src = u.src[0].shape
-      if [d for d in u.shape if d != 1] != [d for d in src if d != 1] or u.shape[a] == 1: return None
-      a = [i for i, d in enumerate(src) if d != 1][sum(1 for d in u.shape[:a] if d != 1)]
-    u = u.src[0]
-  if u.op is not Ops.SHRINK or any(b != (0, d) for i, (b, d) in enumerate(zip(u.arg, u.src[0].shape)) if i != a): return None
-  longer, n = u.src[0], u.src[0].shape[a]
-  for op, at in reversed(ops):
-    longer = longer.permute(op.arg) if op.op is Ops.PERMUTE else longer.reshape(op.shape[:at] + (n,) + op.shape[at + 1:])
-  return longer, u.arg[a][0], u.src[0]
-
-
-def _permuted_product(x: UOp) -> UOp | None:
-  """x, a product of two broadcasts, as MUL(EXPAND, EXPAND) with any PERMUTE above it pushed below the broadcasts (a
-  weight's gradient comes from autodiff as a permuted product: PERMUTE(MUL(EXPAND(dy), EXPAND(x))) summed over its
-  last axis); None when x is no such product."""
-  if x.op is Ops.MUL: return x
-  if x.op is not Ops.PERMUTE or x.src[0].op is not Ops.MUL or any(s.op is not Ops.EXPAND for s in x.src[0].src): return None
-  p = x.arg
-  return UOp(Ops.MUL, tuple(s.src[0].permute(p).expand(tuple(s.shape[a] for a in p)) for s in x.src[0].src))
-
-
-@dataclass(frozen=True)
-class GemmPacking:
-  """kernelize's `rewrite` for a CPU: each GEMM whose B operand its vector loads would read badly gets B packed into
-  panels of `panel` columns first (_pack), a kernel of its own. A value (frozen, compared by its panel), so that
-  kernelize_cached keeps one schedule per rewrite. An A read down its columns is packed into panels of `rows` rows: the
-  register tile's (8 with 32 vector registers, 4 with 16: _register_tile)."""
-  panel: int
-  rows: int = PACK_ROWS
-
-  def __call__(self, roots: list[UOp]) -> list[UOp]:
-    # decided on the graph as it is; only the GEMMs that get packed are rebuilt (no graph rebuild when none is)
-    nodes = UOp(Ops.SINK, tuple(roots)).toposort()
-    transposed = _transposed_sums(nodes)
-    rows = lambda u: self.panel if u in transposed else self.rows
-    # an operand sliced from a longer one that other GEMMs slice too (attention's blocks, each the first keys of k) is
-    # packed whole, once, and each GEMM reads its panels of it: one pack of k a layer instead of one per block
-    bases: dict[UOp, list[UOp]] = {}
-    def note(u: UOp) -> Callable[[UOp], bool]:
-      def seen(base: UOp) -> bool:
-        bases.setdefault(u, []).append(base)
-        return False
-      return seen
-    packed = [u for u in nodes if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and _pack(u, self.panel, rows(u), note(u)) is not u]
-    if not packed: return roots
-    readers: dict[UOp, set[UOp]] = {}
-    for u, bs in bases.items():
-      for b in bs: readers.setdefault(b, set()).add(u)
-    shared = {u for u, bs in bases.items() if all(len(readers[b]) > 1 for b in bs)}
-    # UOp.wrap hands each packed GEMM over rebuilt (over packed operands below it), walking the same toposort as
-    # `nodes`: the originals come in `packed`'s order, and the A rows are decided on the original (its users)
-    originals = iter(packed)
-    def repack(u: UOp) -> UOp:
-      orig = next(originals)
-      assert u.arg == orig.arg and u.shape == orig.shape, "UOp.wrap visited the packed GEMMs out of the graph's order"
-      return _pack(u, self.panel, rows(orig), lambda base: orig in shared)
-    return UOp.wrap(roots, set(packed), repack)
-
-
-def _transposed_sums(nodes: list[UOp]) -> set[UOp]:
-  """The REDUCEs whose value is used (through RESHAPEs) only by a PERMUTE that moves its last axis: a GEMM C whose kernel
-  stores C transposed (k's gradient in attention, ds.T @ q, comes from autodiff as (q.T @ ds).T). That kernel's last
-  output axis, where choose_opts puts the vector lanes, is C's i: its A is then read along i, a vector at a time, and a
-  panel of PACK_ROWS (8) rows would split each 16-lane vector in two runs (k's gradient: 111 GFLOP/s, 0.3 ms of
-  attention's 1.1 ms forward and backward). Such an A is packed into panels of the B width instead."""
-  users: dict[UOp, list[UOp]] = {}
-  for u in nodes:
-    for s in u.src: users.setdefault(s, []).append(u)
-  out = set()
-  for u in nodes:
-    if u.op is not Ops.REDUCE or u.arg != (Ops.ADD, 1) or len(u.shape) < 2: continue
-    v = u
-    while (us := users.get(v, [])) and len(us) == 1 and us[0].op is Ops.RESHAPE and us[0].shape[-1:] == u.shape[-1:]: v = us[0]
-    # then a chain of PERMUTEs, composed (two transposes are none)
-    axes = list(range(len(v.shape)))
-    while (us := users.get(v, [])) and len(us) == 1 and us[0].op is Ops.PERMUTE:
-      v = us[0]
-      axes = [axes[a] for a in v.arg]
-    if v is not u and v.op is Ops.PERMUTE and axes and axes[-1] != len(axes) - 1: out.add(u)
-  return out
-
-
 def graph_rewrite(caps: Caps) -> GemmPacking | None:
   """What `caps`' machine wants done to a graph before kernelize fuses it (kernelize's `rewrite`): GEMM operands packed
   into panels of caps.gemm_panel columns on a CPU that asks for them; None (the graph as written) elsewhere. A GPU
@@ -797,4 +616,4 @@ def _gpu_candidates(root: UOp, caps: Caps, base: Opts, add) -> None:
 
 __all__ = ["Caps", "Analysis", "analyze", "choose_opts", "choose_gpu_opts", "candidates", "graph_rewrite", "GemmPacking", "THREAD_MIN_WORK",
            "TC_TILES", "PIPELINED_TC", "STAGED_TILES", "MIN_BLOCKS", "GROUP_OUTPUTS",
-           "PACK_STRIDE", "PACK_MID", "PACK_MID_ROWS", "PACK_MIN_ROWS", "PACK_ROWS", "PACK_MIN_DEPTH", "PACK_MIN_WORK"]
+           "PACK_STRIDE", "PACK_BIG", "PACK_MID", "PACK_MID_ROWS", "PACK_MIN_ROWS", "PACK_ROWS", "PACK_MIN_DEPTH", "PACK_MIN_WORK"]
