@@ -12,6 +12,7 @@ from uopc.dtype import dtypes
 from uopc.lowering import Opts, LowerError
 from uopc.rangeify import check_opts, gemm_pattern
 from uopc.kernelize import kernelize
+from uopc.packing import GemmPacking
 from uopc.opt import Caps, candidates, choose_opts, graph_rewrite
 
 # a value other than the default for every field (each a valid Opts on its own type)
@@ -143,6 +144,27 @@ def test_the_cpu_packs_what_it_packed_before_and_nothing_more():
   assert len(kernelize([((a * bt).reduce(Ops.ADD, 1), buf(2, 256 * 256))], rewrite=graph_rewrite(CPU))) == 2
   assert len(kernelize([((a * bt).reduce(Ops.ADD, 1), buf(2, 256 * 256))])) == 1                  # no rewrite: as written
   with pytest.raises(LowerError, match="Caps.gemm_panel must be an int >= 0, got -1"): Caps(gemm_panel=-1)
+
+
+def deep_gemm(m: int, k: int, n: int):
+  """(m, k) @ (k, n) over BUFFERs 0 and 1, as Tensor.matmul builds it."""
+  a = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
+  b = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
+  return (a * b).reduce(Ops.ADD, 1)
+
+
+@pytest.mark.parametrize("m, k, n, l2, chunks", [(1024, 8192, 128, 2 << 20, 4), (1024, 8192, 128, 1 << 20, 8), (64, 32768, 32, 2 << 20, 4),
+                                                 (1024, 2048, 128, 2 << 20, 1), (2048, 2048, 2048, 2 << 20, 1), (1024, 8192, 128, 0, 1)])
+def test_a_deep_narrow_gemm_is_summed_in_chunks_whose_b_fits_half_the_l2(m, k, n, l2, chunks):
+  # K 16 times N or more and a B over half the L2: partial GEMMs over chunks of K (stored, the chunks their first axis),
+  # then their sum; shallower or wider GEMMs (every GEMM of the two GPT steps) are as written, and so is any without an L2
+  # to size chunks by (a GPU's rewrite, or none)
+  ks = kernelize([(deep_gemm(m, k, n), buf(2, m * n))], rewrite=GemmPacking(32, 8, l2))
+  partial = [kk for kk in ks if kk.root.shape == (chunks, m, n)]
+  if chunks == 1: assert not partial and all(kk.root.shape != (m, n) or kk.root.src[0].shape[-1] == k for kk in ks if kk.root.op is Ops.REDUCE)
+  else:
+    assert len(partial) == 1 and partial[0].root.op is Ops.REDUCE and partial[0].root.src[0].shape[-1] == k // chunks
+    assert 8 * (k // chunks) * n <= l2 and ks[-1].root.shape == (m, n) and ks[-1].root.src[0].shape[-1] == chunks
 
 
 def test_kernelize_cached_keeps_one_schedule_per_rewrite():

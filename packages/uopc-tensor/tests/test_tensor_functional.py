@@ -86,6 +86,25 @@ def test_a_broadcast_of_one_dtype_builds_the_graph_of_broadcast_to(shapes):
   assert (2.0 - y).shape == shapes[1] and (x * y).requires_grad
 
 
+def test_a_deep_narrow_matmul_summed_in_chunks_matches_numpy():
+  # (64, 32768) @ (32768, 32): on a CPU whose half L2 its B (4 MiB) outgrows, partial products over chunks of K, stored,
+  # then summed (uopc.packing._split_depth); either way NumPy's numbers, and its gradients
+  from uopc.backends import get_backend
+  from uopc.runtime import backend_caps
+  rng = np.random.default_rng(12)
+  A, B = rng.standard_normal((64, 32768)).astype(np.float32), rng.standard_normal((32768, 32)).astype(np.float32)
+  a, b = Tensor(A, requires_grad=True), Tensor(B, requires_grad=True)
+  c = a @ b
+  ks = c.schedule()
+  caps = backend_caps(get_backend(a.device))
+  assert any(k.root.shape[1:] == (64, 32) and k.root.shape[0] > 1 for k in ks) == (caps.gemm_panel > 0 and 8 * 32768 * 32 > caps.l2_bytes)
+  np.testing.assert_allclose(c.numpy(), A.astype(np.float64) @ B, rtol=1e-4, atol=1e-3)
+  G = rng.standard_normal((64, 32)).astype(np.float32)
+  (c * Tensor(G)).sum().backward()
+  np.testing.assert_allclose(a.grad.numpy(), G @ B.T, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(b.grad.numpy(), A.T @ G, rtol=1e-4, atol=1e-4)
+
+
 def test_matmul_on_ints_and_mixed_dtypes():
   a, b = I34, I34.T.copy()
   check(Tensor(a) @ Tensor(b), a @ b, dtype=dtypes.i32)

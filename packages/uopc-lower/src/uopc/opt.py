@@ -42,8 +42,10 @@ Every choice is checked by check_opts like any user's Opts, so the heuristics ca
 
 One CPU choice changes the schedule rather than a kernel, so it is made on the graph before kernelize: a GEMM whose B
 operand the vector loads would read badly (along its columns, or rows 2 KiB apart or more) gets B packed into panels of
-caps.gemm_panel columns, a kernel of its own (uopc.packing.GemmPacking, kernelize's `rewrite`). Only a backend whose Caps ask for
-it packs: a GPU stages its own tiles, and its tensor cores need the f16 operand the packed f32 copy would replace.
+caps.gemm_panel columns, a kernel of its own (uopc.packing.GemmPacking, kernelize's `rewrite`), and a deep, narrow GEMM (K
+16 times N or more, a B over half the L2) is summed in chunks of K whose B fits in half of caps.l2_bytes. Only a backend
+whose Caps ask for it packs: a GPU stages its own tiles, and its tensor cores need the f16 operand the packed f32 copy
+would replace.
 """
 from __future__ import annotations
 import dataclasses, functools, math
@@ -552,7 +554,7 @@ def graph_rewrite(caps: Caps) -> GemmPacking | None:
   into panels of caps.gemm_panel columns on a CPU that asks for them; None (the graph as written) elsewhere. A GPU
   stages its own operand tiles (uopc.gpulower), and a packed f32 copy of an f16 operand would hide the GEMM's f16 from
   the tensor cores."""
-  return GemmPacking(caps.gemm_panel, _register_tile(PACK_ROWS, 2, caps.vector_registers)[0]) if caps.gemm_panel else None
+  return GemmPacking(caps.gemm_panel, _register_tile(PACK_ROWS, 2, caps.vector_registers)[0], caps.l2_bytes) if caps.gemm_panel else None
 
 
 def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[Opts]:

@@ -1,10 +1,13 @@
-"""uopc.packing: GEMM operands packed into panels, a CPU's choice made on the graph before kernelize.
+"""uopc.packing: GEMM operands packed into panels and deep GEMMs summed in chunks, a CPU's choices made on the graph
+before kernelize.
 
-    GemmPacking(panel, rows)(roots) -> roots     kernelize's `rewrite` on a CPU (uopc.opt.graph_rewrite makes it from Caps)
+    GemmPacking(panel, rows, l2_bytes)(roots)   kernelize's `rewrite` on a CPU (uopc.opt.graph_rewrite makes it from Caps)
 
-A GEMM whose B operand its vector loads would read badly (along its columns, or rows PACK_STRIDE elements apart or more
-in a B too big for the L2) gets B copied into panels of `panel` columns first: B[..., k, j] stored as P[..., j // panel,
-k, j % panel], a STAGE and so a kernel of its own, whose copy uopc.opt walks in blocks (_transposing_axis). An A read down
+A deep, narrow GEMM (K at least 16 times N, its B more than half an L2) is first summed in chunks of K whose B fits in
+half the L2: partial GEMMs, stored, then their sum (_split_depth). A GEMM whose B operand its vector loads would read
+badly (along its columns, or rows PACK_STRIDE elements apart or more in a B too big for the L2) gets B copied into
+panels of `panel` columns first: B[..., k, j] stored as P[..., j // panel, k, j % panel], a STAGE and so a kernel of its
+own, whose copy uopc.opt walks in blocks (_transposing_axis). An A read down
 its columns over a long sum (a weight's gradient) is packed into panels of the register tile's rows the same way. The
 decisions read the graph alone: the strides of each operand's view (_offset, _strides), its size and how many rows
 reuse it. Only a backend whose Caps ask for it packs (uopc.opt.graph_rewrite): a GPU stages its own tiles, and its tensor
@@ -62,6 +65,39 @@ def _strides(view: UOp) -> tuple[int, int] | None:
   return along_n, along_k
 
 
+def _gemm_product(u: UOp) -> UOp | None:
+  """The product of a GEMM C[..., i, j] = sum_k A[..., i, k] * B[..., k, j]: u a REDUCE over k of a product (behind a
+  PERMUTE, as autodiff makes a weight's gradient) of an operand broadcast along j and one broadcast along i; None else."""
+  if u.op is not Ops.REDUCE or u.arg != (Ops.ADD, 1) or u.dtype is not dtypes.f32 or len(u.src[0].shape) < 3: return None
+  if (product := _permuted_product(u.src[0])) is None: return None
+  a, b = product.src
+  along = lambda x, axis: x.op is Ops.EXPAND and x.src[0].shape[axis] == 1 and x.shape[axis] > 1
+  return product if (along(a, -2) and along(b, -3)) or (along(b, -2) and along(a, -3)) else None
+
+
+SPLIT_DEPTH_PER_COLUMN = 16   # a GEMM summing 16 times more products than it has columns, or more, ...
+
+
+def _split_depth(u: UOp, l2_bytes: int) -> UOp:
+  """A deep, narrow GEMM (K at least SPLIT_DEPTH_PER_COLUMN times N, its B more than half an L2: x @ W.T through a
+  wide output layer, dx = dlogits @ W of (1024, 8192) @ (8192, 128)) summed in chunks of K: partial GEMMs over chunks
+  whose B (chunk x N) fits in half an L2, the largest halving of K that does, stored (a kernel of its own, its chunks
+  the threads' axis), then summed. Whole, every row tile of A streamed all of B from the L3 and each column tile read
+  all of A again (103 GFLOP/s at that size); in chunks each thread streams its rows of A past a B chunk held in its L2
+  (333 GFLOP/s; PyTorch's 318). The sum's order changes (chunk by chunk), as a long sum's chunks do (uopc.rangeify)."""
+  if (product := _gemm_product(u)) is None: return u
+  *batch, m, n, k = product.shape
+  if k < SPLIT_DEPTH_PER_COLUMN * n or 8 * k * n <= l2_bytes: return u
+  chunk = k
+  while chunk % 2 == 0 and 8 * chunk * n > l2_bytes: chunk //= 2
+  if chunk == k or 8 * chunk * n > l2_bytes: return u
+  lead = tuple(range(len(batch)))
+  b = len(batch)
+  parts = u.src[0].reshape((*batch, m, n, k // chunk, chunk)).permute(lead + (b + 2, b, b + 1, b + 3))     # (*batch, chunks, m, n, chunk)
+  partial = UOp(Ops.STAGE, (parts.reduce(Ops.ADD, 1),))
+  return partial.permute(lead + (b + 1, b + 2, b)).reduce(Ops.ADD, 1)
+
+
 def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool]) -> UOp:
   """A GEMM C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (REDUCE of a product whose operands are broadcast along j
   and along i) whose B would be read badly is given B packed into panels of `panel` columns: B[..., k, j] is stored as
@@ -76,12 +112,10 @@ def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool]) -> UOp:
   transposed, and so put its vector lanes along i: see GemmPacking.) An operand that is a slice of a longer one along
   the packed axis (attention's blocks: the first e keys of k) packs the whole one instead where `whole(base)` says so
   (GemmPacking: when other GEMMs read slices of it too), and reads its panels of the slice from that one pack."""
-  if u.arg != (Ops.ADD, 1) or u.dtype is not dtypes.f32 or len(u.src[0].shape) < 3: return u
-  if (product := _permuted_product(u.src[0])) is None: return u
+  if (product := _gemm_product(u)) is None: return u
   *batch, m, n, k = product.shape
   operands = product.src
   along = lambda x, axis: x.op is Ops.EXPAND and x.src[0].shape[axis] == 1 and x.shape[axis] > 1
-  if not (along(operands[0], -2) and along(operands[1], -3)) and not (along(operands[1], -2) and along(operands[0], -3)): return u
   if m < PACK_MIN_ROWS or k < 8 or prod(product.shape) < PACK_MIN_WORK: return u
   b_at = 1 if along(operands[1], -3) else 0
   new = list(operands)
@@ -154,16 +188,21 @@ def _permuted_product(x: UOp) -> UOp | None:
 
 @dataclass(frozen=True)
 class GemmPacking:
-  """kernelize's `rewrite` for a CPU: each GEMM whose B operand its vector loads would read badly gets B packed into
-  panels of `panel` columns first (_pack), a kernel of its own. A value (frozen, compared by its panel), so that
+  """kernelize's `rewrite` for a CPU: a deep, narrow GEMM is first summed in chunks of K (_split_depth, sized by
+  `l2_bytes`), then each GEMM whose B operand its vector loads would read badly gets B packed into panels of `panel`
+  columns (_pack), a kernel of its own. A value (frozen, compared by its panel), so that
   kernelize_cached keeps one schedule per rewrite. An A read down its columns is packed into panels of `rows` rows: the
   register tile's (8 with 32 vector registers, 4 with 16: _register_tile)."""
   panel: int
   rows: int = PACK_ROWS
+  l2_bytes: int = 0             # a deep, narrow GEMM is summed in chunks whose B fits in half of this (_split_depth); 0: never
 
   def __call__(self, roots: list[UOp]) -> list[UOp]:
-    # decided on the graph as it is; only the GEMMs that get packed are rebuilt (no graph rebuild when none is)
+    # decided on the graph as it is; only the GEMMs that get split or packed are rebuilt (no graph rebuild when none is)
     nodes = UOp(Ops.SINK, tuple(roots)).toposort()
+    if self.l2_bytes and (deep := {u for u in nodes if _split_depth(u, self.l2_bytes) is not u}):
+      roots = UOp.wrap(roots, deep, lambda u: _split_depth(u, self.l2_bytes))
+      nodes = UOp(Ops.SINK, tuple(roots)).toposort()
     transposed = _transposed_sums(nodes)
     rows = lambda u: self.panel if u in transposed else self.rows
     # an operand sliced from a longer one that other GEMMs slice too (attention's blocks, each the first keys of k) is
@@ -213,5 +252,5 @@ def _transposed_sums(nodes: list[UOp]) -> set[UOp]:
   return out
 
 
-__all__ = ["GemmPacking", "PACK_STRIDE", "PACK_BIG", "PACK_MID", "PACK_MID_ROWS", "PACK_MIN_ROWS", "PACK_ROWS",
+__all__ = ["GemmPacking", "SPLIT_DEPTH_PER_COLUMN", "PACK_STRIDE", "PACK_BIG", "PACK_MID", "PACK_MID_ROWS", "PACK_MIN_ROWS", "PACK_ROWS",
            "PACK_MIN_DEPTH", "PACK_MIN_WORK"]
