@@ -35,8 +35,9 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
   * threads: the outermost axis with enough iterations for every thread, when the kernel does enough work to pay for
     waking them (OMP_NUM_THREADS is the backend's business: it sets caps.threads); a GEMM's column tiles, or its rows
     when its B fits in half an L2 (_rows_first).
-  * a copy that transposes (a GEMM operand packed into panels, x.T) walks its rows in blocks of 16 inside each column,
-    the blocks split across the threads (_transposing_axis), so every line it reads serves 16 rows before leaving the L1.
+  * a copy that transposes (a GEMM operand packed into panels, x.T) walks its rows in blocks of 32 (16 where 32 doesn't
+    divide them) inside each column, the blocks split across the threads (_transposing_axis), so every line it reads
+    serves a block's rows before leaving the L1.
 
 Every choice is checked by check_opts like any user's Opts, so the heuristics can only pick valid ones.
 
@@ -283,26 +284,31 @@ def _costly_epilogue(kernel: Kernel) -> bool:
 
 
 _COSTLY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP})
-TRANSPOSE_BLOCK = 16       # rows of a transposing copy walked inside each of its columns (see _transposing_axis)
+TRANSPOSE_BLOCK = 32       # rows of a transposing copy walked inside each of its columns (16 where 32 doesn't divide them)
 
 
-def _transposing_axis(analysis: Analysis, vector: tuple[int, int] | None, upcast: dict[int, int], caps: Caps) -> int | None:
+def _transposing_axis(analysis: Analysis, vector: tuple[int, int] | None, upcast: dict[int, int], caps: Caps) -> tuple[int, int] | None:
   """The axis of an elementwise kernel that copies a transposed view (a GEMM operand packed into panels: P[j // 8, k, j
   % 8] = A[k, j]) along which a load reads a new cache line every step (16 elements or more apart), for more steps than
   the L1 holds lines, while an axis outside it moves the load less: in output order, a line's other halves waited for
-  the outer axis to come back round, and by then it had left the L1. Its blocks of TRANSPOSE_BLOCK become the threads'
-  loop, with the outer axis inside them and the block's rows innermost (copies of 2048 x 1536, x 1152 and x 384 into
-  panels of 8, alone: 1.33 -> 0.68, 0.86 -> 0.51 and 0.21 -> 0.14 ms). With no vector, the last axis too (x.T copied,
-  2048 x 2048: 15.3 -> 1.41 ms; a + b.T). None for anything else."""
+  the outer axis to come back round, and by then it had left the L1. Its blocks of TRANSPOSE_BLOCK (16 where 32 doesn't
+  divide it) become the threads' loop, with the outer axis inside them and the block's rows innermost (copies of 2048 x
+  1536, x 1152 and x 384 into panels of 8, alone: 1.33 -> 0.68, 0.86 -> 0.51 and 0.21 -> 0.14 ms with blocks of 16). With
+  no vector, the last axis too (x.T copied, 2048 x 2048: 15.3 -> 1.41 ms; a + b.T). Blocks of 32 rather than 16: in a
+  training step the copied operand comes from memory, and twice the rows a block keeps more lines in flight (nanoGPT's
+  packs of 2048 x 1536 and x 1152 into panels of 8, timed inside its step, alternating: 1.55-1.57 -> 1.25-1.27 ms and
+  1.12-1.15 -> 0.94 ms; x.T of 2048 x 2048 1.25-1.26 -> 1.16-1.23, of 4096 x 2048 2.69-2.77 -> 2.45-2.46). (axis,
+  block), or None for anything else."""
   if analysis.reduce_sizes or (vector is not None and vector[0] != len(analysis.shape) - 1): return None
   shape = analysis.shape
   for k in range(1, len(shape) if vector is None else len(shape) - 1):    # with lanes, never the vector's own axis
-    if k in upcast or shape[k] % TRANSPOSE_BLOCK or shape[k] // TRANSPOSE_BLOCK < caps.threads or 64 * shape[k] <= caps.l1_bytes: continue
+    block = next((b for b in (TRANSPOSE_BLOCK, 16) if shape[k] % b == 0 and shape[k] // b >= caps.threads), None)
+    if k in upcast or block is None or 64 * shape[k] <= caps.l1_bytes: continue
     for strides in analysis.out_strides:
       jump = strides[k]
       if jump is not None and abs(jump) >= 16 and any(s is not None and 0 < abs(s) < abs(jump) and shape[j] > 1
                                                               for j, s in enumerate(strides[:k])):
-        return k
+        return k, block
   return None
 
 
@@ -531,8 +537,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     if row is not None and vector is not None and thread is not None and thread != last and upcast.get(last) and \
        not any(shape[k] > 1 and k not in rows for k in range(row)) and shape[last] > (cw := step(last)) and not _costly_epilogue(kernel):
       tile[last] = cw
-  if (k := _transposing_axis(analysis, vector, upcast, caps)) is not None:
-    tile = {k: TRANSPOSE_BLOCK}
+  if (transposing := _transposing_axis(analysis, vector, upcast, caps)) is not None:
+    k, tile = transposing[0], {transposing[0]: transposing[1]}
     if thread is not None: thread = k
   # a concatenation's kernel (the q, k and v gradients joined, a convolution's padding) splits its last loop where the
   # branch changes: each piece loads one branch at a plain index (a 3x3 convolution's padding: 0.91 -> 0.23 ms). Where
