@@ -4,7 +4,9 @@
 
 Two models: `default` (vocab 65, context 64, 2 layers, width 128, 4 heads, batch 16; 421,632 parameters) and `nanogpt`
 (nanoGPT's character-level size: context 256, 6 layers, width 384, 6 heads, batch 8; about 10.8M parameters). Both
-train with AdamW on character windows of this repository's README folded into 65 symbols.
+train with AdamW on character windows of this repository's README folded into 65 symbols. A third, `vocab8k`
+(`--sizes vocab8k`), is the default model with a vocabulary of 8,192 tokens (2.5M parameters, the README's bytes as its
+tokens): what a vocabulary costs (its embedding's gathers and gradient, its loss's pick, the logits' deep GEMMs).
 
 Every contender runs in a process of its own (this script calls itself with --worker), one after another, so that no
 thread pool spins beside another's (OpenMP, OpenBLAS and PyTorch all spin-wait a while after a parallel region, which on
@@ -30,14 +32,15 @@ import numpy as np
 SIZES = {"default": (dict(vocab=65, context=64, layers=2, width=128, heads=4), 16),
          "nanogpt": (dict(vocab=65, context=256, layers=6, width=384, heads=6), 8)}
 # warm-up steps before the timed rounds and steps per round (the big model's step takes seconds)
-SCHEDULE = {"default": (20, 30), "nanogpt": (3, 3)}
+SIZES["vocab8k"] = (dict(SIZES["default"][0], vocab=8192), 16)
+SCHEDULE = {"default": (20, 30), "nanogpt": (3, 3), "vocab8k": (10, 10)}
 TRAINERS = ("uopc", "uopc plain", "torch", "torch.compile")
 
 
 def batches(cfg, batch: int, n: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
   """n (tokens, targets) batches of (batch, context) windows of the README, folded into the vocabulary."""
   text = (Path(__file__).resolve().parent.parent / "README.md").read_bytes()
-  data = (np.frombuffer(text, np.uint8) % cfg.vocab).astype(np.int32)
+  data = (np.frombuffer(text, np.uint8).astype(np.int32) % cfg.vocab)
   rng = np.random.default_rng(seed)
   out = []
   for _ in range(n):
@@ -232,7 +235,7 @@ def has_torch() -> bool:
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--sizes", default="default,nanogpt", help="comma-separated among default, nanogpt")
+  ap.add_argument("--sizes", default="default,nanogpt", help="comma-separated among default, nanogpt, vocab8k")
   ap.add_argument("--only", default="train,sample", help="comma-separated among train, sample")
   ap.add_argument("--contenders", default=",".join(TRAINERS), help=f"training contenders among {', '.join(TRAINERS)}")
   ap.add_argument("--rounds", type=int, default=3, help="timed rounds of each contender (default 3)")
