@@ -353,3 +353,20 @@ def test_a_gather_fuses_with_what_it_reads_but_a_reduction_under_it_is_stored_fi
   assert len(ks) == 2 and ks[0].out.dtype is dtypes.i32 and any(u.op is Ops.REDUCE for u in ks[0].root.toposort())   # the indices
   want = a[np.clip(a.max(1).astype(np.int32), 0, 5)]
   np.testing.assert_array_equal(np.array(run_schedule(ks, {0: a, 1: idx})[9]).reshape(6, 4), want)
+
+
+def test_a_gathered_value_two_kernels_read_is_stored_once():
+  # the rows a GATHER picks, read by two reductions' kernels (a layer norm's mean and variance of an embedding's
+  # output), are stored once and loaded: recomputed, each kernel repeats the dependent loads, and kernels that read the
+  # gather differ from those that read a buffer (a GPT's first block compiled 7 kernels its second block didn't need)
+  rng = np.random.default_rng(6)
+  a, idx = rng.standard_normal((10, 8)).astype(np.float32), np.array([3, 3, 9, 0], np.int32)
+  x = buf(0, 80).reshape((10, 8)).gather(buf(1, 4, dtypes.i32)) + 1.0
+  mean = x.reduce(Ops.ADD, 1).reshape((4, 1)).expand((4, 8))
+  centered = x - mean
+  slots = iter(range(20, 40))
+  ks = kernelize([(centered * centered, buf(9, 32))], lambda n, d: buf(next(slots), n, d))
+  assert sum(1 for k in ks for u in k.root.toposort() if u.op is Ops.GATHER) == 1
+  got = np.array(run_schedule(ks, {0: a, 1: idx})[9]).reshape(4, 8)
+  rows = a[idx] + 1
+  np.testing.assert_allclose(got, (rows - rows.sum(1, keepdims=True)) ** 2, rtol=1e-5)

@@ -25,7 +25,8 @@ The rules (tinygrad's, which never recompute a reduction per output element):
     values read from memory broadcast 8 times or more (the q, k and v gradients joined for a projection's two GEMMs:
     each product chose its branch again);
   * a node shared by several kernels is materialized when recomputing it costs more than loading it: when its
-    kernel-local graph holds a REDUCE, reads more than MAX_SHARED_READS buffers or costs more than MAX_SHARED_COST
+    kernel-local graph holds a REDUCE or a GATHER (dependent loads: an embedding's rows, which a GPT's first block's
+    kernels would each pick again), reads more than MAX_SHARED_READS buffers or costs more than MAX_SHARED_COST
     simple ops (ALU_COST);
   * everything else (elementwise chains, movement ops, cheap shared subexpressions) fuses into its consumer,
     up to a size: a kernel whose body would pass MAX_KERNEL_BODY nodes is cut by materializing an intermediate, since
@@ -375,7 +376,7 @@ def _staged(roots: list[UOp]) -> set[UOp]:
       # sharing starts at the topmost shared node: one that is a kernel root, or has a user in fewer kernels
       if u not in root_set and all(owners.get(v, set()) >= ks for v in users.get(u, ()) if v in owners): continue
       if (local := locals_.get(u)) is None: local = locals_[u] = _regions([u], staged)[0]
-      if (any(x.op is Ops.REDUCE for x in local) or len(_reads(local)) > MAX_SHARED_READS
+      if (any(x.op is Ops.REDUCE or x.op is Ops.GATHER for x in local) or len(_reads(local)) > MAX_SHARED_READS
           or sum(ALU_COST.get(x.op, 0) for x in local) > MAX_SHARED_COST): costly[u] = local
     # the deepest first: once a shared scores matrix is stored, the exp of it that two kernels share is cheap again
     new = stored(u for u, local in costly.items() if not any(v in local for v in costly if v is not u)) - staged
