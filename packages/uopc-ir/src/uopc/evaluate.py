@@ -225,7 +225,7 @@ def _fold_gather(u: UOp, ctx: dict) -> UOp:
   out = []
   for k, r in enumerate(picks):
     if not 0 <= r < n: raise EvalError(f"GATHER index {r} out of range for axis {b} of size {n} (shape {x.shape})")
-    start = (k // per_batch * n + r) * row if per_batch else 0
+    start = (k // per_batch * n + r) * row        # (an index exists only when per_batch > 0)
     out.extend(vals[start:start + row])
   return literal(out, u.shape, u.dtype)
 

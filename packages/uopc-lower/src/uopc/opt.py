@@ -302,7 +302,7 @@ def _transposing_axis(analysis: Analysis, vector: tuple[int, int] | None, upcast
   if analysis.reduce_sizes or (vector is not None and vector[0] != len(analysis.shape) - 1): return None
   shape = analysis.shape
   for k in range(1, len(shape) if vector is None else len(shape) - 1):    # with lanes, never the vector's own axis
-    block = next((b for b in (TRANSPOSE_BLOCK, 16) if shape[k] % b == 0 and shape[k] // b >= caps.threads), None)
+    block = next((b for b in (TRANSPOSE_BLOCK, TRANSPOSE_BLOCK // 2) if shape[k] % b == 0 and shape[k] // b >= caps.threads), None)
     if k in upcast or block is None or 64 * shape[k] <= caps.l1_bytes: continue
     for strides in analysis.out_strides:
       jump = strides[k]
@@ -538,7 +538,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
        not any(shape[k] > 1 and k not in rows for k in range(row)) and shape[last] > (cw := step(last)) and not _costly_epilogue(kernel):
       tile[last] = cw
   if (transposing := _transposing_axis(analysis, vector, upcast, caps)) is not None:
-    k, tile = transposing[0], {transposing[0]: transposing[1]}
+    k, block = transposing
+    tile = {k: block}
     if thread is not None: thread = k
   # a concatenation's kernel (the q, k and v gradients joined, a convolution's padding) splits its last loop where the
   # branch changes: each piece loads one branch at a plain index (a 3x3 convolution's padding: 0.91 -> 0.23 ms). Where

@@ -78,21 +78,25 @@ def _gemm_product(u: UOp) -> UOp | None:
 SPLIT_DEPTH_PER_COLUMN = 16   # a GEMM summing 16 times more products than it has columns, or more, ...
 
 
-def _split_depth(u: UOp, l2_bytes: int) -> UOp:
-  """A deep, narrow GEMM (K at least SPLIT_DEPTH_PER_COLUMN times N, its B more than half an L2: x @ W.T through a
-  wide output layer, dx = dlogits @ W of (1024, 8192) @ (8192, 128)) summed in chunks of K: partial GEMMs over chunks
-  whose B (chunk x N) fits in half an L2, the largest halving of K that does, stored (a kernel of its own, its chunks
-  the threads' axis), then summed. Whole, every row tile of A streamed all of B from the L3 and each column tile read
-  all of A again (103 GFLOP/s at that size); in chunks each thread streams its rows of A past a B chunk held in its L2
-  (333 GFLOP/s; PyTorch's 318). The sum's order changes (chunk by chunk), as a long sum's chunks do (uopc.rangeify)."""
-  if (product := _gemm_product(u)) is None: return u
-  *batch, m, n, k = product.shape
-  if k < SPLIT_DEPTH_PER_COLUMN * n or 8 * k * n <= l2_bytes: return u
+def _split_chunk(u: UOp, l2_bytes: int) -> int | None:
+  """The chunk of K a deep, narrow GEMM is summed in (_split_depth): K at least SPLIT_DEPTH_PER_COLUMN times N, and the
+  largest halving of K whose B (chunk x N, f32) fits in half the L2 when all of B doesn't; None for any other node."""
+  if (product := _gemm_product(u)) is None: return None
+  n, k = product.shape[-2:]
+  if k < SPLIT_DEPTH_PER_COLUMN * n: return None
   chunk = k
-  while chunk % 2 == 0 and 8 * chunk * n > l2_bytes: chunk //= 2
-  if chunk == k or 8 * chunk * n > l2_bytes: return u
-  lead = tuple(range(len(batch)))
-  b = len(batch)
+  while chunk % 2 == 0 and 4 * chunk * n > l2_bytes // 2: chunk //= 2
+  return chunk if chunk < k and 4 * chunk * n <= l2_bytes // 2 else None
+
+
+def _split_depth(u: UOp, chunk: int) -> UOp:
+  """A deep, narrow GEMM (x @ W.T through a wide output layer, dx = dlogits @ W of (1024, 8192) @ (8192, 128)) summed
+  in chunks of K (_split_chunk): partial GEMMs over the chunks, stored (a kernel of its own, its chunks the threads'
+  axis), then summed. Whole, every row tile of A streamed all of B from the L3 and each column tile read all of A again
+  (103 GFLOP/s at that size); in chunks each thread streams its rows of A past a B chunk held in its L2 (333 GFLOP/s;
+  PyTorch's 318). The sum's order changes (chunk by chunk), as a long sum's chunks do (uopc.rangeify)."""
+  *batch, m, n, k = u.src[0].shape
+  lead, b = tuple(range(len(batch))), len(batch)
   parts = u.src[0].reshape((*batch, m, n, k // chunk, chunk)).permute(lead + (b + 2, b, b + 1, b + 3))     # (*batch, chunks, m, n, chunk)
   partial = UOp(Ops.STAGE, (parts.reduce(Ops.ADD, 1),))
   return partial.permute(lead + (b + 1, b + 2, b)).reduce(Ops.ADD, 1)
@@ -200,8 +204,9 @@ class GemmPacking:
   def __call__(self, roots: list[UOp]) -> list[UOp]:
     # decided on the graph as it is; only the GEMMs that get split or packed are rebuilt (no graph rebuild when none is)
     nodes = UOp(Ops.SINK, tuple(roots)).toposort()
-    if self.l2_bytes and (deep := {u for u in nodes if _split_depth(u, self.l2_bytes) is not u}):
-      roots = UOp.wrap(roots, deep, lambda u: _split_depth(u, self.l2_bytes))
+    if self.l2_bytes and (deep := {u for u in nodes if _split_chunk(u, self.l2_bytes) is not None}):
+      # (the chunk asked again of the rebuilt node: its shapes are the original's)
+      roots = UOp.wrap(roots, deep, lambda u: _split_depth(u, _split_chunk(u, self.l2_bytes)))
       nodes = UOp(Ops.SINK, tuple(roots)).toposort()
     transposed = _transposed_sums(nodes)
     rows = lambda u: self.panel if u in transposed else self.rows

@@ -10,7 +10,7 @@ is); masked_select needs its result's length, which is read back unless `size` f
 from __future__ import annotations
 import numpy as np
 from uopc.dtype import dtypes
-from uopc.uop import UOp, Ops, prod
+from uopc.uop import prod
 from uopc.tensor.errors import TensorError, TensorIndexError, TensorTypeError
 from uopc.tensor.args import broadcast_shape, index_array
 from uopc.tensor.capture import check_indices
@@ -84,7 +84,7 @@ class IndexingMixin:
     rest = [k for k in range(self.ndim) if k not in axes]
     pre = tuple(self.shape[k] for k in rest)
     x = self.permute(axes + rest).reshape((prod(self.shape[a] for a in axes),) + pre)   # (m, *rest)
-    out = x._new(UOp(Ops.GATHER, (x.uop, flat.uop), 0), x)                               # (*ishape, *rest)
+    out = x._new(x.uop.gather(flat.uop), x)                               # (*ishape, *rest)
     if axes == list(range(axes[0], axes[0] + len(axes))) and axes[0] > 0:   # adjacent: the index dimensions where the axes were
       k, lead = len(ishape), axes[0]
       out = out.permute([k + j for j in range(lead)] + list(range(k)) + [k + j for j in range(lead, len(pre))])
@@ -105,7 +105,7 @@ class IndexingMixin:
     x = self.shrink(tuple(None if i == d else (0, s) for i, s in enumerate(index.shape)))
     order = [k for k in range(self.ndim) if k != d] + [d]
     x, idx = x.permute(order), index.permute(order)
-    out = x._new(UOp(Ops.GATHER, (x.uop, idx.uop), self.ndim - 1), x)
+    out = x._new(x.uop.gather(idx.uop, self.ndim - 1), x)
     return out.permute([order.index(k) for k in range(self.ndim)])
 
   # ---- scatter and masks
@@ -235,4 +235,4 @@ class IndexingMixin:
     if weight.ndim != 2: raise TensorError(f"embedding: weight must be (num_embeddings, dim), got {weight.shape}")
     if weight.device != self.device: raise TensorError(f"embedding: indices on {self.device} and a weight on {weight.device}: move one first")
     check_indices(self, 0, weight.shape[0], f"embedding: index {{}} is out of range for {weight.shape[0]} embeddings")
-    return weight._new(UOp(Ops.GATHER, (weight.uop, self.uop), 0), weight)   # weight[self]: a row per index
+    return weight._new(weight.uop.gather(self.uop), weight)   # weight[self]: a row per index

@@ -92,7 +92,7 @@ class LossMixin:
     if weight is not None: w = weight._gather([(0, at)], checked=True) * w
     # each row's target log-probability, loaded (a GATHER along the classes, the rows its batch axis: a one-hot summed
     # over the classes was a scan of every log-probability, 12 ms of a step at 8192 classes, in one thread)
-    picked = logp._new(UOp(Ops.GATHER, (logp.uop, at.reshape(-1, 1).uop), 1), logp).reshape(-1)
+    picked = logp._new(logp.uop.gather(at.reshape(-1, 1).uop, 1), logp).reshape(-1)
     loss = -keep.where(picked, 0.0) * w
     if reduction == "none": return loss.reshape(target.shape)
     if reduction == "sum": return loss.sum()
@@ -144,7 +144,7 @@ class LossMixin:
     keep = UOp(Ops.CMPNE, (t, t.const_like(ignore_index)))
     at = UOp(Ops.WHERE, (keep, t, broadcast_uop(const_uop(0, dtypes.i32), (n,))))
     w = UOp(Ops.CAST, (keep,), dtypes.f32)
-    picked = UOp(Ops.GATHER, (logp, at.reshape((n, 1))), 1).reshape((n,))
+    picked = logp.gather(at.reshape((n, 1)), 1).reshape((n,))
     loss = UOp(MUL, (-UOp(Ops.WHERE, (keep, picked, broadcast_uop(const_uop(0.0, dtypes.f32), (n,)))), w))
     return self._new(UOp(MUL, (loss.reduce(ADD, 1), UOp(Ops.RECIP, (w.reduce(ADD, 1),)))))
   def sparse_categorical_crossentropy(self, target: TensorCore, ignore_index: int = -1, label_smoothing: float = 0.0,
