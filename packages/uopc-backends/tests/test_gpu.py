@@ -14,7 +14,8 @@ from uopc.backends import get_backend, LinearProgram, check_memory_safety
 from uopc.backends.python import RaceError, wmma
 from uopc.backends import cuda
 from uopc.backends.cuda import CUDARenderer, CUDACompiler, NoDeviceError, device_available
-from uopc.runtime import run_lowered, program_buffers, vectorized, compile_kernel
+from uopc.runtime import program_buffers, vectorized, compile_kernel
+from uopc.testing import run_lowered
 from uopc.kernelize import make_kernel
 from uopc.dtype import AddrSpace
 from uopc.testing import run_shaped

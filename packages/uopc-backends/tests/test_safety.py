@@ -15,7 +15,7 @@ from uopc.gpulower import STAGE_PAD
 from uopc.backends import BackendError, UnsafeKernelError
 from uopc.backends import CompileError
 from uopc.backends.c import CCompiler, sanitize_name
-from uopc.testing import render_c, run_c
+from uopc.testing import render_c, run_c, run_lowered
 
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
 
@@ -345,7 +345,7 @@ def refuse_on(road: str, program, backend_name: str, monkeypatch, tmp_path) -> s
   with pytest.raises(UnsafeKernelError) as e:
     if road == "render_c": render_c(program, "unsafe")
     elif road == "compile_program": compile_program(program, be, "unsafe")
-    elif road == "run_lowered": runtime.run_lowered(program, {0: X8.copy(), 1: np.zeros(8, np.float32)}, be, "unsafe")
+    elif road == "run_lowered": run_lowered(program, {0: X8.copy(), 1: np.zeros(8, np.float32)}, be, "unsafe")
     elif road == "compile_kernel": compile_kernel(kernel, be, Opts(gpu=backend_name == "PYTHON"))
     elif road == "run_schedule": run_schedule([kernel], be, {kernel.inputs[0]: Buffer.from_numpy(X8, be)})
     elif road == "a renderer's LinearProgram":
@@ -374,7 +374,7 @@ def test_an_out_of_bounds_access_in_any_address_space_is_refused_on_every_road(c
 @pytest.mark.parametrize("case", [c for c in UNSAFE if UNSAFE[c][1] is not None])
 def test_the_safe_twin_of_each_refused_program_runs(case):
   from uopc.backends import get_backend
-  from uopc.runtime import run_lowered
+  from uopc.testing import run_lowered
   _, safe, backend_name, want, _ = UNSAFE[case]
   out = np.zeros(8, np.float32)
   run_lowered(safe(), {0: X8.copy(), 1: out}, get_backend(backend_name))

@@ -289,6 +289,31 @@ def test_launches_computed_from_unchanged_state_are_skipped_until_the_state_chan
   assert len(runs) == 4
 
 
+def test_a_replays_temporaries_share_buffers_where_their_lifetimes_allow_but_a_static_launchs_keep_theirs(monkeypatch):
+  """uopc.memory: a replay's temporaries take turns in Buffers (a chain of staged steps needs two, whatever its length),
+  except what a static launch writes (w packed into panels), which a later replay reads without running that launch
+  again. Every replay is NumPy's answer; no launch is handed one Buffer twice."""
+  w = Tensor(data(0, 256, 512))
+  def f(x):
+    h = x @ w.T
+    for _ in range(6): h = (h * 0.5 + 1.0).contiguous()
+    return h.sum(1)
+  jf = jit(f)
+  xs = [data(k, 16, 512) for k in range(6)]
+  for k in range(2): jf(Tensor(xs[k]))
+  plan = jf._plans[0]
+  assert plan.static is not None and len(plan.temp_specs) < len(plan.temps)
+  static_out = {s for prog, ss in plan.static.launches for p, s in zip(prog.params, ss) if p.written}
+  assert static_out and all(list(plan.temp_groups.values()).count(plan.temp_groups[s]) == 1 for s in static_out)
+  runs = _counting_static(plan, monkeypatch)
+  for k in range(2, 6):
+    ref = xs[k] @ w.numpy().T
+    for _ in range(6): ref = ref * 0.5 + 1.0
+    np.testing.assert_allclose(jf(Tensor(xs[k])).numpy(), ref.sum(1), rtol=1e-4, atol=1e-3)
+    for _, ss in plan.launches: assert len({id(plan.table[s]) for s in ss if s in plan.temps}) == len([s for s in ss if s in plan.temps])
+  assert len(runs) == 1   # the pack ran once: its panels were still there
+
+
 def test_state_another_capture_rewrites_in_place_is_read_again():
   """A training step's replays hand its weights out in buffers of their own, written again once no tensor holds them:
   the same Buffer can come back to a weight with new values. A capture that read it must see them (Buffer.version)."""

@@ -55,6 +55,8 @@ from uopc.opt import Caps, choose_opts
 from uopc.gpulower import block_threads
 from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import Backend, BackendError, LinearProgram, base_memory
+from uopc.backends.ccompiler import sanitizing
+from uopc.memory import schedule_temporaries
 from uopc.profiling import _Profile, profile, launch_cost, launch_grid, format_linear   # noqa: F401  (runtime.profile is the one tests swap)
 
 
@@ -81,10 +83,11 @@ class Buffer:
   """`size` elements of `dtype` in memory owned by `backend` (its alloc's handle). Data crosses to and from NumPy only
   through copyin and numpy(). `version` counts the times the buffer was written after the first: copyin raises it, and
   so does whoever writes a buffer again with kernels (uopc.jit's replays), so that a cache of what was computed from
-  a buffer can tell whether it still holds those values."""
-  __slots__ = ("backend", "size", "dtype", "handle", "version", "__weakref__")
+  a buffer can tell whether it still holds those values. `owner`: the Buffer whose memory an alias() names (None: its own)."""
+  __slots__ = ("backend", "size", "dtype", "handle", "version", "owner", "__weakref__")
 
   def __init__(self, backend: Backend, size: int, dtype: DType):
+    self.owner = None
     if type(size) is not int or size < 0: raise BackendError(f"a Buffer holds a non-negative number of elements, got {size!r}")
     if not isinstance(dtype, DType): raise BackendError(f"a Buffer's dtype is a uopc DType, got {dtype!r}")
     if not callable(getattr(backend, "alloc", None)): raise BackendError(f"a Buffer lives on a backend (uopc.backends.get_backend), got {backend!r}")
@@ -97,10 +100,17 @@ class Buffer:
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
 
+  def alias(self) -> Buffer:
+    """Another Buffer over this one's memory (which it keeps alive): the same bytes under an identity of its own, as
+    uopc.jit's capture needs each temporary of a run to have (uopc.memory may have put several in one memory)."""
+    b = object.__new__(Buffer)
+    b.backend, b.size, b.dtype, b.handle, b.version, b.owner = self.backend, self.size, self.dtype, self.handle, 0, self
+    return b
+
   def __del__(self):
     # the backend may reuse the memory (fresh memory costs a page fault per 4 KiB on its first write: 0.3 ms per MiB)
     try:
-      if (free := getattr(self.backend, "free", None)) is not None: free(self.handle)
+      if self.owner is None and (free := getattr(self.backend, "free", None)) is not None: free(self.handle)
     except Exception: pass   # at interpreter exit the backend may already be gone
 
   def copyin(self, data) -> Buffer:
@@ -605,14 +615,17 @@ def vectorized(sink: UOp, backend: Backend) -> UOp:
 # ---- running -------------------------------------------------------------------------------------------------------
 
 def run_schedule(kernels: Sequence[Kernel], backend: Backend, buffers: MutableMapping[UOp, Buffer],
-                 policy: OptsPolicy = DEFAULT_POLICY) -> Sequence[tuple[Program, list[Buffer]]]:
+                 policy: OptsPolicy = DEFAULT_POLICY, distinct: bool = False) -> Sequence[tuple[Program, list[Buffer]]]:
   """Run `kernels` in order on `backend`. `buffers` maps BUFFER UOps to Buffers: every kernel input must be there, and each
-  kernel's output is allocated into it unless it already is. Returns the launches made, as (Program, Buffers). Opts come
-  from `policy`; one that measures (uopc.search.Search) sees each kernel's real inputs before the kernel first runs."""
+  kernel's output is allocated into it unless it already is (but for a planned schedule's temporaries, the values its
+  kernels store for its later kernels: see below). Returns the launches made, as (Program, Buffers). Opts come
+  from `policy`; one that measures (uopc.search.Search) sees each kernel's real inputs before the kernel first runs. A
+  schedule from kernelize_cached keeps its temporaries for the run alone, in memory shared where their lifetimes allow
+  (uopc.memory); `distinct`: each in a Buffer object of its own all the same (an alias: uopc.jit's capture needs them)."""
   if not isinstance(kernels, Schedule) and (not isinstance(kernels, (list, tuple)) or not all(isinstance(k, Kernel) for k in kernels)):
     raise BackendError(f"run_schedule takes a list of Kernels (uopc.kernelize), got {type(kernels).__name__}")
   if not isinstance(policy, OptsPolicy): raise BackendError(f"run_schedule: policy must be an OptsPolicy, got {type(policy).__name__}")
-  if not policy.measures and isinstance(kernels, Schedule) and (launches := _run_planned(kernels, backend, buffers, policy)) is not None:
+  if not policy.measures and isinstance(kernels, Schedule) and (launches := _run_planned(kernels, backend, buffers, policy, distinct)) is not None:
     return launches
   launches = []
   # every new kernel compiled up front, side by side; a policy that measures first sees each kernel's inputs
@@ -644,31 +657,34 @@ _planned_lock = threading.Lock()
 
 
 def _run_planned(kernels: Schedule, backend: Backend, buffers: MutableMapping[UOp, Buffer],
-                 policy: OptsPolicy) -> Sequence[tuple[Program, list[Buffer]]] | None:
-  """run_schedule for a Schedule through its Plan's LaunchGraph; None (nothing run) for whatever the checked road must see:
-  an input that holds no data, a Buffer that is not the BUFFER's (backend, dtype, size), one Buffer under two BUFFERs, a
-  kernel given one buffer twice, or the plan's graph running in another thread."""
-  plan, table = kernels.plan, []
-  if plan.aliased: return None
-  written_first, temps = plan.written_first, kernels.temps
-  for i, u in enumerate(kernels.table):
-    if u is None: b = Buffer(backend, *temps[i])   # a temporary no kernel read has named: this run's alone
-    elif (b := buffers.get(u)) is None:
-      if i not in written_first: return None
-      b = buffers[u] = Buffer(backend, u.shape[0], u.dtype)
-    elif b.backend is not backend or b.dtype is not u.dtype or b.size < u.shape[0]: return None
-    table.append(b)
-  if len({id(b) for b in table}) != len(table): return None
+                 policy: OptsPolicy, distinct: bool = False) -> Sequence[tuple[Program, list[Buffer]]] | None:
+  """run_schedule for a Schedule through its Plan's LaunchGraph (the temporaries in memory shared as uopc.memory says);
+  None (nothing run) for whatever the checked road must see: an input that holds no data, a Buffer
+  that is not the BUFFER's (backend, dtype, size), one Buffer under two BUFFERs, a kernel given one buffer twice, or
+  the plan's graph running in another thread."""
+  if (plan := kernels.plan).aliased: return None
   key, graphs = (plan, backend, policy), getattr(_programs, "graphs", {})    # (a plain dict put in its place keeps none)
   with _planned_lock:
     if (entry := graphs.get(key)) is not None: graphs.move_to_end(key)
   if entry is None:
     programs = compile_kernels(kernels, backend, policy)
     graph = _PlannedGraph(list(zip(programs, plan.slots)), native=len(programs) >= PLANNED_NATIVE_MIN)
+    shared = schedule_temporaries(kernels, backend, exact=sanitizing())
     with _planned_lock:
-      entry = graphs.setdefault(key, (graph, threading.Lock()))
+      entry = graphs.setdefault(key, (graph, threading.Lock(), shared))
       while len(graphs) > PLANNED_GRAPHS: graphs.popitem(last=False)
-  graph, lock = entry
+  graph, lock, (where, specs) = entry
+  written_first, table, seen = plan.written_first, [], set()
+  made = [Buffer(backend, n, d) for _, n, d in specs]
+  for i, u in enumerate(kernels.table):
+    # a temporary: this run's alone (memory it may share; not kept in `buffers`) unless `buffers` already gives it one
+    if i in where and (u is None or u not in buffers): b = made[where[i]].alias() if distinct else made[where[i]]
+    elif (b := buffers.get(u)) is None:
+      if i not in written_first: return None
+      b = buffers[u] = Buffer(backend, u.shape[0], u.dtype)
+    elif b.backend is not backend or b.dtype is not u.dtype or b.size < u.shape[0] or id(b) in seen: return None
+    else: seen.add(id(b))   # one Buffer under two BUFFERs: the checked road refuses it
+    table.append(b)
   if not lock.acquire(blocking=False): return None    # (a native graph's pointer table is one per graph)
   try: graph(table)
   finally: lock.release()
@@ -679,9 +695,7 @@ class _Launches(abc.Sequence):   # a planned schedule's (Program, Buffers), made
   __slots__ = ("launches", "table")
   def __init__(self, launches: list[tuple[Program, list[int]]], table: list[Buffer]): self.launches, self.table = launches, table
   def __len__(self) -> int: return len(self.launches)
-  def __getitem__(self, i):
-    prog, slots = self.launches[i]
-    return prog, [self.table[s] for s in slots]
+  def __getitem__(self, i): return self.launches[i][0], [self.table[s] for s in self.launches[i][1]]
 
 
 class LaunchGraph:
@@ -750,44 +764,6 @@ def stored_slots(program: UOp | Sequence[UOp]) -> set[int]:
   return {m.arg.slot for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and (m := base_memory(u.src[0].src[0])).op is Ops.BUFFER}
 
 
-def check_arrays(params: Sequence[UOp], arrays: dict[int, np.ndarray], written: set[int]) -> list[np.ndarray]:
-  """The arrays for a program's parameters, after checking each: present, a NumPy array of the BUFFER's dtype,
-  C-contiguous, large enough, writeable where the program stores, and not overlapping an array it writes."""
-  out = []
-  for b in params:
-    slot, n, want = b.arg.slot, b.shape[0], np_dtype(b.dtype)
-    if slot not in arrays: raise BackendError(f"no array for buffer slot {slot} ({b.dtype.name}[{n}]); got slots {sorted(arrays)}")
-    a = arrays[slot]
-    if not isinstance(a, np.ndarray): raise BackendError(f"buffer slot {slot}: expected a numpy array, got {type(a).__name__}")
-    if a.dtype != want: raise BackendError(f"buffer slot {slot}: expected dtype {want} ({b.dtype.name}), got {a.dtype}")
-    if not a.flags.c_contiguous: raise BackendError(f"buffer slot {slot}: the array must be C-contiguous (use np.ascontiguousarray)")
-    if a.size < n: raise BackendError(f"buffer slot {slot}: the kernel uses {n} elements, the array has {a.size}")
-    if slot in written and not a.flags.writeable: raise BackendError(f"buffer slot {slot}: the kernel writes it, but the array is read-only")
-    out.append(a)
-  for i, bi in enumerate(params):
-    for j in range(i):
-      bj = params[j]
-      if (bi.arg.slot in written or bj.arg.slot in written) and np.may_share_memory(out[i], out[j]):
-        raise BackendError(f"buffers {bj.arg.slot} and {bi.arg.slot} overlap in memory and the kernel writes one of them "
-                           "(its pointers are restrict)")
-  return out
-
-
-def run_lowered(sink: UOp, arrays: dict[int, np.ndarray], backend: Backend, name: str = "kernel") -> None:
-  """Run a lowered SINK on NumPy arrays keyed by BUFFER slot, in place: each is checked, copied into a Buffer of the
-  backend, the program launched, and the buffers it writes copied back into their arrays."""
-  if not isinstance(sink, UOp) or sink.op is not Ops.SINK: raise BackendError("run takes the SINK that lower() returns")
-  if not isinstance(arrays, dict): raise BackendError(f"the arrays are a dict {{slot: numpy array}}, got {type(arrays).__name__}")
-  params = program_buffers(sink)
-  written = stored_slots(sink)
-  host = check_arrays(params, arrays, written)
-  prog = compile_program(sink, backend, name, params)
-  device = [Buffer.from_numpy(a.reshape(-1)[:b.shape[0]], backend, b.dtype) for a, b in zip(host, params)]
-  prog(device)
-  for a, b, d in zip(host, params, device):
-    if b.arg.slot in written: a.reshape(-1)[:b.shape[0]] = d.numpy()
-
-
 __all__ = ["cache_dir", "Buffer", "Program", "Param", "ProgramCache", "LaunchGraph", "compile_kernel", "compile_kernels", "compile_program",
-           "run_schedule", "run_lowered", "np_dtype", "OptsPolicy", "DEFAULT_POLICY", "backend_caps", "stored_opts", "stored_opts_path", "store_opts",
-           "program_buffers", "stored_slots", "check_arrays", "kernel_name", "format_linear", "debug_level", "profile"]
+           "run_schedule", "np_dtype", "OptsPolicy", "DEFAULT_POLICY", "backend_caps", "stored_opts", "stored_opts_path", "store_opts",
+           "program_buffers", "stored_slots", "kernel_name", "format_linear", "debug_level", "profile"]

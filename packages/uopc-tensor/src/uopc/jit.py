@@ -51,6 +51,8 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 from uopc.dtype import DType, dtypes
 from uopc.runtime import Buffer, LaunchGraph, np_dtype
+from uopc.backends.ccompiler import sanitizing
+from uopc.memory import share_buffers
 from uopc.tensor import Tensor, JitError
 from uopc.tensor.capture import Capture, capturing, name_buffer, named, buffer_of, is_realized, realize_lazy_state, grad_leaves, generator
 
@@ -179,6 +181,8 @@ class _Plan:
   pools: dict[int, list[_Held]] = field(default_factory=dict)
   memo: list = field(default_factory=list)       # per read, per place: (weakref to the uop last bound, to its Buffer)
   varying: list[int] | None = None               # the slots whose Buffer a replay may change: reads and results
+  temp_groups: dict[int, int] = field(default_factory=dict)   # temporary slot -> its Buffer among temp_specs (_shared_temporaries)
+  temp_specs: list[tuple[Any, int, DType]] = field(default_factory=list)
   static: LaunchGraph | None = None              # the launches computed from state and constants alone (_static_launches)
   static_inputs: list[int] = field(default_factory=list)   # the read slots they depend on
   static_seen: list | None = None                # per static input, (weakref to its Buffer, its version) when they last ran
@@ -312,6 +316,7 @@ class JitFunction:
     checks = [(at, s, c) for at, s, c in checks if table[s] is None]
     state = {s for s, _, places in reads if all(p[0] != "arg" for p in places)}   # not the arguments: new at every call
     static, static_inputs = _static_launches(launches, checks, table, state, temps)
+    temp_groups, temp_specs = _shared_temporaries(launches, static, checks, temps, draws)
     rest = [launch for i, launch in enumerate(launches) if i not in static]
     steps, done = [], 0
     for at, s, check in checks:   # each check where the capture made it, after the launches before it
@@ -320,7 +325,7 @@ class JitFunction:
       done = at
     steps.append((LaunchGraph(rest[done:]), None))
     self._plans.append(_Plan([(t.shape, t.dtype) for t in tensors], others, objects, launches, steps, table, reads, temps, shown,
-                             draws, checks, publish, grad_guards, template,
+                             draws, checks, publish, grad_guards, template, temp_groups=temp_groups, temp_specs=temp_specs,
                              static=LaunchGraph([launches[i] for i in sorted(static)]) if static else None, static_inputs=static_inputs,
                              same_args=[ks for ks in _positions(tensors) if len(ks) > 1]))
     return out
@@ -366,7 +371,8 @@ class JitFunction:
 
   def _replay(self, plan: _Plan, tensors: list[Tensor], table: list):
     if plan.temps and table[next(iter(plan.temps))] is None:   # the first replay makes the plan's own temporaries
-      for s, (backend, size, dtype) in plan.temps.items(): plan.table[s] = table[s] = Buffer(backend, size, dtype)
+      made = [Buffer(backend, size, dtype) for backend, size, dtype in plan.temp_specs]
+      for s, g in plan.temp_groups.items(): plan.table[s] = table[s] = made[g]
       plan.static_seen = None
     held: dict[int, _Held] = {}
     for s, (backend, size, dtype) in plan.shown.items():       # a result goes where no live tensor or graph can see it
@@ -429,6 +435,35 @@ def _static_launches(launches: list, checks: list, table: list, reads: set[int],
       made.update(outs)
       used.update(s for s in ins if s in reads)
   return static, sorted(used)
+
+
+def _shared_temporaries(launches: list, static: set[int], checks: list, temps: dict, draws: list) -> tuple[dict[int, int], list[tuple]]:
+  """The plan's temporaries in Buffers shared where their lifetimes don't overlap (uopc.memory.share_buffers): (slot ->
+  index of its Buffer, each Buffer's (backend, size, dtype)). A temporary lives from the launch that first writes it
+  to the last launch or index check that reads it, in the order a replay runs them (drawn numbers are copied in before
+  any launch). Kept apart: what the static launches write (their values outlive a replay that skips them) and a
+  temporary read before anything writes it."""
+  private = {s for i in static for s in launches[i][1] if s in temps}
+  first: dict[int, int] = {s: -2 for s, _, _ in draws if s in temps}
+  last = dict(first)
+  checked: dict[int, list[int]] = {}
+  for at, s, _ in checks: checked.setdefault(at, []).append(s)
+  t = 0                                          # time 2t: the t-th launch a replay runs; 2t - 1: the checks just before it
+  for i in range(len(launches) + 1):
+    for s in checked.get(i, ()):
+      if s in first: last[s] = 2 * t - 1
+    if i == len(launches) or i in static: continue
+    prog, ss = launches[i]
+    for p, s in zip(prog.params, ss):
+      if s not in temps or s in private: continue
+      if s not in first:
+        if not p.written:
+          private.add(s)
+          continue
+        first[s] = 2 * t
+      last[s] = 2 * t
+    t += 1
+  return share_buffers({s: (first[s], last[s]) for s in first if s not in private}, temps, exact=sanitizing())
 
 
 def _tensor(uop, device: str) -> Tensor:

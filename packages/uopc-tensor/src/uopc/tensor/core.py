@@ -187,8 +187,9 @@ class TensorCore:
     backend = get_backend(self.device)
     # the graph as the backend's machine wants it (the C backend packs GEMM operands: uopc.opt.graph_rewrite)
     kernels = kernelize_cached(outs, new_buffer, graph_rewrite(backend_caps(backend)))
-    launches = run_schedule(kernels, backend, buffers, policy_from_env())
-    if (cap := capturing()) is not None: cap.launches += launches
+    # a capture (uopc.jit) tells temporaries apart by their Buffers: each its own object (the memory still shared)
+    launches = run_schedule(kernels, backend, buffers, policy_from_env(), distinct=(cap := capturing()) is not None)
+    if cap is not None: cap.launches += launches
     for t, (u, b) in zip(todo, outs):
       # a value computed from gradient leaves (not a leaf itself: an optimizer's update is a fresh start) keeps its graph
       if t.requires_grad and not is_grad_leaf(t): history[b] = u.reshape(b.shape) if u.shape != b.shape else u
