@@ -642,6 +642,24 @@ def test_a_transpose_walks_blocks_of_its_last_axis_split_across_the_threads():
   assert choose_opts(plus, caps).tile == ((1, TRANSPOSE_BLOCK),)
   assert choose_opts(make_kernel(buf(0, n * 256).reshape((256, n)).permute((1, 0)), buf(1, n * 256)), caps).tile == ()
 
+def test_a_small_copy_reading_a_line_an_element_is_threaded_from_a_quarter_of_the_work():
+  """Attention's k packed into panels, P[j // 32, d, j % 32] = k[j, d] for 512 keys of 64 (32K elements): no vector
+  lanes (each element of a panel row a new line of k), so each element costs what a vector kernel's does, and two
+  threads pay from a quarter of THREAD_MIN_WORK (21 -> 14 us in place). A contiguous copy of that size, or a strided one
+  under a quarter, stays on one thread; an elementwise kernel with no axis (a 0-d value) is no strided copy."""
+  from uopc.kernelize import make_kernel
+  from uopc.opt import THREAD_MIN_WORK
+  caps = Caps(threads=2, vector_width=16, fma=True)
+  def panels(n: int, d: int):
+    return make_kernel(buf(0, n * d).reshape((n // 32, 32, d)).permute((0, 2, 1)), buf(1, n * d))
+  assert 512 * 64 < THREAD_MIN_WORK
+  o = choose_opts(panels(512, 64), caps)
+  assert o.vector is None and o.thread == 0
+  assert choose_opts(panels(128, 64), caps).thread is None                        # 8K elements: under a quarter
+  assert choose_opts(make_kernel(buf(0, 512 * 64).reshape((512, 64)) * 2.0, buf(1, 512 * 64)), caps).thread is None
+  assert choose_opts(make_kernel(buf(0, 1).reshape(()) * 2.0, buf(1, 1)), caps).thread is None
+
+
 def test_a_concatenations_kernel_splits_its_last_loop_and_others_dont():
   """The heuristics split the last loop of an elementwise kernel with a concatenation (a convolution's padding: 0.91 ->
   0.23 ms), never a GEMM's or a plain elementwise kernel's."""

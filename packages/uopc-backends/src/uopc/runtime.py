@@ -658,10 +658,10 @@ _planned_lock = threading.Lock()
 
 def _run_planned(kernels: Schedule, backend: Backend, buffers: MutableMapping[UOp, Buffer],
                  policy: OptsPolicy, distinct: bool = False) -> Sequence[tuple[Program, list[Buffer]]] | None:
-  """run_schedule for a Schedule through its Plan's LaunchGraph (the temporaries in memory shared as uopc.memory says);
-  None (nothing run) for whatever the checked road must see: an input that holds no data, a Buffer
-  that is not the BUFFER's (backend, dtype, size), one Buffer under two BUFFERs, a kernel given one buffer twice, or
-  the plan's graph running in another thread."""
+  """run_schedule for a Schedule through its Plan's LaunchGraph, the temporaries in memory shared as uopc.memory says;
+  None (nothing run) for whatever the checked road must see: an input that holds no data, a Buffer that is not the
+  BUFFER's (backend, dtype, size), one Buffer under two BUFFERs, a kernel given one buffer twice, or the plan's graph
+  running in another thread."""
   if (plan := kernels.plan).aliased: return None
   key, graphs = (plan, backend, policy), getattr(_programs, "graphs", {})    # (a plain dict put in its place keeps none)
   with _planned_lock:
@@ -679,6 +679,7 @@ def _run_planned(kernels: Schedule, backend: Backend, buffers: MutableMapping[UO
   for i, u in enumerate(kernels.table):
     # a temporary: this run's alone (memory it may share; not kept in `buffers`) unless `buffers` already gives it one
     if i in where and (u is None or u not in buffers): b = made[where[i]].alias() if distinct else made[where[i]]
+    elif u is None: b = Buffer(backend, *kernels.temps[i])
     elif (b := buffers.get(u)) is None:
       if i not in written_first: return None
       b = buffers[u] = Buffer(backend, u.shape[0], u.dtype)
