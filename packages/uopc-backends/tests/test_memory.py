@@ -9,7 +9,7 @@ from uopc.uop import UOp, Ops, buf
 from uopc.kernelize import kernelize_cached
 from uopc.memory import share_buffers, schedule_temporaries
 from uopc.runtime import Buffer, run_schedule
-from uopc.backends import get_backend
+from uopc.backends import BackendError, get_backend
 
 C = get_backend("C")
 F32, I32 = dtypes.f32, dtypes.i32
@@ -106,7 +106,7 @@ def test_distinct_temporaries_are_aliases_over_the_shared_memory():
   kernels, bufs, out = chain_step(90_000, 6, data)
   launches = run_schedule(kernels, C, bufs, distinct=True)
   temps = list({id(b): b for _, args in launches for b in args if b.owner is not None}.values())
-  assert len(temps) == 6 and len({id(b.owner) for b in temps}) == 2
+  assert len(temps) == 6 and len({id(b.owner) for b in temps}) == 2 and all(b.size == 16 * 64 for b in temps)
   assert {b.handle.ctypes.data for b in temps} == {b.owner.handle.ctypes.data for b in temps}
   np.testing.assert_allclose(bufs[out].numpy(), chain_ref(data, 6), rtol=1e-5)
 
@@ -130,3 +130,7 @@ def test_an_alias_keeps_its_owners_memory_and_only_the_owner_frees_it():
   del alias
   gc.collect()
   assert ref() is None and be.freed == 1       # freed once, by the owner
+  part = Buffer(be, 8, F32).alias(5)            # the first 5 elements: what a capture sees of a temporary of 5
+  assert part.size == 5 and part.owner.size == 8
+  for bad in (9, -1, 2.0):
+    with pytest.raises(BackendError, match="can't hold"): part.owner.alias(bad)

@@ -100,11 +100,14 @@ class Buffer:
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
 
-  def alias(self) -> Buffer:
-    """Another Buffer over this one's memory (which it keeps alive): the same bytes under an identity of its own, as
-    uopc.jit's capture needs each temporary of a run to have (uopc.memory may have put several in one memory)."""
+  def alias(self, size: int | None = None) -> Buffer:
+    """Another Buffer over this one's memory (which it keeps alive), of its first `size` elements (all by default): the
+    same bytes under an identity of its own, as uopc.jit's capture needs each temporary of a run to have (uopc.memory
+    may have put several in one memory)."""
+    if size is not None and (type(size) is not int or not 0 <= size <= self.size):
+      raise BackendError(f"an alias of {self} can't hold {size!r} elements")
     b = object.__new__(Buffer)
-    b.backend, b.size, b.dtype, b.handle, b.version, b.owner = self.backend, self.size, self.dtype, self.handle, 0, self
+    b.backend, b.size, b.dtype, b.handle, b.version, b.owner = self.backend, self.size if size is None else size, self.dtype, self.handle, 0, self
     return b
 
   def __del__(self):
@@ -678,7 +681,8 @@ def _run_planned(kernels: Schedule, backend: Backend, buffers: MutableMapping[UO
   made = [Buffer(backend, n, d) for _, n, d in specs]
   for i, u in enumerate(kernels.table):
     # a temporary: this run's alone (memory it may share; not kept in `buffers`) unless `buffers` already gives it one
-    if i in where and (u is None or u not in buffers): b = made[where[i]].alias() if distinct else made[where[i]]
+    if i in where and (u is None or u not in buffers):
+      b = made[where[i]].alias(kernels.temps[i][0] if u is None else u.shape[0]) if distinct else made[where[i]]
     elif u is None: b = Buffer(backend, *kernels.temps[i])
     elif (b := buffers.get(u)) is None:
       if i not in written_first: return None
