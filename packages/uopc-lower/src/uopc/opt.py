@@ -33,7 +33,8 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
   * fused multiply-adds on the backend that has them (Opts.fma).
   * a concatenation's kernel splits its last loop where the branch changes (Opts.split).
   * threads: the outermost axis with enough iterations for every thread, when the kernel does enough work to pay for
-    waking them (OMP_NUM_THREADS is the backend's business: it sets caps.threads); a GEMM's column tiles, or its rows
+    waking them (a quarter as much for a copy that reads a line an element, lane by lane: attention's k packed into
+    panels; OMP_NUM_THREADS is the backend's business: it sets caps.threads); a GEMM's column tiles, or its rows
     when its B fits in half an L2 (_rows_first).
   * a copy that transposes (a GEMM operand packed into panels, x.T) walks its rows in blocks of 32 (16 where 32 doesn't
     divide them) inside each column, the blocks split across the threads (_transposing_axis), so every line it reads
