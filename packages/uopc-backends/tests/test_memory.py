@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, buf
 from uopc.kernelize import kernelize_cached
-from uopc.memory import share_buffers, schedule_temporaries
+from uopc.memory import lifetimes, share_buffers, schedule_temporaries
 from uopc.runtime import Buffer, run_schedule
 from uopc.backends import BackendError, get_backend
 
@@ -37,17 +37,26 @@ def test_only_temporaries_of_one_dtype_and_backend_share():
   assert len(set(where.values())) == 3
 
 
+def test_a_slot_lives_from_its_first_write_to_its_last_use_and_one_read_first_has_no_lifetime():
+  uses = [(0, 0, True), (1, 1, False), (1, 2, True), (2, 0, False), (3, 2, False), (3, 1, True), (4, 3, False)]
+  assert lifetimes(uses, {0, 1, 2}) == {0: (0, 2), 2: (1, 3)}   # 1 was read before written; 3 is not a temporary
+
+
 def test_a_shared_buffer_is_as_large_as_its_largest_temporary_and_the_smallest_that_fits_is_taken():
-  where, specs = share_buffers({0: (0, 0), 1: (1, 1)}, {0: (C, 10, F32), 1: (C, 100, F32)})
+  where, specs = share_buffers({0: (0, 0), 1: (1, 1)}, {0: (C, 10, F32), 1: (C, 100, F32)}, exact=False)
   assert where[0] == where[1] and specs == [(C, 100, F32)]
-  where, specs = share_buffers({0: (0, 1), 1: (0, 1), 2: (2, 2)}, {0: (C, 100, F32), 1: (C, 10, F32), 2: (C, 8, F32)})
+  where, specs = share_buffers({0: (0, 1), 1: (0, 1), 2: (2, 2)}, {0: (C, 100, F32), 1: (C, 10, F32), 2: (C, 8, F32)}, exact=False)
   assert where[2] == where[1] and specs[where[2]][1] == 10
 
 
-def test_exact_sizes_under_the_sanitizer_and_a_buffer_of_its_own_without_a_span():
+def test_exact_sizes_under_the_sanitizer_and_a_buffer_of_its_own_without_a_span(monkeypatch):
   specs = {0: (C, 10, F32), 1: (C, 12, F32), 2: (C, 10, F32), 3: (C, 10, F32)}
-  where, _ = share_buffers({0: (0, 0), 1: (1, 1), 2: (2, 2)}, specs, exact=True)
+  spans = {0: (0, 0), 1: (1, 1), 2: (2, 2)}
+  where, _ = share_buffers(spans, specs, exact=True)
   assert where[0] == where[2] != where[1] and where[3] not in (where[0], where[1], where[2])
+  for flag, buffers in (("1", 2), ("0", 1)):   # by default, exact where UOPC_SANITIZE is set
+    monkeypatch.setenv("UOPC_SANITIZE", flag)
+    assert len(set(share_buffers(spans, {s: specs[s] for s in spans})[0].values())) == buffers
 
 
 @settings(max_examples=200, deadline=None)

@@ -55,7 +55,6 @@ from uopc.opt import Caps, choose_opts
 from uopc.gpulower import block_threads
 from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import Backend, BackendError, LinearProgram, base_memory
-from uopc.backends.ccompiler import sanitizing
 from uopc.memory import schedule_temporaries
 from uopc.profiling import _Profile, profile, launch_cost, launch_grid, format_linear   # noqa: F401  (runtime.profile is the one tests swap)
 
@@ -672,7 +671,7 @@ def _run_planned(kernels: Schedule, backend: Backend, buffers: MutableMapping[UO
   if entry is None:
     programs = compile_kernels(kernels, backend, policy)
     graph = _PlannedGraph(list(zip(programs, plan.slots)), native=len(programs) >= PLANNED_NATIVE_MIN)
-    shared = schedule_temporaries(kernels, backend, exact=sanitizing())
+    shared = schedule_temporaries(kernels, backend)
     with _planned_lock:
       entry = graphs.setdefault(key, (graph, threading.Lock(), shared))
       while len(graphs) > PLANNED_GRAPHS: graphs.popitem(last=False)

@@ -522,8 +522,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   fma, thread = caps.fma and analysis.products, None
   # a copy whose elements each read a cache line of their own, one lane at a time (a small transposing copy: attention's
   # k packed into panels, 32K elements, 21 -> 14 us) does a vector kernel's work per element: threaded from a quarter
-  strided = vector is None and not reduce_sizes and any(s and s[-1] is not None and abs(s[-1]) >= 16 for s in analysis.out_strides)
-  if caps.threads > 1 and analysis.work >= (THREAD_MIN_WORK // 4 if strided else THREAD_MIN_WORK):
+  strided = lambda: vector is None and not reduce_sizes and any(s and s[-1] is not None and abs(s[-1]) >= 16 for s in analysis.out_strides)
+  if caps.threads > 1 and (analysis.work >= THREAD_MIN_WORK or (analysis.work >= THREAD_MIN_WORK // 4 and strided())):
     step = lambda k: upcast.get(k, 1) * (vector[1] if vector is not None and vector[0] == k else 1)
     # a GEMM splits its column tiles across threads (each thread keeps its panel of B in its own cache); anything
     # else its outermost axis with an iteration for every thread

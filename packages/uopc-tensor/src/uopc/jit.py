@@ -51,8 +51,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 from uopc.dtype import DType, dtypes
 from uopc.runtime import Buffer, LaunchGraph, np_dtype
-from uopc.backends.ccompiler import sanitizing
-from uopc.memory import share_buffers
+from uopc.memory import lifetimes, share_buffers
 from uopc.tensor import Tensor, JitError
 from uopc.tensor.capture import Capture, capturing, name_buffer, named, buffer_of, is_realized, realize_lazy_state, grad_leaves, generator
 
@@ -438,32 +437,24 @@ def _static_launches(launches: list, checks: list, table: list, reads: set[int],
 
 
 def _shared_temporaries(launches: list, static: set[int], checks: list, temps: dict, draws: list) -> tuple[dict[int, int], list[tuple]]:
-  """The plan's temporaries in Buffers shared where their lifetimes don't overlap (uopc.memory.share_buffers): (slot ->
-  index of its Buffer, each Buffer's (backend, size, dtype)). A temporary lives from the launch that first writes it
-  to the last launch or index check that reads it, in the order a replay runs them (drawn numbers are copied in before
-  any launch). Kept apart: what the static launches write (their values outlive a replay that skips them) and a
-  temporary read before anything writes it."""
-  private = {s for i in static for s in launches[i][1] if s in temps}
-  first: dict[int, int] = {s: -2 for s, _, _ in draws if s in temps}
-  last = dict(first)
+  """The plan's temporaries in Buffers shared where their lifetimes don't overlap (uopc.memory): (slot -> index of its
+  Buffer, each Buffer's (backend, size, dtype)). A temporary lives from the launch that first writes it to the last
+  launch or index check that reads it, in the order a replay runs them: drawn numbers copied in first, then the
+  launches but the static ones, each index check just before the launch it precedes. What the static launches touch
+  keeps its own Buffer: their values outlive a replay that skips them."""
+  static_slots = {s for i in static for s in launches[i][1]}
   checked: dict[int, list[int]] = {}
   for at, s, _ in checks: checked.setdefault(at, []).append(s)
-  t = 0                                          # time 2t: the t-th launch a replay runs; 2t - 1: the checks just before it
-  for i in range(len(launches) + 1):
-    for s in checked.get(i, ()):
-      if s in first: last[s] = 2 * t - 1
-    if i == len(launches) or i in static: continue
-    prog, ss = launches[i]
-    for p, s in zip(prog.params, ss):
-      if s not in temps or s in private: continue
-      if s not in first:
-        if not p.written:
-          private.add(s)
-          continue
-        first[s] = 2 * t
-      last[s] = 2 * t
-    t += 1
-  return share_buffers({s: (first[s], last[s]) for s in first if s not in private}, temps, exact=sanitizing())
+  def uses():
+    yield from ((-2, s, True) for s, _, _ in draws)
+    t = 0                                        # time 2t: the t-th launch a replay runs; 2t - 1: the checks just before it
+    for i in range(len(launches) + 1):
+      yield from ((2 * t - 1, s, False) for s in checked.get(i, ()))
+      if i == len(launches) or i in static: continue
+      prog, ss = launches[i]
+      yield from ((2 * t, s, p.written) for p, s in zip(prog.params, ss))
+      t += 1
+  return share_buffers(lifetimes(uses(), temps.keys() - static_slots), temps)
 
 
 def _tensor(uop, device: str) -> Tensor:
