@@ -170,6 +170,9 @@ def opts_for(draw, root: UOp) -> Opts:
     if shape and draw(st.booleans()):
       ax = draw(st.integers(0, len(shape) - 1))
       kw["tile"] = {ax: draw(st.sampled_from(divisors(shape[ax])))}
+    if len(shape) >= 2 and draw(st.booleans()):   # refused (and drawn again) for a kernel with a reduction
+      ax = draw(st.integers(0, len(shape) - 2))
+      kw["inner"] = {ax: draw(st.sampled_from(divisors(shape[ax])))}
     kw["fma"] = bool(inner) and draw(st.booleans())
     kw["split"] = stacked and draw(st.booleans())   # refused (and drawn again) for a kernel with a reduction
     try:
@@ -204,7 +207,9 @@ def test_random_kernels_under_random_opts_match_numpy(data):
 def test_the_heuristics_choice_matches_numpy(data):
   kind, root, inputs, ref, scale = data.draw(kernels)
   # 16 or 32 vector registers (AVX2's, AVX-512's and AArch64's), whose register tiles differ
-  caps = Caps(threads=2, vector_width=data.draw(st.sampled_from([4, 8, 16])), vector_registers=data.draw(st.sampled_from([16, 32])), fma=True)
+  # and gathers or not (a transposing copy's vectors are gathers with them: _gather_copy)
+  caps = Caps(threads=2, vector_width=data.draw(st.sampled_from([4, 8, 16])), vector_registers=data.draw(st.sampled_from([16, 32])), fma=True,
+              gather=data.draw(st.booleans()))
   n = max(1, prod(root.shape))
   opts = choose_opts(make_kernel(root, buf(len(inputs), n, root.dtype), canonical=False), caps)
   check(kind, run_shaped(root, inputs, opts=opts), ref, scale)

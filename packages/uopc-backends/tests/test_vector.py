@@ -121,7 +121,17 @@ def sqrt_and_mask(r, c):
   return buf(0, r * c).reshape((r, c)).alu(Ops.SQRT) + (buf(0, r * c).reshape((r, c)) < 0.5).cast(dtypes.f32), [x]
 
 
+def gathered(r, c):
+  """Copies that read across their last axis: x.T, x.T flipped along it, and int32 x.T."""
+  from uopc.composite import flip_axis
+  x = buf(0, r * c).reshape((r, c)).permute((1, 0))
+  xi = buf(1, r * c, dtypes.i32).reshape((r, c)).permute((1, 0))
+  return (x + 1.0 + flip_axis(x, 1) * 2.0) + (xi * 3).cast(dtypes.f32), [F(r, c), rng.integers(-9, 9, (r, c)).astype(np.int32)]
+
+
 CASES = [
+  (gathered, (32, 64), [Opts(vector=(1, 16)), Opts(vector=(1, 16), inner={0: 16}), Opts(vector=(1, 16), tile={1: 16}, thread=1, inner={0: 8}),
+                        Opts(vector=(1, 8), inner={0: 4}), Opts(inner={0: 16})]),
   (gemm, (8, 16, 32), [Opts(vector=(1, 16)), Opts(vector=(1, 8), upcast={0: 2, 1: 2}, fma=True), Opts(vector=(1, 4), thread=0, fma=True),
                         Opts(vector=(0, 4)), Opts(vector=(1, 8), tile={1: 16}, thread=1, fma=True), Opts(reduce_vector=8, unroll=2, fma=True)]),
   (gemm_nt, (8, 32, 8), [Opts(reduce_vector=16, fma=True), Opts(reduce_vector=8, unroll=2, upcast={0: 2, 1: 2}, fma=True), Opts(vector=(1, 8))]),
@@ -158,6 +168,30 @@ def test_a_square_root_and_a_masks_cast_are_whole_vector_operations():
     src = render_c(lower(root, buf(1, 64), Ctx(opts=Opts(vector=(1, w)))))
     assert f"sqrt_f32x{w}(" in src and builtin in src and "for (int _l" not in src and "#pragma" not in src
     assert f"&(i32x{w})bcast_f32x{w}(1.0f))" in src
+
+
+def test_lanes_read_evenly_apart_load_as_one_gather_and_nothing_else_loads_them():
+  """A VECTORIZE of 16 loads of one buffer, stride apart (x.T's lanes), is one gather (AVX-512's vgatherdps, lane by lane
+  elsewhere and under AddressSanitizer) with no scalar load of its lanes left, f32 and i32; lanes whose addresses are
+  not proven evenly apart (x.T flipped, a modulo of each lane's position) are loaded one by one as before."""
+  root, _ = gathered(32, 64)
+  src = render_c(lower(root, buf(2, 2048), Ctx(opts=Opts(vector=(1, 16)))))
+  assert src.count("gather_f32x16(data0+") == 1 and src.count("gather_i32x16(data1+") == 1 and "data1[" not in src
+  assert src.count("data0[") == 16 and "__builtin_ia32_gathersiv16sf" in src and "!defined(__SANITIZE_ADDRESS__)" in src
+  assert "gather_" not in render_c(lower(root, buf(2, 2048), Ctx(opts=Opts(vector=(1, 8)))))    # 8 lanes: moved one by one
+
+
+def test_a_store_to_the_buffer_between_the_lanes_loads_and_their_vector_keeps_the_lanes_loads():
+  from uopc.backends.cprelude import gathers
+  b = buf(0, 64)
+  loads = [b.index(UOp.const(4 * c)).load() for c in range(16)]
+  vec = UOp(Ops.VECTORIZE, tuple(loads))
+  store = b.index(UOp.const(1)).store(UOp.const(2.0))
+  assert gathers([b, *loads, vec]) == {vec: (loads[0].src[0], 4)}
+  assert gathers([b, *loads, store, vec]) == {}
+  assert gathers([b, *loads[:1], store, *loads[1:], vec]) == {}
+  uneven = UOp(Ops.VECTORIZE, tuple(loads[:15]) + (b.index(UOp.const(61)).load(),))
+  assert gathers([b, *uneven.src, uneven]) == {}
 
 
 def test_sixteen_stored_bools_load_as_one_widening_move():
@@ -238,7 +272,7 @@ def test_exp2_steps_are_fused_multiply_adds_and_the_gpu_emulator_computes_the_sa
   (the GPU emulator) rounds each step once too, exactly: its _fma_f32 against the evaluator's exact rational fma, on
   random operands and on a sum a hair below an f32 tie (which a double rounded to nearest puts on the tie, and f32
   then rounds up: twice rounded), and its exp2 against the C backend's, bit for bit."""
-  from uopc.backends.c import EXP2_SCALAR
+  from uopc.backends.cprelude import EXP2_SCALAR
   from uopc.backends.python import _exp2, _fma_f32
   from uopc.evaluate import _fma_f32 as exact_fma
   assert EXP2_SCALAR.count("__builtin_fmaf(p, f, ") == 6 and "p*f" not in EXP2_SCALAR

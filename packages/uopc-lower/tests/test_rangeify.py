@@ -392,6 +392,39 @@ def test_check_opts_refuses_a_split_that_cant_apply(root, opts, says):
   with pytest.raises(LowerError, match=f"Opts.split: .*{says}"): lower(root, buf(1, max(1, prod(root.shape))), Ctx(opts=opts))
 
 
+def test_inner_walks_an_axis_in_blocks_whose_steps_go_inside_the_innermost_loop():
+  # x.T (8 x 16 from 16 x 8) with axis 0's blocks of 4 innermost: ranges in nesting order are axis 0's blocks, axis 1,
+  # then the block's steps; every output once, in any combination with threads, tiles, lanes and a split concatenation
+  x = np.arange(128, dtype=np.float32).reshape(16, 8)
+  t = buf(0, 128).reshape((16, 8)).permute((1, 0)) * 1.0
+  sink = lower(t, buf(1, 128), Ctx(opts=Opts(inner={0: 4})))
+  assert [r.src[0].arg for r in sorted(ranges_in(sink), key=lambda r: r.arg)] == [2, 16, 4]
+  for o in (Opts(inner={0: 4}), Opts(inner={0: 2}, thread=1, tile={1: 8}), Opts(inner={0: 4}, upcast={1: 2}), Opts(inner={0: 4}, vector=(1, 4))):
+    np.testing.assert_array_equal(run_lowered(t, [x], o), x.T)
+  cube = buf(0, 128).reshape((2, 16, 4)).permute((0, 2, 1)) + 1.0
+  np.testing.assert_array_equal(run_lowered(cube, [x], Opts(inner={1: 2}, thread=0)), x.reshape(2, 16, 4).transpose(0, 2, 1) + 1)
+  parts = [buf(k, 16 * 8).reshape((16, 8)).permute((1, 0)) for k in range(3)]
+  cat = pad(parts[0], ((0, 0), (0, 32))) + pad(parts[1], ((0, 0), (16, 16))) + pad(parts[2], ((0, 0), (32, 0)))
+  xs = [np.random.default_rng(k).standard_normal((16, 8)).astype(np.float32) for k in range(3)]
+  for o in (Opts(split=True, inner={0: 4}), Opts(split=True, inner={0: 2}, upcast={1: 2}), Opts(split=True, inner={0: 2}, vector=(1, 4))):
+    sink = lower(cat, buf(3, 8 * 48), Ctx(opts=o))
+    assert len([r for r in ranges_in(sink) if r.src[0].arg == o.inner[0][1]]) == 3     # each piece its own steps' loop
+    np.testing.assert_array_equal(run_lowered(cat, xs, o), np.concatenate([a.T for a in xs], 1))
+
+
+@pytest.mark.parametrize("root, opts, says", [
+  (buf(0, 12).reshape((3, 4)) * 2.0, Opts(inner={1: 2}), "no loop after it"),
+  (buf(0, 12).reshape((4, 3)) * 2.0, Opts(inner={0: 2}, thread=1), "no loop after it"),
+  (buf(0, 12).reshape((4, 3)) * 2.0, Opts(inner={0: 3}), "3 must divide axis 0 of size 4"),
+  (buf(0, 12).reshape((4, 3)) * 2.0, Opts(inner={0: 4}), "strictly between 1 and it"),
+  (buf(0, 16).reshape((4, 4)) * 2.0, Opts(inner={0: 2}, upcast={0: 2}), "upcast or the vector's"),
+  (buf(0, 16).reshape((4, 4)) * 2.0, Opts(inner={0: 2}, thread=0), "threads' loop or tiled"),
+  (buf(0, 16).reshape((4, 4)) * 2.0, Opts(inner={0: 2}, tile={0: 2}), "threads' loop or tiled"),
+  (buf(0, 64).reshape((4, 4, 4)).reduce(Ops.ADD, 1), Opts(inner={0: 2}), "reduction keeps its loops")])
+def test_check_opts_refuses_an_inner_axis_that_cant_apply(root, opts, says):
+  with pytest.raises(LowerError, match=f"Opts.inner: .*{says}"): lower(root, buf(1, max(1, prod(root.shape))), Ctx(opts=opts))
+
+
 # ---- GATHER: a load at a loaded index ---------------------------------------------------------------------------------
 
 GATHER_CASES = [((10, 7), (2, 3)), ((10,), (5,)), ((9, 16), (33,)), ((6, 3, 4), (2, 2)), ((5, 8), ())]

@@ -526,11 +526,11 @@ def test_attention_straight_to_uops_builds_the_graph_of_its_tensor_ops(shapes):
       slow = _softmax_by_ops(s) @ v
       assert fast is not None and fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
       assert q.scaled_dot_product_attention(k, v, is_causal=causal, scale=scale).uop is slow.uop
-  # a block of queries (_causal_blocks): the mask shifted by `diagonal`, the first `keys` keys and values, both shrunk
-  # along the keys as the last axis (transposed)
+  # a block of queries (_causal_blocks): the mask shifted by `diagonal`, the first `keys` keys and values, the keys
+  # shrunk as given, the values along the keys as the last axis (transposed)
   keys = k.shape[-2] - 1
   t = lambda x: x.transpose(-1, -2)
-  kt, vk = t(k)[..., :keys], t(t(v)[..., :keys])
+  kt, vk = t(k[..., :keys, :]), t(t(v)[..., :keys])
   s = (q @ kt) * (1 / math.sqrt(q.shape[-1]))
   slow = _softmax_by_ops(triangle(q, q.shape[-2], keys, 1).where(s, float("-inf"))) @ vk
   assert q._attention_uops(k, v, True, None, diagonal=1, keys=keys).uop is slow.uop

@@ -58,15 +58,16 @@ def share_buffers(spans: dict[int, tuple[int, int]], specs: dict[int, tuple[Any,
   return where, [(b, n, d) for b, n, d, _ in held]
 
 
-def schedule_temporaries(schedule, backend: Any, exact: bool | None = None) -> tuple[dict[int, int], list[tuple[Any, int, Any]]]:
+def schedule_temporaries(schedule, backend: Any) -> tuple[dict[int, int], list[tuple[Any, int, Any]]]:
   """share_buffers for the temporaries of a kernelize Schedule (its plan's table entries of kind "temporary": values
   its kernels store for its later kernels), by table index: each lives from the kernel that stores it (a row of
-  Plan.slots: its inputs, then its output) to the last kernel that reads it."""
+  Plan.slots: its inputs, then its output) to the last kernel that reads it. Under UOPC_SANITIZE only temporaries of one
+  size share (share_buffers' `exact`)."""
   plan = schedule.plan
   specs = {i: (backend, *(schedule.temps[i] if u is None else (u.shape[0], u.dtype)))
            for i, (u, r) in enumerate(zip(schedule.table, plan.refs)) if r.kind == "temporary"}
   uses = ((k, s, j == len(row) - 1) for k, row in enumerate(plan.slots) for j, s in enumerate(row))
-  return share_buffers(lifetimes(uses, specs), specs, exact)
+  return share_buffers(lifetimes(uses, specs), specs)
 
 
 __all__ = ["lifetimes", "share_buffers", "schedule_temporaries"]

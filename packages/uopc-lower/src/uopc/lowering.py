@@ -114,6 +114,7 @@ class Opts:
   stage: int = _gpu(0, _GPU_OPTION)                         # GEMM: depth of the operand tiles staged in shared memory (0: none)
   tc: bool = _gpu(False, _GPU_OPTION)                       # GEMM of f16 operands: tensor cores (WMMA); local = warps, upcast = tiles
   split: bool = _cpu(False, "a GPU kernel's last axis is its threads, no loop to split")   # the last loop, where a concatenation changes branch
+  inner: Pairs = _cpu((), _NO_CPU_LOOPS)                    # {output axis: block}: walked in blocks, each block's steps innermost
 
   def __post_init__(self):
     for name, check in _FIELD_CHECKS.items(): object.__setattr__(self, name, check(name, getattr(self, name)))

@@ -38,7 +38,10 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
     when its B fits in half an L2 (_rows_first).
   * a copy that transposes (a GEMM operand packed into panels, x.T) walks its rows in blocks of 32 (16 where 32 doesn't
     divide them) inside each column, the blocks split across the threads (_transposing_axis), so every line it reads
-    serves a block's rows before leaving the L1.
+    serves a block's rows before leaving the L1. On a machine with gathers (Caps.gather: AVX-512) it takes vectors
+    instead, each lane gathered, with the axis it reads contiguously walked innermost in blocks of 16 (Opts.inner,
+    _gather_copy); so does the gathered part of a vectorized concatenation (_gathered_axis: v's gradient read
+    transposed into qkv's).
 
 Every choice is checked by check_opts like any user's Opts, so the heuristics can only pick valid ones.
 
@@ -80,6 +83,8 @@ class Caps:
   max_local: int = 1                # threads per block (GPU)
   tensor_cores: bool = False        # WMMA m16n8k16 on f16 (GPU, sm_80 and later)
   gemm_panel: int = 0               # columns of the panels a badly read GEMM operand is packed into first (GemmPacking); 0: none
+  gather: bool = False              # a vector of elements far apart loads in one instruction (AVX-512's gathers): a transposing
+                                    # copy is vectorized (_gather_copy)
 
   def __post_init__(self):
     if self.vector_registers == 0: object.__setattr__(self, "vector_registers", 32 if self.vector_width >= 16 else 16)
@@ -313,6 +318,54 @@ def _transposing_axis(analysis: Analysis, vector: tuple[int, int] | None, upcast
   return None
 
 
+INNER_BLOCK = 16           # steps of an axis walked inside the innermost loop (Opts.inner): a line of 16 f32 each
+INNER_MIN = 64             # elements the loops inside that axis walk, at least, for Opts.inner to pay
+
+
+def _gathered_axis(analysis: Analysis, vector: tuple[int, int] | None, upcast: dict[int, int], thread: int | None) -> int | None:
+  """The axis whose steps an elementwise kernel with a gathered vector walks innermost (Opts.inner, in blocks of
+  INNER_BLOCK): a load whose lanes each read a cache line of their own (16 elements or more apart: v's gradient read
+  transposed into the q, k and v gradients' concatenation) while the next step of an outer axis reads the next element
+  of each of those lines. In output order the lines were read again only after the loops inside that axis had walked
+  INNER_MIN elements or more, by then evicted (rows 256 floats apart share 4 of the L1's 64 sets): the concatenation of
+  (8, 256, 1152) 0.99 -> 0.47 ms with the block's steps innermost. The axis nearest the vector's, else None."""
+  if analysis.reduce_sizes or vector is None or vector[0] != len(analysis.shape) - 1: return None
+  shape, last = analysis.shape, vector[0]
+  for b in analysis.deciding():
+    strides = analysis.out_strides[b]
+    if strides[last] is None or abs(strides[last]) < INNER_BLOCK: continue
+    for k in reversed(range(last)):
+      if k != thread and k not in upcast and shape[k] % INNER_BLOCK == 0 and shape[k] > INNER_BLOCK and strides[k] in (1, -1) \
+         and prod(shape[k + 1:]) >= INNER_MIN: return k
+  return None
+
+
+def _gather_copy(kernel: Kernel, analysis: Analysis, caps: Caps) -> Opts | None:
+  """The Opts of an elementwise kernel all of whose loads read across its last axis (each lane a cache line of its own:
+  x.T copied, attention's k packed into panels of k.T) on a machine with gathers (Caps.gather): vectors along the last
+  axis, each one gather, and the axis along which every load reads contiguously walked innermost in blocks of
+  INNER_BLOCK (Opts.inner), so that each line gathered serves the block's steps while it is in the L1. Threads split
+  an axis before that one, else the last axis's blocks of two vectors. None where it doesn't apply: the scalar copies
+  of _transposing_axis then (x.T of 2048 x 2048: 1.04 -> 0.77 ms; k's pack, (8, 6, 8, 64, 32) from (8, 256, 1152):
+  176 -> 134 us, alone)."""
+  shape, n, w = analysis.shape, len(analysis.shape), caps.vector_width
+  if not caps.gather or analysis.reduce_sizes or analysis.stacked or n < 2 or not analysis.dtypes <= {dtypes.f32, dtypes.i32} or shape[-1] % w:
+    return None
+  strides = [analysis.out_strides[b] for b in analysis.deciding()]
+  if not strides or any(s[-1] is None or abs(s[-1]) < INNER_BLOCK for s in strides): return None
+  contiguous = [k for k in range(n - 1) if shape[k] % INNER_BLOCK == 0 and shape[k] > INNER_BLOCK and all(s[k] in (1, -1) for s in strides)]
+  if not contiguous: return None
+  a = contiguous[-1]
+  thread, tile = None, {}
+  if caps.threads > 1 and analysis.work >= THREAD_MIN_WORK // 4:
+    thread = next((k for k in range(n - 1) if k != a and shape[k] >= caps.threads), None)
+    if thread is None and shape[-1] % (2 * w) == 0 and shape[-1] // (2 * w) >= caps.threads: thread, tile = n - 1, {n - 1: 2 * w}
+  opts = Opts(vector=(n - 1, w), thread=thread, tile=tile, inner={a: INNER_BLOCK})
+  try: check_opts(kernel.canonical_root, opts)
+  except LowerError: return None
+  return opts
+
+
 def _first_valid(root: UOp, caps: Caps, choices: list[Opts]) -> Opts | None:
   """The first of `choices` that fits the kernel and the machine's blocks."""
   for o in choices:
@@ -416,6 +469,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   contiguous_last = bool(along_last) and (1 in along_last or not analysis.reduce_sizes) and \
     (gathers == 0 or (not analysis.reduce_sizes and along_last.count(1) >= 2 * gathers))
   along_reduce = [analysis.reduce_strides[b] for b in deciding] if analysis.reduce_sizes else []
+  if gathers and gathers == len(along_last) and (gathered := _gather_copy(kernel, analysis, caps)) is not None: return gathered
   if vectorizable and caps.vector_width > 1 and contiguous_last and (w := _lanes(shape[last], caps.vector_width)) > 1:
     vector = (last, w)
     rows = analysis.tile_axes(last)     # a GEMM's row axis is the last of them (tile_axis)
@@ -545,10 +599,11 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     k, block = transposing
     tile = {k: block}
     if thread is not None: thread = k
+  inner = {k: INNER_BLOCK} if tile == {} and (k := _gathered_axis(analysis, vector, upcast, thread)) is not None else {}
   # a concatenation's kernel (the q, k and v gradients joined, a convolution's padding) splits its last loop where the
   # branch changes: each piece loads one branch at a plain index (a 3x3 convolution's padding: 0.91 -> 0.23 ms). Where
   # it can't (a reduction, the last axis threaded or tiled), check_opts refuses it and the same choice without it is next
-  full = Opts(upcast=upcast, vector=vector, reduce_vector=reduce_vector, unroll=unroll, fma=fma, thread=thread, tile=tile)
+  full = Opts(upcast=upcast, vector=vector, reduce_vector=reduce_vector, unroll=unroll, fma=fma, thread=thread, tile=tile, inner=inner)
   choices = [dataclasses.replace(full, split=True)] * analysis.stacked + [full, Opts(upcast=upcast, vector=vector, fma=fma, thread=thread),
                                                                          Opts(thread=thread)]
   # the heuristics never hand out invalid Opts: when the full choice doesn't fit the kernel, keep what does

@@ -153,15 +153,30 @@ INDEX_MAPS: dict[Ops, Callable[[UOp, tuple[UOp, ...]], tuple[UOp, ...]]] = {
 }
 
 
-def _axis_parts(ctx: Ctx, size: int, factor: int, kind: AxisType, width: int = 1, lane: UOp | None = None) -> Walk:
+def _axis_parts(ctx: Ctx, size: int, factor: int, kind: AxisType, width: int = 1, lane: UOp | None = None,
+                inside: Callable[[], None] | None = None) -> Walk:
   """How an axis of `size` is walked (see Walk). check_opts has made sure factor * width divides the size. Loops nest in
-  creation order, so the lanes made here go inside the axis's loop (a vector per iteration); a reduction makes its
-  lanes before all of its loops and passes them in (see _reduce)."""
+  creation order, so the lanes made here go inside the axis's loop (a vector per iteration), and so do the loops that
+  `inside` makes, between the two (Opts.inner's); a reduction makes its lanes before all of its loops and passes them in
+  (see _reduce)."""
   factor = max(factor, 1)
   steps = size // (factor * width)
   base = ctx.rng(steps, kind) if steps > 1 else UOp.const(0)
+  if inside is not None: inside()
   if width > 1 and lane is None: lane = ctx.rng(width, AxisType.UPCAST)
   return Walk(base, factor, lane, width)
+
+
+def inner_steps(ctx: Ctx, parts: dict[int, Walk], inner: dict[int, int]) -> list[UOp]:
+  """Opts.inner's loops: for each axis k of `inner`, the loop over the steps within one of its blocks, added to parts[k]
+  (whose base is the block's first step). Made inside the kernel's innermost loop (_axis_parts' `inside`), once per
+  piece of a split loop: a gathered vector's cache lines then serve the block's steps before they leave the L1."""
+  made = []
+  for k, b in sorted(inner.items()):
+    r = ctx.rng(b)
+    parts[k] = parts[k]._replace(base=parts[k].base + r)
+    made.append(r)
+  return made
 
 
 def _combos(parts: list[Walk]) -> list[tuple[UOp, ...]]:
@@ -427,7 +442,7 @@ def check_opts(root: UOp, o: Opts) -> None:
   shape = root.shape
   def refuse(field_name: str, why: str): raise LowerError(f"Opts.{field_name}: {why} (kernel shape {shape})")
   up = dict(o.upcast)
-  for name, pairs in (("upcast", o.upcast), ("tile", o.tile), ("local", o.local)):
+  for name, pairs in (("upcast", o.upcast), ("tile", o.tile), ("local", o.local), ("inner", o.inner)):
     for k, f in pairs:
       if not 0 <= k < len(shape): refuse(name, f"there is no axis {k}")
       if f < 1: refuse(name, f"axis {k}: {f} must be at least 1")
@@ -468,6 +483,14 @@ def check_opts(root: UOp, o: Opts) -> None:
     k = o.thread
     if not 0 <= k < len(shape): refuse("thread", f"there is no axis {k}")
     if shape[k] // step(k) < 2: refuse("thread", f"axis {k} of size {shape[k]} (upcast * lanes {step(k)}) leaves no loop to split")
+  for k, b in o.inner:
+    if not 1 < b < shape[k] or shape[k] % b: refuse("inner", f"{b} must divide axis {k} of size {shape[k]} and lie strictly between 1 and it")
+    if step(k) != 1: refuse("inner", f"axis {k} is upcast or the vector's: its steps are unrolled, not a loop to move inside the others")
+    if k == o.thread or k in dict(o.tile): refuse("inner", f"axis {k} is the threads' loop or tiled")
+    if not any(j > k and (j != o.thread or j in dict(o.tile)) for j in range(len(shape))):
+      refuse("inner", f"axis {k} has no loop after it to go inside (the last axis, or only the threads' untiled after it)")
+  if o.inner and any(u.op is Ops.REDUCE for u in root.toposort()):
+    refuse("inner", "a kernel with a reduction keeps its loops (the blocks' steps would go inside the reduction's)")
   if o.split:
     nodes = root.toposort()
     if not any(u.op is Ops.STACK for u in nodes): refuse("split", "the kernel has no concatenation (STACK) to split its last loop at")
@@ -496,14 +519,22 @@ def _output_parts(ctx: Ctx, shape: tuple[int, ...], skip: int | None = None) -> 
   if first: thread_walk = _axis_parts(ctx, shape[o.thread], up.get(o.thread, 1), AxisType.THREAD, lanes if o.thread == vaxis else 1)
   blocks.update({k: ctx.rng(shape[k] // t, kind(k)) for k, t in tiles.items() if k not in blocks})
   axes = first + [k for k in range(len(shape)) if k not in first]
+  inner = dict(o.inner)
+  innermost = [k for k in axes if k not in inner][-1] if inner else None    # check_opts: every inner axis's loop is outside it
   parts: dict[int, Walk] = {}
   for k in axes:
     f, w = up.get(k, 1), (lanes if k == vaxis else 1)
     if k == skip: parts[k] = Walk(UOp.const(0), f, None, w); continue
     if first and k == o.thread: parts[k] = thread_walk; continue
-    if k not in tiles: parts[k] = _axis_parts(ctx, shape[k], f, kind(k), w); continue
+    if k in inner:   # its blocks here, the steps within a block inside the innermost loop (inner_steps)
+      parts[k] = Walk(ctx.rng(shape[k] // inner[k]) * inner[k], 1, None, 1)
+      continue
+    inside = (lambda: inner_steps(ctx, parts, inner)) if k == innermost and inner and skip is None else None
+    if k not in tiles: parts[k] = _axis_parts(ctx, shape[k], f, kind(k), w, inside=inside); continue
     within = tiles[k] // (f * w)    # iterations inside one tile
-    parts[k] = Walk(blocks[k] * within + ctx.rng(within) if within > 1 else blocks[k], f, ctx.rng(w, AxisType.UPCAST) if w > 1 else None, w)
+    base = blocks[k] * within + ctx.rng(within) if within > 1 else blocks[k]
+    if inside is not None: inside()
+    parts[k] = Walk(base, f, ctx.rng(w, AxisType.UPCAST) if w > 1 else None, w)
   return [parts[k] for k in range(len(shape))]
 
 
@@ -636,10 +667,12 @@ def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
     pieces = []
     for begin, end in zip(cuts, cuts[1:]):
       r = ctx.rng(end - begin) if end - begin > 1 else None
+      mine = dict(enumerate(outer[:last]))
+      made = inner_steps(ctx, mine, dict(o.inner))        # each piece its own loops of Opts.inner, inside its r
       lane = ctx.rng(w, AxisType.UPCAST) if w > 1 else None
       walk = Walk(UOp.const(begin) if r is None else (r + begin if begin else r), f, lane, w)
-      piece = _stores(root, out, _combos(outer[:last] + [walk]), ctx)
-      pieces.append(piece.end(*[x for x in (r, lane) if x is not None]))
+      piece = _stores(root, out, _combos([mine[k] for k in range(last)] + [walk]), ctx)
+      pieces.append(piece.end(*[x for x in (r, *made, lane) if x is not None]))
     combos = _combos(outer[:last])
     body = UOp(Ops.SINK, tuple(pieces))
   shared_lane = [ctx.gpu.group_lane] if ctx.gpu.group_lane is not None else []

@@ -19,9 +19,10 @@ semantics, NumPy's 0 for a zero divisor, and wrap INT_MIN / -1 instead of trappi
 
 Vectors are printed, never decided here: uopc.vectorize made them (vector dtypes, VECTORIZE, GEP, vector LOADs and
 STOREs). They are GCC vector types (`f32x16`; a bool vector is an int mask), `vector_code_for_op` is code_for_op on
-them, and a vector LOAD or STORE moves n elements through an unaligned view (`f32x16_u`). The prelude holds only the
-helpers a kernel's code uses (HELPERS, vector_helpers): a kernel without exp2 has no exp2 polynomial, one without
-vectors no vector types.
+them, and a vector LOAD or STORE moves n elements through an unaligned view (`f32x16_u`); a VECTORIZE of 16 loads of
+one buffer evenly apart (a transposed read's lanes) is one gather (`gather_f32x16`: AVX-512's vgatherdps). The prelude
+holds only the helpers a kernel's code uses (uopc.backends.cprelude): a kernel without exp2 has no exp2 polynomial, one
+without vectors no vector types.
 
 Compilation keeps IEEE semantics (no -ffast-math, no contraction of a*b+c into an fma). The IR's i32 arithmetic wraps
 around; C's signed arithmetic may not overflow, so an i32 ADD or MUL whose operands' bounds allow a result outside i32
@@ -43,134 +44,9 @@ from uopc.evaluate import round_f32, round_f16, const_value
 from uopc.opt import Caps
 from uopc.vectorize import index_step
 from uopc.backends import BackendError, LinearProgram, base_memory, memory_name
-from uopc.backends.ccompiler import CFLAGS, INLINE, VECTORIZE_PRAGMA, SANITIZE_FLAGS, CCompiler, CProgram, compiler, sanitizing
-
-
-# 2**x in f32 to within an ulp (libm's exp2f is 0.5 ulp but a call per element, and per lane of a vector): round x to
-# an integer n, a degree-6 polynomial for 2**f on f = x - n in [-0.5, 0.5] (a relative fit, error 1.9e-9) by Horner's
-# rule in fused multiply-adds, times 2**n built from exponent bits in two factors so that subnormal results round once.
-# The vector version below does the same operations on every lane in the same order, so scalar and vector code give the
-# same bits. x is clamped to [-160, 160] first, which NaN passes through. (Each step a multiply and an add, rounded
-# twice, was a fifth more work: an attention's softmax, exp(x - max) over 512 x 512, 65 -> 51 us a pass.)
-EXP2_POLY = (1.0, 0.6931471824645996, 0.24022646248340607, 0.05550329014658928, 0.009618489071726799, 0.0013399907620623708,
-             0.00015345732390414923)
-
-
-def exp2_horner(fma: str, const: str = "") -> str:
-  """The polynomial's steps after its leading coefficient, highest degree first: `p = fma(p, f, c);` with `fma` the
-  fused multiply-add's name and `const` what makes a coefficient its operand (a vector's broadcast)."""
-  return "".join(f" p = {fma}(p, f, {const}({repr(c)}f));" for c in EXP2_POLY[-2::-1])
-
-
-EXP2_SCALAR = f"""{INLINE} float uopc_exp2(float x) {{    /* 2**x to an ulp, see EXP2_POLY in uopc.backends.c */
-  x = x < -160.0f ? -160.0f : x; x = x > 160.0f ? 160.0f : x;
-  float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{exp2_horner("__builtin_fmaf")}
-  int n = t == t ? (int)t : 0, a = n >> 1, b = n - a;
-  union {{ int i; float f; }} sa = {{(a + 127) << 23}}, sb = {{(b + 127) << 23}};
-  return (p * sa.f) * sb.f;
-}}
-"""
-FLOORDIV_I32 = INLINE + """ int floordiv_i32(int a, int b) {
-  if (b == 0) return 0;                               /* numpy's x // 0 */
-  if (b == -1) return (int)(0u - (unsigned)a);        /* INT_MIN // -1 wraps, it does not trap */
-  int q = a / b;
-  return q - ((a % b != 0) & ((a < 0) != (b < 0)));
-}
-"""
-FLOORMOD_I32 = INLINE + """ int floormod_i32(int a, int b) {
-  if (b == 0 || b == -1) return 0;
-  int r = a % b;
-  return r + ((r != 0) & ((r < 0) != (b < 0))) * b;
-}
-"""
-CAST_F32_I32 = INLINE + """ int cast_f32_i32(float x) {
-  /* C leaves NaN and out-of-range undefined; uopc says INT_MIN */
-  return (x >= -2147483648.0f && x < 2147483648.0f) ? (int)x : (-2147483647-1);
-}
-"""
-
-# The prelude's pieces, in the order they are written: (a pattern that finds a use, the code). A kernel's prelude holds
-# the pieces its code uses, and those the pieces it holds use in turn (a piece uses only pieces before it).
-# The libm names a kernel uses, declared as <math.h> declares them (gcc takes each for its builtin: sqrtf is one
-# instruction under -fno-math-errno, the same machine code as with the header), without the header: parsing <math.h>
-# was 8 ms of gcc's CPU for each source that used one of them (every batch of a training step's kernels).
-MATH_DECLS = ('#define NAN (__builtin_nanf(""))\n#define INFINITY (__builtin_inff())\n'
-              "float fmaf(float, float, float); float log2f(float); float sqrtf(float); float sinf(float);\n")
-HELPERS: list[tuple[str, str]] = [
-  (r"\b(?:NAN|INFINITY|fmaf|log2f|sqrtf|sinf)\b", MATH_DECLS),
-  (r"\bfloordiv_i32\b", FLOORDIV_I32), (r"\bfloormod_i32\b", FLOORMOD_I32), (r"\bcast_f32_i32\b", CAST_F32_I32),
-  (r"\buopc_exp2\b", EXP2_SCALAR),
-]
-
-
-def _isa_or_lanes(w: int, isa: dict[int, tuple[str, str]], lane: str) -> str:
-  """A helper's body on w lanes: the x86 builtin isa[w] where the compiler targets its ISA (isa[w][0], a predefined
-  macro), else the scalar expression `lane` on every lane l."""
-  lanewise = f"f32x{w} r; for (int l = 0; l < {w}; l++) r[l] = {lane}; return r;"
-  if w not in isa: return f" {lanewise} "
-  macro, builtin = isa[w]
-  return f"\n#if defined(__x86_64__) && defined({macro})\n  return {builtin};\n#else\n  {lanewise}\n#endif\n"
-
-
-def vector_helpers(w: int) -> list[tuple[str, str]]:
-  """The prelude's pieces for GCC vectors of w lanes: the types (a bool vector is a mask of ints, -1 true and 0 false,
-  which is what vector comparisons give), unaligned views for moves at any element, and broadcast, select, exp2 and
-  fused multiply-add."""
-  nb = w * 4
-  # gcc's own builtins for the x86 fused multiply-adds: immintrin.h would cost 0.15 s of every compile to parse
-  fma = _isa_or_lanes(w, {16: ("__AVX512F__", "__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)"),
-                          8: ("__FMA__", "__builtin_ia32_vfmaddps256(a, b, c)"), 4: ("__FMA__", "__builtin_ia32_vfmaddps(a, b, c)")},
-                      "fmaf(a[l], b[l], c[l])")
-  # and for the square root (correctly rounded, as sqrtf): a lane loop only gcc's vectorizer would make one instruction
-  sqrt = _isa_or_lanes(w, {16: ("__AVX512F__", "__builtin_ia32_sqrtps512_mask(x, x, (unsigned short)-1, 4)"),
-                           8: ("__AVX__", "__builtin_ia32_sqrtps256(x)"), 4: ("__SSE__", "__builtin_ia32_sqrtps(x)")}, "sqrtf(x[l])")
-  name = lambda n: rf"(?<![A-Za-z0-9]){n}(?![A-Za-z0-9])"    # f32x8 in bcast_f32x8 and f32x8_u too, never in f32x16
-  return [
-    (name(f"i32x{w}"), f"typedef int i32x{w} __attribute__((vector_size({nb})));\n"),
-    (name(f"u32x{w}"), f"typedef unsigned u32x{w} __attribute__((vector_size({nb})));\n"),
-    (name(f"f32x{w}"), f"typedef float f32x{w} __attribute__((vector_size({nb})));\n"),
-    # unaligned views for vector loads and stores at any element (aligned(4)), that may alias the buffer's floats
-    (rf"\bf32x{w}_u\b", f"typedef float f32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));\n"),
-    (rf"\bi32x{w}_u\b", f"typedef int i32x{w}_u __attribute__((vector_size({nb}), aligned(4), may_alias));\n"),
-    # x - (+0) is x for every x, -0.0 and NaN included (x + 0 would turn -0.0 into +0.0)
-    (rf"\bbcast_f32x{w}\b", f"{INLINE} f32x{w} bcast_f32x{w}(float x) {{ return x - (f32x{w}){{}}; }}\n"),
-    (rf"\bbcast_i32x{w}\b", f"{INLINE} i32x{w} bcast_i32x{w}(int x) {{ return x - (i32x{w}){{}}; }}\n"),
-    (rf"\bsel_f32x{w}\b",
-     f"{INLINE} f32x{w} sel_f32x{w}(i32x{w} m, f32x{w} a, f32x{w} b) "
-     f"{{ return (f32x{w})((m & (i32x{w})a) | (~m & (i32x{w})b)); }}\n"),
-    (rf"\bsel_i32x{w}\b",
-     f"{INLINE} i32x{w} sel_i32x{w}(i32x{w} m, i32x{w} a, i32x{w} b) {{ return (m & a) | (~m & b); }}\n"),
-    (rf"\bfma_f32x{w}\b", f"{INLINE} f32x{w} fma_f32x{w}(f32x{w} a, f32x{w} b, f32x{w} c) {{{fma}}}\n"),
-    (rf"\bsqrt_f32x{w}\b", f"{INLINE} f32x{w} sqrt_f32x{w}(f32x{w} x) {{{sqrt}}}\n"),
-    # uopc_exp2 on every lane, operation for operation (see EXP2_POLY)
-    (rf"\bexp2_f32x{w}\b", f"{INLINE} f32x{w} exp2_f32x{w}(f32x{w} x) {{\n"
-     f"  x = sel_f32x{w}(x < -160.0f, bcast_f32x{w}(-160.0f), x); x = sel_f32x{w}(x > 160.0f, bcast_f32x{w}(160.0f), x);\n"
-     f"  f32x{w} t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = bcast_f32x{w}({repr(EXP2_POLY[-1])}f);"
-     f"{exp2_horner(f'fma_f32x{w}', f'bcast_f32x{w}')}\n"
-     f"  i32x{w} n = __builtin_convertvector(sel_f32x{w}(t == t, t, bcast_f32x{w}(0.0f)), i32x{w}), a = n >> 1, b = n - a;\n"
-     f"  return (p * (f32x{w})((a + 127) << 23)) * (f32x{w})((b + 127) << 23);\n}}\n"),
-  ] + ([
-    # 16 bools (bytes, 0 or 1) as a mask: AVX-512's zero-extending byte -> int move (gcc's __builtin_convertvector
-    # makes 16 scalar loads of it), negated to 0 / -1
-    (r"\bldmask_i32x16\b", "typedef char c8x16_u __attribute__((vector_size(16), aligned(1), may_alias));\n"
-     f"{INLINE} i32x16 ldmask_i32x16(const _Bool* p) {{\n#if defined(__x86_64__) && defined(__AVX512F__)\n"
-     "  return -(i32x16)__builtin_ia32_pmovzxbd512_mask(*(const c8x16_u*)p, (i32x16){}, (unsigned short)-1);\n#else\n"
-     "  i32x16 r; for (int l = 0; l < 16; l++) r[l] = -(int)p[l]; return r;\n#endif\n}\n"),
-  ] if w == 16 else [])
-
-
-def used_helpers(helpers: list[tuple[str, str]], code: str) -> str:
-  """The pieces of `helpers` that `code` uses, with what they use in turn, in their order. Every pattern matches inside one
-  run of word characters and looks no further than its ends (\b, or a lookaround for a letter or digit), so it is
-  looked for among the distinct words of the code, not in the code itself: every pattern searching a GEMM kernel's 50
-  KB of source was 80 ms of a cold GPT step's planning."""
-  chosen = []
-  words = "\n".join(set(re.findall(r"\w+", code)))
-  for pattern, piece in reversed(helpers):
-    if re.search(pattern, words):
-      chosen.append(piece)
-      words += "\n" + "\n".join(set(re.findall(r"\w+", piece)))
-  return "".join(reversed(chosen))
+from uopc.backends.ccompiler import CFLAGS, VECTORIZE_PRAGMA, SANITIZE_FLAGS, CCompiler, CProgram, compiler, sanitizing
+# the prelude's pieces (uopc.backends.cprelude's; EXP2_POLY, HELPERS and the rest are importable from here too)
+from uopc.backends.cprelude import EXP2_POLY, exp2_horner, MATH_DECLS, HELPERS, vector_helpers, used_helpers, GATHER_WIDTHS, gathers
 
 
 _C_KEYWORDS = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float",
@@ -433,6 +309,8 @@ class _Body:
       if u.op is Ops.END: d -= 1
       self.depth[u] = d
       if u.op is Ops.RANGE: d += 1
+    self.gathers = gathers(lin) if renderer.vector_code_for_op else {}
+    self.gathered = {ld for v in self.gathers for ld in v.src if all(w in self.gathers for w in self.users.get(ld, ()))}
     self.r: dict[UOp, str] = {}
     self.lines: list[str] = []
     self.counter = {"v": 1, "acc": 0}
@@ -534,6 +412,10 @@ class _Body:
   def barrier(self, u: UOp) -> None: self.lines.append(f"{self.pad()}{self.renderer.barrier}")
   def wmma(self, u: UOp) -> None: self.renderer.render_wmma(self, u)
   def vectorize(self, u: UOp) -> None:
+    if (g := self.gathers.get(u)) is not None:
+      index, stride = g
+      self.value(u, f"gather_{_gcc(u.dtype)}({self.r[index.src[0]]}+{self.r[index.src[1]]}, {stride})")
+      return
     expr = self.renderer.render_vectorize(u.dtype, [self.r[s] for s in u.src])
     # a constant vector, and one value broadcast to every lane, are pasted where they are used (gcc hoists them; a variable
     # outside a parallel loop would be a vector the threads share)
@@ -571,6 +453,7 @@ class _Body:
     else: r[u] = r[u.src[0]] if mem.op is Ops.ALLOC and mem.arg.shape[0] == 1 else f"{r[u.src[0]]}[{r[u.src[1]]}]"
 
   def load(self, u: UOp) -> None:
+    if u in self.gathered: return    # a lane of a gather (see gathers), loaded by the gather alone
     at = u.src[0]
     self.var("val", u, self.renderer.vector_load(*self.wide[at], at.dtype) if at in self.wide else self.r[at])
     if at in self.wide and (ahead := self.prefetch_ahead(at)):
@@ -685,8 +568,9 @@ class CBackend:
     # AVX-512 (zmm0-31), else 16 (ymm0-15)
     registers = 32 if platform.machine() in ("aarch64", "arm64") else 0
     # GEMM operands read badly are packed into panels of 32 columns (two 16-lane vectors, four 8-lane ones) first
+    # AVX-512's gathers load a transposed read's vector in one instruction (see gathers)
     self.caps = Caps(threads=_threads(), vector_width=width, vector_registers=registers, fma="fma" in flags, gemm_panel=32,
-                     **_cache_bytes())
+                     gather=width in GATHER_WIDTHS, **_cache_bytes())
 
   def compile(self, src: str, name: str) -> CProgram: return compiler.compile(src, sanitize_name(name))   # as the signature has it
   def compile_many(self, items: Sequence[tuple[str, str]]) -> list[CProgram]:

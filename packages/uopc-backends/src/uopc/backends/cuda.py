@@ -42,8 +42,8 @@ from uopc.opt import Caps
 from uopc.compile_cache import cache_dir, read_entry, write_entry
 from uopc.backends import BackendError, CompileError, LinearProgram
 from uopc.runtime import debug_level
-from uopc.backends.c import (CCompiler, CRenderer, EXP2_POLY, exp2_horner, FLOORDIV_I32, FLOORMOD_I32, CAST_F32_I32, _array,
-                              sanitize_name, shared_layout, used_helpers)
+from uopc.backends.c import CCompiler, CRenderer, _array, sanitize_name, shared_layout
+from uopc.backends.cprelude import EXP2_POLY, exp2_horner, FLOORDIV_I32, FLOORMOD_I32, CAST_F32_I32, used_helpers
 
 
 class NoDeviceError(BackendError):

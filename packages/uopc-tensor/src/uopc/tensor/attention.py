@@ -86,11 +86,12 @@ class AttentionMixin:
     ms of each plain step's forward). None otherwise.
 
     A block of queries starting at `diagonal` (_causal_blocks) sees the keys up to its position + `diagonal`, and only
-    the first `keys` keys and values are read. Both are shrunk transposed (keys along the last axis), the layout in
-    which the matmuls' gradients come back (a GEMM's second operand is read as its transpose), so the blocks' gradients
-    meet (a sum of padded pieces) in the layout their GEMMs wrote them in; shrunk as given, the sum read each piece
-    transposed, a gather per lane (nanoGPT's key and value gradients: 1.15 ms a layer each at 96 GFLOP/s; the step
-    645 -> 615 ms with the key's shrink transposed, about 15 more with the value's)."""
+    the first `keys` keys and values are read. Each is shrunk in the layout in which its gradient comes back, so that
+    the blocks' gradients meet (a sum of padded pieces) in the layout their GEMMs wrote them in: the key as given (its
+    gradient, ds.T @ q, is computed (keys, head dim)), the value transposed (p.T @ dy comes back (head dim, keys): a
+    matmul's second operand is read as its transpose). Shrunk in the other layout, the sum read each piece transposed,
+    a gather per lane (nanoGPT's value gradient: 1.15 ms a layer at 96 GFLOP/s; a causal attention's forward and
+    backward at nanoGPT's shape, the key shrunk transposed: 12.8-13.7 ms, as given: 12.3-12.7)."""
     q, k, v = self.uop, key.uop, value.uop
     qs, ks, vs = q.shape, k.shape, v.shape
     n = len(qs)
@@ -98,10 +99,10 @@ class AttentionMixin:
        ks[:-2] != vs[:-2] or qs[-1] != ks[-1] or ks[-2] != vs[-2] or 0 in qs or 0 in ks or 0 in vs or \
        not self.device == key.device == value.device: return None
     swap = tuple(range(n - 2)) + (n - 1, n - 2)
-    kt = k.permute(swap)                                                                          # key.transpose(-1, -2)
     if keys is not None and keys < ks[-2]:
-      first = lambda t: t.shrink(tuple((0, d) for d in t.shape[:-1]) + ((0, keys),))   # the first `keys` along the last axis
-      kt, v = first(kt), first(v.permute(swap)).permute(swap)
+      k = k.shrink(tuple((0, d) for d in ks[:-2]) + ((0, keys), (0, ks[-1])))            # the first `keys` keys
+      v = v.permute(swap).shrink(tuple((0, d) for d in vs[:-2]) + ((0, vs[-1]), (0, keys))).permute(swap)   # ... transposed
+    kt = k.permute(swap)                                                                          # key.transpose(-1, -2)
     s = self._same_batch_matmul(key._new(kt))
     u = s.uop
     u = UOp(Ops.MUL, (u, u.const_like(scale if scale is not None else 1 / math.sqrt(qs[-1]))))
