@@ -194,6 +194,27 @@ def test_a_store_to_the_buffer_between_the_lanes_loads_and_their_vector_keeps_th
   assert gathers([b, *uneven.src, uneven]) == {}
 
 
+def test_a_large_sums_outputs_are_stored_past_the_caches_and_fenced():
+  """A sum of products (a GEMM) whose output has CRenderer.stream_min_bytes or more stores its 16-lane vectors with
+  streaming stores (stream_f32x16: AVX-512's vmovntps; ordinary stores elsewhere and under AddressSanitizer), fenced
+  before the kernel returns, and computes the same values; a smaller output, one the kernel reads, or vectors of 8
+  lanes (half a line), ordinary stores."""
+  from uopc.backends.c import CRenderer
+  m, k, n = 1024, 8, 2048
+  assert m * n * 4 == CRenderer.stream_min_bytes
+  a, b = F(m, k), F(k, n)
+  g = (buf(0, m * k).reshape((m, 1, k)).expand((m, n, k)) * buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k)))
+  g = g.reduce(Ops.ADD, 1)
+  opts = Opts(vector=(1, 16), upcast={0: 4, 1: 2}, fma=True, thread=0)
+  src = render_c(lower(g, buf(2, m * n), Ctx(opts=opts)), "g")
+  assert src.count("stream_f32x16(data2+") == 8 and "__builtin_ia32_movntps512" in src and src.rstrip().endswith("stream_fence();\n}")
+  np.testing.assert_allclose(run_shaped(g, [a, b], opts=opts), a @ b, rtol=1e-5, atol=1e-5)
+  small = g.shrink(((0, m // 2), (0, n)))
+  assert "stream_" not in render_c(lower(small, buf(2, m * n // 2), Ctx(opts=opts)), "g")
+  assert "stream_" not in render_c(lower(g + buf(2, m * n).reshape((m, n)), buf(2, m * n), Ctx(opts=opts)), "g")   # reads its output
+  assert "stream_" not in render_c(lower(g, buf(2, m * n), Ctx(opts=Opts(vector=(1, 8), upcast={0: 4}, fma=True))), "g")   # 8 lanes
+
+
 def test_sixteen_stored_bools_load_as_one_widening_move():
   root, _ = stored_mask(4, 32)
   src = render_c(lower(root, buf(2, 128), Ctx(opts=Opts(vector=(1, 16)))))

@@ -39,7 +39,7 @@ from typing import Callable, Sequence
 import numpy as np
 from uopc.uop import UOp, Ops, AxisType, ALU, users_of
 from uopc.dtype import AddrSpace, DType, dtypes, I32_MIN, I32_MAX
-from uopc.symbolic import vmin, bounds
+from uopc.symbolic import vmin, bounds, simplify
 from uopc.evaluate import round_f32, round_f16, const_value
 from uopc.opt import Caps
 from uopc.vectorize import index_step
@@ -184,6 +184,14 @@ class CRenderer:
   # thousand tokens/s; its training step 630-636 -> 611-619 ms; GEMM 1024 6.11 -> 5.64-5.77 ms; 2 KB and 8 KB were
   # slower). 0: none
   prefetch_bytes = 4096
+  # a sum of products' kernel (a GEMM, a convolution) whose output has this many bytes or more stores its vectors past
+  # the caches (see streams). Each tile's outputs are written once, after their long sum, and an ordinary store first
+  # reads the line it overwrites from memory: in a training step the output's memory was last touched long ago.
+  # nanoGPT's step (outputs of 9.4 and 12.6 MB streamed; alternating, four runs each): best 623-657 ms against 634-670;
+  # its GEMMs with such outputs 6-10% faster. Not lower: a GEMM of 1024 called again and again (4 MB of output, in the
+  # cache from the call before) was 6-14% slower streamed, attention's blocks (3 MB, read at once by the softmax) 5-13%;
+  # a GEMM of 2048 (16 MB) is the same either way (58-59 ms). 0: none
+  stream_min_bytes = 8 << 20
 
   def type_name(self, d: DType) -> str:
     if d.count > 1: return _gcc(d)
@@ -247,13 +255,35 @@ class CRenderer:
     # a loop of multiply-adds (a GEMM's or a convolution's k loop) at -Og, without gcc's induction-variable passes,
     # recomputes its addresses from the counter at each step: in 64-bit longs they need no sign extension (a GEMM of
     # 1024 as fast as at -O1; with ints 2% slower)
-    body = _Body(self, lin, long_index=self.long_tile_index and any(u.op is Ops.MULACC for u in lin))   # (chains among them)
+    mulacc = any(u.op is Ops.MULACC for u in lin)
+    body = _Body(self, lin, long_index=self.long_tile_index and mulacc, streams=streams(lin, self.stream_min_bytes) if mulacc else set())
     for u in lin: body.emit(u)
-    code = self.signature(program) + " {\n" + "\n".join(body.lines) + "\n}\n"
+    # streamed stores are weakly ordered: fenced before the kernel returns (a thread of a parallel loop is ordered by
+    # OpenMP's barrier, a locked instruction)
+    fence = ["  stream_fence();"] if body.streamed else []
+    code = self.signature(program) + " {\n" + "\n".join(body.lines + fence) + "\n}\n"
     # loops gcc's vectorizer takes: scalar work on memory, or an op done lane by lane
     big = max((b.shape[0] for b in program.params), default=0) >= self.scalar_loop_min
     level = self.scalar_loop_pragma if body.lane_loops or (scalar_loop(lin) and big) else ""
     return level + chains + self.prelude(program, code) + code
+
+
+def streams(lin: Sequence[UOp], min_bytes: int) -> set[UOp]:
+  """The vector STOREs of `lin` (a kernel with a sum of products) that go past the caches (CRenderer.stream_min_bytes):
+  16 f32 lanes, outside every reduction's loop, into a BUFFER of min_bytes or more that the kernel doesn't read, at an
+  element index proven a multiple of 16 (a 64-byte line: buffers start on one, see _aligned). None when min_bytes is 0."""
+  if not min_bytes: return set()
+  read = {base_memory(u.src[0].src[0]) for u in lin if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX}
+  out, loops = set(), []
+  for u in lin:
+    if u.op is Ops.RANGE: loops.append(u.arg.kind)
+    elif u.op is Ops.END: loops.pop()
+    elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[0].arg is not None and AxisType.REDUCE not in loops:
+      index = u.src[0]
+      mem = base_memory(index.src[0])
+      if index.dtype.count == 16 and index.dtype.scalar() is dtypes.f32 and mem.op is Ops.BUFFER and mem not in read and \
+         mem.shape[0] * 4 >= min_bytes and simplify(index.src[1] % 16) is UOp.const(0): out.add(u)
+  return out
 
 
 def scalar_loop(lin: Sequence[UOp]) -> bool:
@@ -292,8 +322,9 @@ def _gcc(d: DType) -> str:
 
 class _Body:
   """The statements of one kernel, rendered in order (CRenderer.render's working state)."""
-  def __init__(self, renderer: CRenderer, lin: tuple[UOp, ...], long_index: bool = False):
+  def __init__(self, renderer: CRenderer, lin: tuple[UOp, ...], long_index: bool = False, streams: set[UOp] = frozenset()):
     self.renderer, self.lin = renderer, lin
+    self.streams, self.streamed = streams, False     # the STOREs that go past the caches (see streams); was one rendered
     # a kernel compiled as if with -fwrapv (CRenderer.chain_pragma), or with a loop of multiply-adds (render's `tile`,
     # CRenderer.long_tile_index), holds its loop counters and scalar i32 arithmetic in 64-bit longs: a wrapping 32-bit
     # index can't become a pointer step, and gcc sign-extended and recomputed every address of the window's loads at
@@ -472,7 +503,10 @@ class _Body:
   def store(self, u: UOp) -> None:
     target, value = u.src
     pad = self.pad()
-    if target in self.wide: self.lines.extend(pad + line for line in self.renderer.vector_store(*self.wide[target], target.dtype, self.r[value]))
+    if u in self.streams:
+      self.lines.append(f"{pad}stream_f32x16({self.wide[target][0]}+{self.wide[target][1]}, {self.r[value]});")
+      self.streamed = True
+    elif target in self.wide: self.lines.extend(pad + line for line in self.renderer.vector_store(*self.wide[target], target.dtype, self.r[value]))
     else: self.lines.append(f"{pad}{self.r[target]} = {self.r[value]};")
 
   statements: dict[Ops, Callable[[_Body, UOp], None]] = {

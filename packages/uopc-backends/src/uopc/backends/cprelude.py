@@ -103,6 +103,9 @@ def _gather_body(w: int, t: str, c: str) -> str:
           f"  i32x{w} idx = (i32x{w}){{{lanes}}} * s;\n  return {f32 if t == 'f32' else i32};\n#else\n  {lanewise}\n#endif\n")
 
 
+_X86_AVX512 = "#if defined(__x86_64__) && defined(__AVX512F__) && !defined(__SANITIZE_ADDRESS__)"
+
+
 def vector_helpers(w: int) -> list[tuple[str, str]]:
   """The prelude's pieces for GCC vectors of w lanes: the types (a bool vector is a mask of ints, -1 true and 0 false,
   which is what vector comparisons give), unaligned views for moves at any element, and broadcast, select, exp2 and
@@ -146,6 +149,11 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
     *((rf"\bgather_{t}x{w}\b", f"{INLINE} {t}x{w} gather_{t}x{w}(const {c} *p, int s) {{{_gather_body(w, t, c)}}}\n")
       for t, c in (("f32", "float"), ("i32", "int"))),
   ] + ([
+    # a vector stored past the caches, to a 64-byte aligned address (see uopc.backends.c's streams), and the fence
+    # that orders such stores before the kernel returns; ordinary stores elsewhere and under AddressSanitizer
+    (r"\bstream_f32x16\b", f"{INLINE} void stream_f32x16(float *p, f32x16 v) {{\n{_X86_AVX512}\n"
+     "  __builtin_ia32_movntps512(p, v);\n#else\n  *(f32x16 *)p = v;\n#endif\n}\n"),
+    (r"\bstream_fence\b", f"{INLINE} void stream_fence(void) {{\n{_X86_AVX512}\n  __builtin_ia32_sfence();\n#endif\n}}\n"),
     # 16 bools (bytes, 0 or 1) as a mask: AVX-512's zero-extending byte -> int move (gcc's __builtin_convertvector
     # makes 16 scalar loads of it), negated to 0 / -1
     (r"\bldmask_i32x16\b", "typedef char c8x16_u __attribute__((vector_size(16), aligned(1), may_alias));\n"

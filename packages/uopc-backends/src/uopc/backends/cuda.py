@@ -101,6 +101,7 @@ class CUDARenderer(CRenderer):
   chain_pragma = scalar_loop_pragma = ""   # nvcc has its own code generator: the C backend's gcc pragmas mean nothing to it
   long_tile_index = False             # (nor its -Og: a GPU kernel's indices stay ints)
   prefetch_bytes = 0                  # nor does its __builtin_prefetch (a GPU hides latency with other warps)
+  stream_min_bytes = 0                # nor its stores past the caches
   vector_code_for_op: dict = {}       # no arithmetic on vectors: threads are the lanes, vectors only move memory
   helpers = HELPERS
   # shared memory is one dynamic block (uopc_shared) that every shared ALLOC is a piece of, at its offset in
