@@ -464,6 +464,19 @@ def test_causal_attention_in_blocks_of_queries_matches_numpy(L, S, block, monkey
   for g, w in zip(grads, whole_grads): np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
+def test_causal_attention_in_blocks_packs_k_and_v_once_each():
+  # the blocks read slices of k (forward: q @ k.T) and of v (backward: dy @ v.T) packed into panels of 32 keys; the
+  # slices and the last block's whole operand read one pack each (a slice of v, taken transposed, has the longer view
+  # v.T.T, the whole v's own once its two transposes are folded: uopc.packing._fold)
+  from uopc.tensor.storage import buffer_uop
+  rng = np.random.default_rng(5)
+  q, k, v = (Tensor(rng.standard_normal((2, 2, 256, 64)).astype(np.float32), requires_grad=True) for _ in range(3))
+  out = q.scaled_dot_product_attention(k, v, is_causal=True)
+  (out * out).sum().backward()
+  kernels = Tensor.schedule(out, q.grad, k.grad, v.grad)
+  for t in (k, v): assert len([kk for kk in kernels if kk.inputs == (buffer_uop(t.uop),)]) == 1
+
+
 def test_causal_attention_in_blocks_refuses_what_the_general_road_refuses(monkeypatch):
   # the blocks shrink the keys and values they read: values longer than the keys must still be an error, not shrunk away
   import uopc.tensor.attention as attention

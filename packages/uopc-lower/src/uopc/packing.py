@@ -154,9 +154,29 @@ def _in_panels(x: UOp, count: int, rows: int, whole: Callable[[UOp], bool]) -> U
   stage = lambda v: UOp(Ops.STAGE, (v.reshape(lead + (v.shape[axis] // rows, rows, small.shape[-1])).permute(swap),))
   if (found := _unshrunk(small, axis)) is not None and found[1] % rows == 0 and found[0].shape[axis] % rows == 0 and whole(found[2]):
     longer, start, _ = found
-    packed = stage(longer).shrink(tuple((0, d) for d in lead) + ((start // rows, (start + count) // rows), (0, small.shape[-1]), (0, rows)))
-  else: packed = stage(small)
+    packed = stage(_fold(longer)).shrink(tuple((0, d) for d in lead) + ((start // rows, (start + count) // rows), (0, small.shape[-1]), (0, rows)))
+  else: packed = stage(_fold(small))
   return packed.permute(swap).reshape(small.shape).expand(x.shape)
+
+
+def _fold(view: UOp) -> UOp:
+  """view with the PERMUTEs that follow each other in its top chain of RESHAPEs and PERMUTEs composed into one (none
+  where they undo each other), and the RESHAPEs that follow each other into one: the same view, built one way, so that
+  two GEMMs reading one operand through different chains pack it once (the longer view of v shrunk transposed,
+  v.T[..., :e].T, is then v's own view, which the GEMM of the last attention block reads whole)."""
+  chain, u = [], view
+  while u.op in (Ops.RESHAPE, Ops.PERMUTE):
+    chain.append(u)
+    u = u.src[0]
+  for op in reversed(chain):
+    if op.op is Ops.RESHAPE:
+      base = u.src[0] if u.op is Ops.RESHAPE else u
+      u = base if base.shape == op.shape else base.reshape(op.shape)
+    elif u.op is Ops.PERMUTE:
+      p = tuple(u.arg[i] for i in op.arg)
+      u = u.src[0] if p == tuple(range(len(p))) else u.src[0].permute(p)
+    else: u = u.permute(op.arg)
+  return u
 
 
 def _unshrunk(view: UOp, axis: int) -> tuple[UOp, int, UOp] | None:
