@@ -270,7 +270,7 @@ def test_a_mask_lane_becomes_one_not_minus_one(opts):
   np.testing.assert_array_equal(got, (x < y).astype(np.int32) + (x != y).astype(np.int32))
 
 
-@pytest.mark.parametrize("opts", [Opts(), Opts(vector=(0, 16))])
+@pytest.mark.parametrize("opts", [Opts(), Opts(vector=(0, 16)), Opts(vector=(0, 8)), Opts(vector=(0, 4))])
 def test_exp2_is_within_an_ulp_and_ieee_at_the_edges(opts):
   """uopc_exp2 (a polynomial, the same operations on every lane) against the exact 2**x."""
   x = np.concatenate([np.linspace(-150, 127.99, 1 << 16, dtype=np.float32), rng.uniform(-1, 1, 1 << 14).astype(np.float32),
@@ -286,6 +286,14 @@ def test_exp2_is_within_an_ulp_and_ieee_at_the_edges(opts):
   assert np.isnan(edges[0]) and edges[1] == np.inf and edges[2] == 0 and edges[3] == edges[4] == 1 and edges[5] == edges[6] == np.inf
   assert edges[7] == np.float32(2.0 ** -149) and edges[8] == 0 and edges[9] == 0 and edges[10] == np.inf and edges[11] == 0
   assert edges[12] == np.float32(np.sqrt(2)) and edges[13] == np.float32(2 ** -126.5)
+
+
+def test_exp2_on_vectors_clamps_its_argument_with_one_max_and_one_min():
+  """exp2's clamp to [-160, 160] on a vector is x86's max then min, each of which returns x where it is NaN (the
+  selects it replaced were six instructions); the values are the scalar uopc_exp2's (the test above, every width)."""
+  for w, builtin in ((16, "__builtin_ia32_maxps512_mask"), (8, "__builtin_ia32_maxps256"), (4, "__builtin_ia32_maxps(")):
+    src = render_c(lower(buf(0, 64).alu(Ops.EXP2), buf(1, 64), Ctx(opts=Opts(vector=(0, w)))))
+    assert f"x = clamp160_f32x{w}(x);" in src and builtin in src and "x < -160.0f" not in src.split(f"exp2_f32x{w}(f32x{w} x)")[-1]
 
 
 def test_exp2_steps_are_fused_multiply_adds_and_the_gpu_emulator_computes_the_same_bits():

@@ -118,6 +118,11 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
   # and for the square root (correctly rounded, as sqrtf): a lane loop only gcc's vectorizer would make one instruction
   sqrt = _isa_or_lanes(w, {16: ("__AVX512F__", "__builtin_ia32_sqrtps512_mask(x, x, (unsigned short)-1, 4)"),
                            8: ("__AVX__", "__builtin_ia32_sqrtps256(x)"), 4: ("__SSE__", "__builtin_ia32_sqrtps(x)")}, "sqrtf(x[l])")
+  clamp = _isa_or_lanes(w, {16: ("__AVX512F__", "__builtin_ia32_minps512_mask(bcast_f32x16(160.0f), __builtin_ia32_maxps512_mask("
+                                                  "bcast_f32x16(-160.0f), x, x, (unsigned short)-1, 4), x, (unsigned short)-1, 4)"),
+                              8: ("__AVX__", "__builtin_ia32_minps256(bcast_f32x8(160.0f), __builtin_ia32_maxps256(bcast_f32x8(-160.0f), x))"),
+                              4: ("__SSE__", "__builtin_ia32_minps(bcast_f32x4(160.0f), __builtin_ia32_maxps(bcast_f32x4(-160.0f), x))")},
+                         "x[l] < -160.0f ? -160.0f : x[l] > 160.0f ? 160.0f : x[l]")
   name = lambda n: rf"(?<![A-Za-z0-9]){n}(?![A-Za-z0-9])"    # f32x8 in bcast_f32x8 and f32x8_u too, never in f32x16
   return [
     (name(f"i32x{w}"), f"typedef int i32x{w} __attribute__((vector_size({nb})));\n"),
@@ -136,9 +141,12 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
      f"{INLINE} i32x{w} sel_i32x{w}(i32x{w} m, i32x{w} a, i32x{w} b) {{ return (m & a) | (~m & b); }}\n"),
     (rf"\bfma_f32x{w}\b", f"{INLINE} f32x{w} fma_f32x{w}(f32x{w} a, f32x{w} b, f32x{w} c) {{{fma}}}\n"),
     (rf"\bsqrt_f32x{w}\b", f"{INLINE} f32x{w} sqrt_f32x{w}(f32x{w} x) {{{sqrt}}}\n"),
+    # x clamped to [-160, 160], NaN passed through, as uopc_exp2's selects: x86's max and min return their second
+    # operand, x, where either is NaN (two instructions where the selects were six)
+    (rf"\bclamp160_f32x{w}\b", f"{INLINE} f32x{w} clamp160_f32x{w}(f32x{w} x) {{{clamp}}}\n"),
     # uopc_exp2 on every lane, operation for operation (see EXP2_POLY)
     (rf"\bexp2_f32x{w}\b", f"{INLINE} f32x{w} exp2_f32x{w}(f32x{w} x) {{\n"
-     f"  x = sel_f32x{w}(x < -160.0f, bcast_f32x{w}(-160.0f), x); x = sel_f32x{w}(x > 160.0f, bcast_f32x{w}(160.0f), x);\n"
+     f"  x = clamp160_f32x{w}(x);\n"
      f"  f32x{w} t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = bcast_f32x{w}({repr(EXP2_POLY[-1])}f);"
      f"{exp2_horner(f'fma_f32x{w}', f'bcast_f32x{w}')}\n"
      f"  i32x{w} n = __builtin_convertvector(sel_f32x{w}(t == t, t, bcast_f32x{w}(0.0f)), i32x{w}), a = n >> 1, b = n - a;\n"
