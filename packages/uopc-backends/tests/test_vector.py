@@ -200,8 +200,8 @@ def test_a_large_sums_outputs_are_stored_past_the_caches_and_fenced():
   before the kernel returns, and computes the same values; a smaller output, one the kernel reads, or vectors of 8
   lanes (half a line), ordinary stores."""
   from uopc.backends.c import CRenderer
-  m, k, n = 1024, 8, 2048
-  assert m * n * 4 == CRenderer.stream_min_bytes
+  k, n = 8, 2048
+  m = CRenderer.stream_min_bytes // (4 * n)          # an f32 output of just the threshold's size
   a, b = F(m, k), F(k, n)
   g = (buf(0, m * k).reshape((m, 1, k)).expand((m, n, k)) * buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k)))
   g = g.reduce(Ops.ADD, 1)

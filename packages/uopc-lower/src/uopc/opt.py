@@ -98,6 +98,8 @@ class Caps:
 
 # a kernel doing less than this many element operations runs on one thread: waking the others costs more
 THREAD_MIN_WORK = 1 << 16
+# ... or a quarter of it for a copy that reads a cache line an element (a transposing copy, lane by lane or gathered)
+LINE_COPY_MIN_WORK = THREAD_MIN_WORK // 4
 DOT_ROWS = 8               # rows of a GEMM read as dot products that share each loaded vector of the other operand
 
 
@@ -322,6 +324,12 @@ INNER_BLOCK = 16           # steps of an axis walked inside the innermost loop (
 INNER_MIN = 64             # elements the loops inside that axis walk, at least, for Opts.inner to pay
 
 
+def _reread_axes(shape: tuple[int, ...], strides: list[tuple[int | None, ...]]) -> list[int]:
+  """The axes before the last, of whole blocks of INNER_BLOCK steps and more than one, along which each of the loads
+  whose `strides` are given reads the next element (its stride 1 or -1): where a gather's lines are read again."""
+  return [k for k in range(len(shape) - 1) if shape[k] % INNER_BLOCK == 0 and shape[k] > INNER_BLOCK and all(s[k] in (1, -1) for s in strides)]
+
+
 def _gathered_axis(analysis: Analysis, vector: tuple[int, int] | None, upcast: dict[int, int], thread: int | None) -> int | None:
   """The axis whose steps an elementwise kernel with a gathered vector walks innermost (Opts.inner, in blocks of
   INNER_BLOCK): a load whose lanes each read a cache line of their own (16 elements or more apart: v's gradient read
@@ -334,9 +342,8 @@ def _gathered_axis(analysis: Analysis, vector: tuple[int, int] | None, upcast: d
   for b in analysis.deciding():
     strides = analysis.out_strides[b]
     if strides[last] is None or abs(strides[last]) < INNER_BLOCK: continue
-    for k in reversed(range(last)):
-      if k != thread and k not in upcast and shape[k] % INNER_BLOCK == 0 and shape[k] > INNER_BLOCK and strides[k] in (1, -1) \
-         and prod(shape[k + 1:]) >= INNER_MIN: return k
+    for k in reversed(_reread_axes(shape, [strides])):
+      if k != thread and k not in upcast and prod(shape[k + 1:]) >= INNER_MIN: return k
   return None
 
 
@@ -353,11 +360,10 @@ def _gather_copy(kernel: Kernel, analysis: Analysis, caps: Caps) -> Opts | None:
     return None
   strides = [analysis.out_strides[b] for b in analysis.deciding()]
   if not strides or any(s[-1] is None or abs(s[-1]) < INNER_BLOCK for s in strides): return None
-  contiguous = [k for k in range(n - 1) if shape[k] % INNER_BLOCK == 0 and shape[k] > INNER_BLOCK and all(s[k] in (1, -1) for s in strides)]
-  if not contiguous: return None
-  a = contiguous[-1]
+  if not (reread := _reread_axes(shape, strides)): return None
+  a = reread[-1]
   thread, tile = None, {}
-  if caps.threads > 1 and analysis.work >= THREAD_MIN_WORK // 4:
+  if caps.threads > 1 and analysis.work >= LINE_COPY_MIN_WORK:
     thread = next((k for k in range(n - 1) if k != a and shape[k] >= caps.threads), None)
     if thread is None and shape[-1] % (2 * w) == 0 and shape[-1] // (2 * w) >= caps.threads: thread, tile = n - 1, {n - 1: 2 * w}
   opts = Opts(vector=(n - 1, w), thread=thread, tile=tile, inner={a: INNER_BLOCK})
@@ -469,7 +475,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   contiguous_last = bool(along_last) and (1 in along_last or not analysis.reduce_sizes) and \
     (gathers == 0 or (not analysis.reduce_sizes and along_last.count(1) >= 2 * gathers))
   along_reduce = [analysis.reduce_strides[b] for b in deciding] if analysis.reduce_sizes else []
-  if gathers and gathers == len(along_last) and (gathered := _gather_copy(kernel, analysis, caps)) is not None: return gathered
+  if (gathered := _gather_copy(kernel, analysis, caps)) is not None: return gathered
   if vectorizable and caps.vector_width > 1 and contiguous_last and (w := _lanes(shape[last], caps.vector_width)) > 1:
     vector = (last, w)
     rows = analysis.tile_axes(last)     # a GEMM's row axis is the last of them (tile_axis)
@@ -577,7 +583,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   # a copy whose elements each read a cache line of their own, one lane at a time (a small transposing copy: attention's
   # k packed into panels, 32K elements, 21 -> 14 us) does a vector kernel's work per element: threaded from a quarter
   strided = lambda: vector is None and not reduce_sizes and any(s and s[-1] is not None and abs(s[-1]) >= 16 for s in analysis.out_strides)
-  if caps.threads > 1 and (analysis.work >= THREAD_MIN_WORK or (analysis.work >= THREAD_MIN_WORK // 4 and strided())):
+  if caps.threads > 1 and (analysis.work >= THREAD_MIN_WORK or (analysis.work >= LINE_COPY_MIN_WORK and strided())):
     step = lambda k: upcast.get(k, 1) * (vector[1] if vector is not None and vector[0] == k else 1)
     # a GEMM splits its column tiles across threads (each thread keeps its panel of B in its own cache); anything
     # else its outermost axis with an iteration for every thread

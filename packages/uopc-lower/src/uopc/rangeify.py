@@ -154,7 +154,7 @@ INDEX_MAPS: dict[Ops, Callable[[UOp, tuple[UOp, ...]], tuple[UOp, ...]]] = {
 
 
 def _axis_parts(ctx: Ctx, size: int, factor: int, kind: AxisType, width: int = 1, lane: UOp | None = None,
-                inside: Callable[[], None] | None = None) -> Walk:
+                inside: Callable[[], object] | None = None) -> Walk:
   """How an axis of `size` is walked (see Walk). check_opts has made sure factor * width divides the size. Loops nest in
   creation order, so the lanes made here go inside the axis's loop (a vector per iteration), and so do the loops that
   `inside` makes, between the two (Opts.inner's); a reduction makes its lanes before all of its loops and passes them in
@@ -167,7 +167,7 @@ def _axis_parts(ctx: Ctx, size: int, factor: int, kind: AxisType, width: int = 1
   return Walk(base, factor, lane, width)
 
 
-def inner_steps(ctx: Ctx, parts: dict[int, Walk], inner: dict[int, int]) -> list[UOp]:
+def _inner_steps(ctx: Ctx, parts: dict[int, Walk], inner: dict[int, int]) -> list[UOp]:
   """Opts.inner's loops: for each axis k of `inner`, the loop over the steps within one of its blocks, added to parts[k]
   (whose base is the block's first step). Made inside the kernel's innermost loop (_axis_parts' `inside`), once per
   piece of a split loop: a gathered vector's cache lines then serve the block's steps before they leave the L1."""
@@ -526,10 +526,10 @@ def _output_parts(ctx: Ctx, shape: tuple[int, ...], skip: int | None = None) -> 
     f, w = up.get(k, 1), (lanes if k == vaxis else 1)
     if k == skip: parts[k] = Walk(UOp.const(0), f, None, w); continue
     if first and k == o.thread: parts[k] = thread_walk; continue
-    if k in inner:   # its blocks here, the steps within a block inside the innermost loop (inner_steps)
+    if k in inner:   # its blocks here, the steps within a block inside the innermost loop (_inner_steps)
       parts[k] = Walk(ctx.rng(shape[k] // inner[k]) * inner[k], 1, None, 1)
       continue
-    inside = (lambda: inner_steps(ctx, parts, inner)) if k == innermost and inner and skip is None else None
+    inside = (lambda: _inner_steps(ctx, parts, inner)) if k == innermost and inner and skip is None else None
     if k not in tiles: parts[k] = _axis_parts(ctx, shape[k], f, kind(k), w, inside=inside); continue
     within = tiles[k] // (f * w)    # iterations inside one tile
     base = blocks[k] * within + ctx.rng(within) if within > 1 else blocks[k]
@@ -668,7 +668,7 @@ def lower(root: UOp, out: UOp, ctx: Ctx | None = None) -> UOp:
     for begin, end in zip(cuts, cuts[1:]):
       r = ctx.rng(end - begin) if end - begin > 1 else None
       mine = dict(enumerate(outer[:last]))
-      made = inner_steps(ctx, mine, dict(o.inner))        # each piece its own loops of Opts.inner, inside its r
+      made = _inner_steps(ctx, mine, dict(o.inner))        # each piece its own loops of Opts.inner, inside its r
       lane = ctx.rng(w, AxisType.UPCAST) if w > 1 else None
       walk = Walk(UOp.const(begin) if r is None else (r + begin if begin else r), f, lane, w)
       piece = _stores(root, out, _combos([mine[k] for k in range(last)] + [walk]), ctx)

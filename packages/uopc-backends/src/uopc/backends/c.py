@@ -260,7 +260,7 @@ class CRenderer:
     for u in lin: body.emit(u)
     # streamed stores are weakly ordered: fenced before the kernel returns (a thread of a parallel loop is ordered by
     # OpenMP's barrier, a locked instruction)
-    fence = ["  stream_fence();"] if body.streamed else []
+    fence = ["  stream_fence();"] if body.streams else []
     code = self.signature(program) + " {\n" + "\n".join(body.lines + fence) + "\n}\n"
     # loops gcc's vectorizer takes: scalar work on memory, or an op done lane by lane
     big = max((b.shape[0] for b in program.params), default=0) >= self.scalar_loop_min
@@ -282,7 +282,7 @@ def streams(lin: Sequence[UOp], min_bytes: int) -> set[UOp]:
       index = u.src[0]
       mem = base_memory(index.src[0])
       if index.dtype.count == 16 and index.dtype.scalar() is dtypes.f32 and mem.op is Ops.BUFFER and mem not in read and \
-         mem.shape[0] * 4 >= min_bytes and simplify(index.src[1] % 16) is UOp.const(0): out.add(u)
+         mem.shape[0] * mem.dtype.itemsize >= min_bytes and simplify(index.src[1] % 16) is UOp.const(0): out.add(u)
   return out
 
 
@@ -324,7 +324,7 @@ class _Body:
   """The statements of one kernel, rendered in order (CRenderer.render's working state)."""
   def __init__(self, renderer: CRenderer, lin: tuple[UOp, ...], long_index: bool = False, streams: set[UOp] = frozenset()):
     self.renderer, self.lin = renderer, lin
-    self.streams, self.streamed = streams, False     # the STOREs that go past the caches (see streams); was one rendered
+    self.streams = streams        # the STOREs that go past the caches (see streams)
     # a kernel compiled as if with -fwrapv (CRenderer.chain_pragma), or with a loop of multiply-adds (render's `tile`,
     # CRenderer.long_tile_index), holds its loop counters and scalar i32 arithmetic in 64-bit longs: a wrapping 32-bit
     # index can't become a pointer step, and gcc sign-extended and recomputed every address of the window's loads at
@@ -505,7 +505,6 @@ class _Body:
     pad = self.pad()
     if u in self.streams:
       self.lines.append(f"{pad}stream_f32x16({self.wide[target][0]}+{self.wide[target][1]}, {self.r[value]});")
-      self.streamed = True
     elif target in self.wide: self.lines.extend(pad + line for line in self.renderer.vector_store(*self.wide[target], target.dtype, self.r[value]))
     else: self.lines.append(f"{pad}{self.r[target]} = {self.r[value]};")
 

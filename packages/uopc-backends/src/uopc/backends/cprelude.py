@@ -84,25 +84,6 @@ def _isa_or_lanes(w: int, isa: dict[int, tuple[str, str]], lane: str) -> str:
   return f"\n#if defined(__x86_64__) && defined({macro})\n  return {builtin};\n#else\n  {lanewise}\n#endif\n"
 
 
-# x86's gather instructions by lanes: (the predefined macro of the ISA, gcc's builtin for f32 lanes, for i32 lanes) with
-# `idx` the lanes' offsets in elements. AVX2's take a mask of set lanes as a vector of the loaded type
-_GATHERS = {16: ("__AVX512F__", "__builtin_ia32_gathersiv16sf((f32x16){}, p, idx, (unsigned short)-1, 4)",
-                 "__builtin_ia32_gathersiv16si((i32x16){}, p, idx, (unsigned short)-1, 4)"),
-            8: ("__AVX2__", "__builtin_ia32_gathersiv8sf((f32x8){}, p, idx, (f32x8)(idx == idx), 4)",
-                "__builtin_ia32_gathersiv8si((i32x8){}, p, idx, idx == idx, 4)")}
-
-
-def _gather_body(w: int, t: str, c: str) -> str:
-  """gather_{t}x{w}'s body: lane l is p[l * s], by the gather instruction where the compiler targets one (and is not
-  instrumenting memory accesses for AddressSanitizer), else lane by lane."""
-  lanewise = f"{t}x{w} r; for (int l = 0; l < {w}; l++) r[l] = p[l * s]; return r;"
-  if w not in _GATHERS: return f" {lanewise} "
-  macro, f32, i32 = _GATHERS[w]
-  lanes = ", ".join(map(str, range(w)))
-  return (f"\n#if defined(__x86_64__) && defined({macro}) && !defined(__SANITIZE_ADDRESS__)\n"
-          f"  i32x{w} idx = (i32x{w}){{{lanes}}} * s;\n  return {f32 if t == 'f32' else i32};\n#else\n  {lanewise}\n#endif\n")
-
-
 _X86_AVX512 = "#if defined(__x86_64__) && defined(__AVX512F__) && !defined(__SANITIZE_ADDRESS__)"
 
 
@@ -151,12 +132,13 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
      f"{exp2_horner(f'fma_f32x{w}', f'bcast_f32x{w}')}\n"
      f"  i32x{w} n = __builtin_convertvector(sel_f32x{w}(t == t, t, bcast_f32x{w}(0.0f)), i32x{w}), a = n >> 1, b = n - a;\n"
      f"  return (p * (f32x{w})((a + 127) << 23)) * (f32x{w})((b + 127) << 23);\n}}\n"),
-    # a vector of w elements `s` apart from p on (a gather: see _Body.gathers): AVX-512's and AVX2's gather instruction,
-    # a vector from one instruction where w scalar loads were each moved into a lane (uopc.backends.c's GATHER_WIDTHS);
-    # not under AddressSanitizer, which sees a gather's loads no more than it sees any instruction's it didn't emit
-    *((rf"\bgather_{t}x{w}\b", f"{INLINE} {t}x{w} gather_{t}x{w}(const {c} *p, int s) {{{_gather_body(w, t, c)}}}\n")
-      for t, c in (("f32", "float"), ("i32", "int"))),
   ] + ([
+    # 16 elements `s` apart from p on (see gathers): AVX-512's gather, one instruction where 16 scalar loads were each
+    # moved into a lane; lane by lane elsewhere and under AddressSanitizer, which sees no instruction it didn't emit
+    *((rf"\bgather_{t}x16\b", f"{INLINE} {t}x16 gather_{t}x16(const {c} *p, int s) {{\n{_X86_AVX512}\n"
+       f"  return __builtin_ia32_gathersiv16{k}(({t}x16){{}}, p, (i32x16){{{', '.join(map(str, range(16)))}}} * s, (unsigned short)-1, 4);\n"
+       f"#else\n  {t}x16 r; for (int l = 0; l < 16; l++) r[l] = p[l * s]; return r;\n#endif\n}}\n")
+      for t, c, k in (("f32", "float", "sf"), ("i32", "int", "si"))),
     # a vector stored past the caches, to a 64-byte aligned address (see uopc.backends.c's streams), and the fence
     # that orders such stores before the kernel returns; ordinary stores elsewhere and under AddressSanitizer
     (r"\bstream_f32x16\b", f"{INLINE} void stream_f32x16(float *p, f32x16 v) {{\n{_X86_AVX512}\n"
