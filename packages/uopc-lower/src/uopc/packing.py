@@ -102,7 +102,7 @@ def _split_depth(u: UOp, chunk: int) -> UOp:
   return partial.permute(lead + (b + 1, b + 2, b)).reduce(Ops.ADD, 1)
 
 
-def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool]) -> UOp:
+def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool], transposed: bool = False) -> UOp:
   """A GEMM C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (REDUCE of a product whose operands are broadcast along j
   and along i) whose B would be read badly is given B packed into panels of `panel` columns: B[..., k, j] is stored as
   P[..., j // panel, k, j % panel], so the kernel's vector loads of a row of a panel are contiguous and the panel it
@@ -115,7 +115,9 @@ def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool]) -> UOp:
   cache line each, thousands of lines apart. (`a_rows` is GemmPacking.rows, or `panel` where the kernel will store C
   transposed, and so put its vector lanes along i: see GemmPacking.) An operand that is a slice of a longer one along
   the packed axis (attention's blocks: the first e keys of k) packs the whole one instead where `whole(base)` says so
-  (GemmPacking: when other GEMMs read slices of it too), and reads its panels of the slice from that one pack."""
+  (GemmPacking: when other GEMMs read slices of it too), and reads its panels of the slice from that one pack. Where
+  the kernel will store C transposed (`transposed`: see _transposed_sums) B is read as an A is otherwise, the register
+  tile's rows along j for each k, and is packed whenever its rows are PACK_STRIDE or more apart, over enough steps."""
   if (product := _gemm_product(u)) is None: return u
   *batch, m, n, k = product.shape
   operands = product.src
@@ -133,7 +135,12 @@ def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool]) -> UOp:
     # 1.09-1.96 (median 1.25) -> 1.06-1.14 ms; 2048 x 384 @ 384 x 384 2.15-2.20 -> 2.05-2.08 ms, (8, 256, 384) @ (384,
     # 384) 2.29-2.32 -> 2.15-2.16; 384^3 (384 rows) lost to the copy, 0.44-0.46 -> 0.49 ms
     reuse = m * prod(t for t, s in zip(batch, small.shape[:-3]) if s == 1)
-    if along_j != 1 or (abs(along_k) >= PACK_STRIDE and (n * k > PACK_BIG or (n * k >= PACK_MID and reuse >= PACK_MID_ROWS))):
+    # stored transposed, B is read as an A otherwise is, a run of the tile's rows a step of k, lines PACK_STRIDE or more
+    # apart (attention's dv = p.T @ do, from autodiff as (do.T @ p).T: p's rows 2 KiB apart, 8 keys read a step down its
+    # 512 queries: 218 us; packed, 36 + 136 us, in attention's forward and backward at N = 512). Rows nearer are not
+    # (an MLP's w gradient x.T @ dh, x 1024 x 128: 513 us unpacked, 20 + 554 us packed)
+    if along_j != 1 or (transposed and abs(along_k) >= PACK_STRIDE and k >= PACK_MIN_DEPTH) or \
+       (abs(along_k) >= PACK_STRIDE and (n * k > PACK_BIG or (n * k >= PACK_MID and reuse >= PACK_MID_ROWS))):
       new[b_at] = _in_panels(operands[b_at], n, panel, whole)
   small = operands[1 - b_at].src[0]                        # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
   if m % a_rows == 0 and m != a_rows and (st := _strides(small.reshape(small.shape[:-3] + (m, k)))):
@@ -238,7 +245,7 @@ class GemmPacking:
         bases.setdefault(u, []).append(base)
         return False
       return seen
-    packed = [u for u in nodes if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and _pack(u, self.panel, rows(u), note(u)) is not u]
+    packed = [u for u in nodes if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and _pack(u, self.panel, rows(u), note(u), u in transposed) is not u]
     if not packed: return roots
     readers: dict[UOp, set[UOp]] = {}
     for u, bs in bases.items():
@@ -250,7 +257,7 @@ class GemmPacking:
     def repack(u: UOp) -> UOp:
       orig = next(originals)
       assert u.arg == orig.arg and u.shape == orig.shape, "UOp.wrap visited the packed GEMMs out of the graph's order"
-      return _pack(u, self.panel, rows(orig), lambda base: orig in shared)
+      return _pack(u, self.panel, rows(orig), lambda base: orig in shared, orig in transposed)
     return UOp.wrap(roots, set(packed), repack)
 
 
