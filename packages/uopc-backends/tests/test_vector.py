@@ -296,6 +296,24 @@ def test_exp2_on_vectors_clamps_its_argument_with_one_max_and_one_min():
     assert f"x = clamp160_f32x{w}(x);" in src and builtin in src and "x < -160.0f" not in src.split(f"exp2_f32x{w}(f32x{w} x)")[-1]
 
 
+def test_exp2_on_avx512_rounds_and_scales_with_one_instruction_each_for_the_same_bits():
+  """With AVX-512 a vector exp2 rounds x with vrndscaleps and makes p * 2**t with vscalefps (13 instructions where the
+  1.5 * 2**23 trick and two factors from exponent bits were 22): the scalar uopc_exp2's bits on every lane (checked
+  over all 2**32 floats when it was written; here over a dense sweep with the subnormal results and the edges), at 16
+  lanes (AVX-512F) and 8 and 4 (its VL extension), and the old operations wherever the compiler targets neither."""
+  x = np.concatenate([np.linspace(-165, 165, 1 << 16, dtype=np.float32), np.linspace(-151, -125, 1 << 14, dtype=np.float32),
+                      rng.uniform(-1, 1, 1 << 12).astype(np.float32),
+                      np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 127.5, 128.0, -149.5, -150.0, 1e30, -1e30])])
+  scalar = run_shaped(buf(0, x.size).alu(Ops.EXP2), [x], opts=Opts())
+  for w, macro, builtins in ((16, "__AVX512F__", ("__builtin_ia32_rndscaleps_mask(", "__builtin_ia32_scalefps512_mask(")),
+                             (8, "__AVX512VL__", ("__builtin_ia32_rndscaleps_256_mask(", "__builtin_ia32_scalefps256_mask(")),
+                             (4, "__AVX512VL__", ("__builtin_ia32_rndscaleps_128_mask(", "__builtin_ia32_scalefps128_mask("))):
+    src = render_c(lower(buf(0, 64).alu(Ops.EXP2), buf(1, 64), Ctx(opts=Opts(vector=(0, w)))))
+    helper = src.split(f"exp2_f32x{w}(f32x{w} x) {{")[1].split("\n}\n")[0]
+    assert all(b in helper for b in builtins) and f"defined({macro})" in helper and "12582912.0f" in helper.split("#else")[1]
+    assert same_bits(run_shaped(buf(0, x.size).alu(Ops.EXP2), [x], opts=Opts(vector=(0, w))), scalar), w
+
+
 def test_exp2_steps_are_fused_multiply_adds_and_the_gpu_emulator_computes_the_same_bits():
   """The polynomial's steps are fmaf (one rounding each) in the scalar and the vector helper, and uopc.backends.python
   (the GPU emulator) rounds each step once too, exactly: its _fma_f32 against the evaluator's exact rational fma, on
