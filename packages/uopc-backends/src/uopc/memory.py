@@ -14,7 +14,7 @@ run_schedule shares the temporaries of a planned schedule this way, and uopc.jit
 """
 from __future__ import annotations
 from typing import Any, Iterable
-from uopc.backends.ccompiler import sanitizing
+from uopc.backends import sanitizing
 
 
 def lifetimes(uses: Iterable[tuple[int, int, bool]], slots) -> dict[int, tuple[int, int]]:

@@ -49,7 +49,7 @@ renderers emit C's / and % only where bounds show a positive divisor and a non-n
 call helpers that give NumPy's answer (x // 0 == x % 0 == 0) instead of trapping.
 """
 from __future__ import annotations
-import importlib, importlib.metadata, math, threading
+import importlib, importlib.metadata, math, os, threading
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 from uopc.uop import UOp, Ops
@@ -69,6 +69,12 @@ class CompileError(BackendError):
 
 class UnsafeKernelError(BackendError):
   """A LOAD or STORE whose index can't be proven inside its buffer."""
+
+
+def sanitizing() -> bool:
+  """Is UOPC_SANITIZE set (read at each use, like UOPC_CACHE_DIR)? The C backend then builds its kernels with
+  AddressSanitizer, and whatever shares memory between buffers (uopc.memory) shares it only where that stays visible."""
+  return os.environ.get("UOPC_SANITIZE", "").strip() not in ("", "0")
 
 
 @dataclass(frozen=True)
@@ -211,4 +217,4 @@ def check_memory_safety(program: UOp | list[UOp] | tuple[UOp, ...]) -> None:
 
 
 __all__ = ["Backend", "BackendError", "CompileError", "UnsafeKernelError", "LinearProgram", "get_backend", "register_backend",
-           "available_backends", "check_memory_safety", "base_memory", "memory_name"]
+           "available_backends", "check_memory_safety", "base_memory", "memory_name", "sanitizing"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 from uopc.compile_cache import cache_dir, read_entry, write_entry
-from uopc.backends import CompileError
+from uopc.backends import CompileError, sanitizing   # (sanitizing: still importable from here)
 
 
 # -Og: gcc's optimizations without its loop optimizer. uopc's source comes vectorized, tiled and unrolled (uopc.opt,
@@ -43,11 +43,6 @@ VECTORIZE_PRAGMA = '#pragma GCC optimize ("O1", "unswitch-loops", "tree-vectoriz
 # buffers are then allocated at their exact size, unpooled, so that a read one past the end hits ASan's red zone.
 # -O1, the level the sanitizers are made for, comes after CFLAGS' -Og and so replaces it.
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
-
-
-def sanitizing() -> bool:
-  """Is UOPC_SANITIZE set (read at each use, like UOPC_CACHE_DIR)?"""
-  return os.environ.get("UOPC_SANITIZE", "").strip() not in ("", "0")
 
 
 def _check_asan_preloaded() -> None:
