@@ -31,6 +31,9 @@ def test_argkey_keeps_python_equal_values_apart():
   # a tuple of ints alone keys itself (a shape): still apart from the same values with a float or a bool among them
   keys = [_argkey(a) for a in [(1, 2), (1.0, 2), (True, 2), (1, 2.0), ((1, 2),), ((1.0, 2),), ()]]
   assert len(set(keys)) == len(keys) and _argkey((1, 2))[1] == (1, 2)
+  # and so does a REDUCE's (op, axes), apart from the same with a bool or a float for the axes, or another op
+  keys = [_argkey(a) for a in [(Ops.ADD, 1), (Ops.ADD, True), (Ops.ADD, 1.0), (Ops.MAX, 1), (1, 1)]]
+  assert len(set(keys)) == len(keys) and _argkey((Ops.ADD, 1))[1] == (Ops.ADD, 1)
   nodes = [UOp(Ops.SINK, (), a) for a in [(1, 2), (1.0, 2), (True, 2), ((1, 2),), ((True, 2),)]]   # held: ids stay apart
   assert len({id(u) for u in nodes}) == 5 and [u.arg for u in nodes][1] == (1.0, 2)
   # so does a tuple of pairs of ints (a SHRINK's bounds), apart from pairs with a float or a bool, longer tuples, ints

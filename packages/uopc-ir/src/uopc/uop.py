@@ -127,7 +127,8 @@ def prod(xs) -> int: return math.prod(xs)
 _MAX_ARG_DEPTH = 16   # no op's arg nests tuples deeper than 2 (SHRINK); the bound keeps a hostile arg from recursing away
 
 class _Ints:
-  """The tag of a key for a tuple of ints alone (a shape, a permutation): the tuple itself is then its key."""
+  """The tag of a key for a tuple of ints and Ops alone (a shape, a permutation, a REDUCE's arg): the tuple itself is
+  then its key."""
 
 
 class _IntPairs:
@@ -139,10 +140,11 @@ def _argkey(arg, depth: int = 0):
   t = type(arg)
   if t is float: return (float, repr(arg))
   if t is tuple:
-    # a shape or a permutation, the most common arg: no element can be confused with another type's (bools are not
-    # ints here), so the tuple keys itself (a key of a pair per element cost 2 us a RESHAPE)
+    # a shape or a permutation, the most common arg, or a REDUCE's (op, axes): no element can be confused with another
+    # type's (bools are not ints here, an Ops member equals itself alone), so the tuple keys itself (a key of a pair per
+    # element cost 2 us a RESHAPE, and 0.6 us a REDUCE)
     for a in arg:
-      if type(a) is not int: break
+      if (ta := type(a)) is not int and ta is not Ops: break
     else: return (_Ints, arg)
     # a SHRINK's bounds, as plain: a recursive key of each pair was 3 us of each SHRINK a convolution's windows build
     if _all_int_pairs(arg): return (_IntPairs, arg)
