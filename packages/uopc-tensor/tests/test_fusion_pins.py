@@ -225,22 +225,26 @@ def test_the_gpt_training_step_keeps_its_schedule():
   # 12 of them pack GEMM operands into panels (weight gradients' A and B, q @ k.T); the MLP's output weight in its
   # input gradient, dy @ W (W 128 x 512, 256 KiB: it stays in L2), is read where it lies. Each layer's softmax
   # (16 x 4 x 64 x 64 scores) stores its exp for its sum and quotient (SOFTMAX_STAGE_MIN): 2 kernels more each; the
-  # exp's gradient is not stored on its way to the scores' (it is read once): a kernel less each
-  assert len(ks) == 230
+  # exp's gradient is not stored on its way to the scores' (it is read once): a kernel less each; its 1 / sum multiplies
+  # the rows of exp @ v rather than the probabilities (matmul's row factor): three passes over the scores become passes
+  # over the 64 x 32 values, and a kernel more each (16.9 -> 16.2 ms a jitted step)
+  assert len(ks) == 232
   assert max(sum(1 for u in k.root.toposort() if u.op in ALU or u.op is Ops.REDUCE) for k in ks) <= MAX_KERNEL_BODY // 10
   # the gradient of the attention's qkv projection is three padded gradients summed, which the two GEMMs reading it
   # evaluated again for every product (1.62x the least ALU ops): stored first, 1.04x. Transcendentals are at 1.41x
   # (5.73M executed): 1.62x until AdamW's bias corrections became scalars computed once a step, which took 0.43M off
   # the least (the graph's) and nothing off the kernels' count (which had computed them once already), then 1.80x
-  # (7.30M) until the softmaxes stored their exp instead of computing it in two kernels
+  # (7.30M) until the softmaxes stored their exp instead of computing it in two kernels. 1.61x since the softmax's 1 /
+  # sum moved to the rows of exp @ v (5.73 -> 5.72M executed; the least fell 4.07 -> 3.55M, a reciprocal a row where it
+  # was one a score, which the kernels still take once for each element they scale)
   (ops, trans), (least_ops, least_trans) = executed(ks), least(loss, *updates)
-  assert ops <= 1.1 * least_ops and trans <= 1.45 * least_trans, (ops / least_ops, trans / least_trans)
+  assert ops <= 1.1 * least_ops and trans <= 1.65 * least_trans, (ops / least_ops, trans / least_trans)
   # what opt.step() realizes: the gradients too (read after the step, they would be computed again from the weights);
   # a parameter whose gradient its update kernel computed now stores it first, straight into the buffer .grad reads
   # (its gradient's reduction behind reshapes), all 29 without a copy kernel (each was a copy before; the two embedding
   # tables, whose one-hot gradient came out transposed, until their forward became a GATHER and its gradient row-major)
   with_grads = loss.schedule(*updates, *[p.grad for p in model.parameters()])
-  assert len(with_grads) == 230 and executed(with_grads)[0] <= 1.05 * ops
+  assert len(with_grads) == 232 and executed(with_grads)[0] <= 1.05 * ops
 
 
 # ---- a long chain is cut into kernels of bounded size, and still computes NumPy's numbers ---------------------------------

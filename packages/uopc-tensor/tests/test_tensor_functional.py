@@ -47,6 +47,32 @@ def test_matmul_s_straight_road_builds_the_graph_of_the_general_one(batch, dtype
   for s, g in zip(straight, general): assert s.uop is g.uop and s.requires_grad == g.requires_grad == grad
 
 
+def test_a_matmul_takes_a_row_factor_of_its_first_operand_out_of_the_sum():
+  # (x * f) @ w with f one value a row (softmax's 1 / sum) is (x @ w) * f: the factor scales the n x m output instead of
+  # the n x k operand, the values and gradients NumPy's; a constant factor stays where it is; and softmax(s) @ v stores
+  # exp(s - max) alone, never the probabilities
+  rng = np.random.default_rng(5)
+  X, F, W = (rng.standard_normal((3, 8, 16)), rng.uniform(0.5, 2.0, (3, 8, 1)), rng.standard_normal((3, 16, 4)))
+  X, F, W = (a.astype(np.float32) for a in (X, F, W))
+  for divide in (False, True):
+    x, f, w = (Tensor(a, requires_grad=True) for a in (X, F, W))
+    out = (x / f if divide else x * f) @ w
+    assert out.uop.op is Ops.MUL and any(s.op is Ops.REDUCE for s in out.uop.src)   # summed first, then scaled
+    A = X / F if divide else X * F
+    check(out, A @ W, rtol=1e-5, atol=1e-5)
+    out.sum().backward()
+    dA = np.ones((3, 8, 4), np.float32) @ W.transpose(0, 2, 1)
+    check(x.grad, dA / F if divide else dA * F, rtol=1e-5, atol=1e-5)
+    check(f.grad, (dA * X).sum(-1, keepdims=True) * (-1 / F ** 2 if divide else 1), rtol=1e-4, atol=1e-5)
+    check(w.grad, A.transpose(0, 2, 1) @ np.ones((3, 8, 4), np.float32), rtol=1e-5, atol=1e-5)
+  assert ((Tensor(X) * 2.0) @ Tensor(W)).uop.op is Ops.REDUCE
+  s, v = Tensor(rng.standard_normal((256, 256)).astype(np.float32)), Tensor(rng.standard_normal((256, 64)).astype(np.float32))
+  y = s.softmax(-1) @ v
+  e = np.exp(s.numpy() - s.numpy().max(-1, keepdims=True))
+  check(y, (e / e.sum(-1, keepdims=True)) @ v.numpy(), rtol=1e-5, atol=1e-5)
+  assert sum(1 for k in (s.softmax(-1) @ v).schedule() if k.out.shape == (256 * 256,)) == 1   # exp's, not the quotient too
+
+
 @pytest.mark.parametrize("branches", [("t", 0.0), (0, "t"), ("t", "u"), ("t", 2), (-0.0, "t"), ("t", float("nan")), ("t", True),
                                       ("t", 2 ** 40), ("t", "wide"), ("wide", "t"), (1, 2.5)])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])

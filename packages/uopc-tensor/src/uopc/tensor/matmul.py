@@ -7,11 +7,26 @@ output doesn't keep.
 """
 from __future__ import annotations
 from uopc.dtype import dtypes
-from uopc.uop import UOp, Ops, prod
+from uopc.uop import UOp, Ops, MOVEMENT, prod
 from uopc.tensor.errors import TensorError, TensorIndexError
 from uopc.tensor.args import broadcast_shape, promote
 from uopc.tensor.core import TensorCore, broadcast_uop
 from uopc.tensor.movement import reshape_uop
+
+
+def _row_factor(u: UOp) -> tuple[UOp, UOp] | None:
+  """u = x * f, a float, with f the same along u's last axis: a broadcast along that axis alone, or the reciprocal of
+  one (softmax's e * 1 / sum(e)), of a computed value (not a constant: x * 2.0 stays as it is). (x, f before the
+  broadcast, of shape u.shape[:-1] + (1,)); None for anything else."""
+  if u.op is not Ops.MUL or not u.dtype.is_float or len(u.shape) < 2 or u.shape[-1] == 1: return None
+  row = u.shape[:-1] + (1,)
+  for x, f in (u.src, u.src[::-1]):
+    g = f.src[0] if f.op is Ops.RECIP else f
+    if g.op is not Ops.EXPAND or (y := g.src[0]).shape != row: continue
+    base = y
+    while base.op in MOVEMENT: base = base.src[0]
+    if base.op is not Ops.CONST: return x, (UOp(Ops.RECIP, (y,)) if f.op is Ops.RECIP else y)
+  return None
 
 
 class MatmulMixin:
@@ -54,6 +69,13 @@ class MatmulMixin:
     nb = len(xs) - 2
     if nb < 0 or len(ys) != nb + 2 or xu.dtype is not yu.dtype or xu.dtype is dtypes.f16 or xs[:nb] != ys[:nb] or xs[-1] != ys[-2]:
       return None
+    if (factored := _row_factor(xu)) is not None:
+      # (x * f) @ w, f one number a row (softmax's 1 / sum): (x @ w) * f, the factor out of the sum, applied to the
+      # output's rows (n x m products where it was n x k, attention's value count against its keys), and the product
+      # x * f never made: attention's probabilities are not stored, its backward reads exp(s - max) and the sums
+      x, f = factored
+      inner = self._new(x)._same_batch_matmul(w)
+      return inner._new(UOp(Ops.MUL, (inner.uop, f if ys[-1] == 1 else f.expand(inner.shape))), w)
     n, k, m = xs[-2], xs[-1], ys[-1]
     full = xs[:nb] + (n, m, k)
     a = reshape_uop(self, xs[:nb] + (n, 1, k))   # (as Tensor.reshape folds a realized tensor's view)
@@ -78,6 +100,7 @@ class MatmulMixin:
     device, straight to UOps: the graph the Tensor ops above build, node for node (a test holds them to it), for a
     third of their Python (a GPT's nine layers were 0.4 ms of each plain step's 2.4 ms forward). None otherwise."""
     xu, wu = self.uop, weight.uop
+    if _row_factor(xu) is not None: return None   # matmul's road takes the row factor out of the sum (see _same_batch_matmul)
     xs, ws = xu.shape, wu.shape
     if len(xs) < 2 or len(ws) != 2 or xs[-1] != ws[1] or 0 in xs or 0 in ws or xu.dtype is not wu.dtype or xu.dtype is dtypes.f16 \
        or weight.device != self.device: return None
