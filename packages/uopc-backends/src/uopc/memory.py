@@ -7,9 +7,10 @@
 A schedule's temporaries (the values one kernel stores for later kernels of the same schedule) are each needed for a
 stretch of it: a training step's activations from the forward pass to their gradient, a packed operand for one GEMM.
 A Buffer each held them all at once: nanoGPT's step, 594 temporaries, 1.4 GiB. Given each temporary's span (the times
-of its first and last use, in the order the runtime uses them) a temporary takes the Buffer of one whose last use came
-strictly before its first (never in the same kernel: a kernel's pointers must not alias), of the same backend and dtype,
-the smallest that holds it or else the largest free one, grown. nanoGPT's step then needs 160 Buffers, 0.5 GiB.
+of its first and last use, in the order the runtime uses them), the largest first, a temporary takes the smallest
+Buffer of its backend and dtype none of whose temporaries' spans meets its own (never one used in the same kernel: a
+kernel's pointers must not alias), else one of its own. nanoGPT's step then needs 167 Buffers, 429 MiB (at most 396
+MiB of its temporaries are alive at once).
 run_schedule shares the temporaries of a planned schedule this way, and uopc.jit those of a capture.
 """
 from __future__ import annotations
@@ -35,26 +36,33 @@ def share_buffers(spans: dict[int, tuple[int, int]], specs: dict[int, tuple[Any,
   """Buffers for temporaries: `spans` maps each shareable slot to (first use, last use), `specs` maps every slot to its
   (backend, size, dtype); a slot of specs without a span gets a Buffer of its own. Returns each slot's Buffer (an index)
   and each Buffer's (backend, size, dtype). `exact` (by default: under UOPC_SANITIZE): only temporaries of one size
-  share, so that AddressSanitizer still sees a read past the end of each."""
+  share, so that AddressSanitizer still sees a read past the end of each.
+
+  Largest first (in bytes, then by first use), each temporary goes into the smallest Buffer already made (of its
+  backend and dtype, so at least as large) none of whose temporaries' spans meets its own, else into a Buffer of its
+  own. In order of first use, each taking the smallest free Buffer that held it or else growing the largest free one,
+  small temporaries fragmented the large Buffers: nanoGPT's step planned 514 MiB where 396 MiB are alive at most at
+  once; largest first, 429 MiB."""
   if exact is None: exact = sanitizing()
-  held: list[list] = []                  # per Buffer: [backend, size, dtype, the last use of the temporary in it now]
+  held: list[tuple[Any, int, Any, list[tuple[int, int]]]] = []   # per Buffer: backend, size, dtype, its temporaries' spans
   where: dict[int, int] = {}
-  for s in sorted(spans, key=lambda s: spans[s][0]):
+  for s in sorted(spans, key=lambda s: (-specs[s][1] * specs[s][2].itemsize, spans[s][0])):
     start, end = spans[s]
     backend, size, dtype = specs[s]
-    free = [g for g, (b, n, d, busy) in enumerate(held) if busy < start and b is backend and d is dtype and (n == size or not exact)]
-    fits = [g for g in free if held[g][1] >= size]
-    if fits: g = min(fits, key=lambda g: held[g][1])
-    elif free: g = max(free, key=lambda g: held[g][1])
-    else:
-      g = len(held)
-      held.append([backend, size, dtype, end])
-    held[g][1], held[g][3] = max(held[g][1], size), end
-    where[s] = g
+    best = None
+    for g, (b, n, d, taken) in enumerate(held):
+      if b is not backend or d is not dtype or (exact and n != size) or (best is not None and n >= held[best][1]): continue
+      # (spans that meet share no Buffer, ends included: a kernel reading one and storing the other must not alias them)
+      if all(e < start or end < f for f, e in taken): best = g
+    if best is None:
+      best = len(held)
+      held.append((backend, size, dtype, []))
+    held[best][3].append((start, end))
+    where[s] = best
   for s, (backend, size, dtype) in specs.items():
     if s not in where:
       where[s] = len(held)
-      held.append([backend, size, dtype, 0])
+      held.append((backend, size, dtype, []))
   return where, [(b, n, d) for b, n, d, _ in held]
 
 
