@@ -66,6 +66,10 @@ def test_a_matmul_takes_a_row_factor_of_its_first_operand_out_of_the_sum():
     check(f.grad, (dA * X).sum(-1, keepdims=True) * (-1 / F ** 2 if divide else 1), rtol=1e-4, atol=1e-5)
     check(w.grad, A.transpose(0, 2, 1) @ np.ones((3, 8, 4), np.float32), rtol=1e-5, atol=1e-5)
   assert ((Tensor(X) * 2.0) @ Tensor(W)).uop.op is Ops.REDUCE
+  # factors peeled in a loop: a chain of 3000 of them (deeper than Python's recursion limit) is one matmul, scaled
+  y, g = Tensor(X), Tensor(np.full((3, 8, 1), 1.0001, np.float32))
+  for _ in range(3000): y = y * g
+  check(y @ Tensor(W), (X @ W) * np.float32(1.0001) ** 3000, rtol=1e-3, atol=1e-3)
   s, v = Tensor(rng.standard_normal((256, 256)).astype(np.float32)), Tensor(rng.standard_normal((256, 64)).astype(np.float32))
   y = s.softmax(-1) @ v
   e = np.exp(s.numpy() - s.numpy().max(-1, keepdims=True))

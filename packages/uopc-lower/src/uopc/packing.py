@@ -102,7 +102,7 @@ def _split_depth(u: UOp, chunk: int) -> UOp:
   return partial.permute(lead + (b + 1, b + 2, b)).reduce(Ops.ADD, 1)
 
 
-def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool], transposed: bool = False) -> UOp:
+def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transposed: bool = False) -> UOp:
   """A GEMM C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (REDUCE of a product whose operands are broadcast along j
   and along i) whose B would be read badly is given B packed into panels of `panel` columns: B[..., k, j] is stored as
   P[..., j // panel, k, j % panel], so the kernel's vector loads of a row of a panel are contiguous and the panel it
@@ -110,14 +110,14 @@ def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool], transpo
   rows), or with rows so far apart that a panel thrashes the caches (an NN GEMM of 2048; in a B too big for L2, rows
   1 KiB apart are: nanoGPT's 1152 x 384 weight in dx = dy @ W). Likewise an A read down its
   columns, a cache line or more apart, over PACK_MIN_DEPTH products or more (a weight's gradient dy.T @ x: A is dy
-  transposed, summed over every token) is packed into panels of `a_rows` rows, A[..., i, k] stored as
-  P[..., i // a_rows, k, i % a_rows]: the register tile's rows for one k are then one contiguous run instead of a
-  cache line each, thousands of lines apart. (`a_rows` is GemmPacking.rows, or `panel` where the kernel will store C
-  transposed, and so put its vector lanes along i: see GemmPacking.) An operand that is a slice of a longer one along
+  transposed, summed over every token) is packed into panels of `rows` rows (GemmPacking.rows, the register tile's),
+  A[..., i, k] stored as P[..., i // rows, k, i % rows]: the tile's rows for one k are then one contiguous run instead
+  of a cache line each, thousands of lines apart. An operand that is a slice of a longer one along
   the packed axis (attention's blocks: the first e keys of k) packs the whole one instead where `whole(base)` says so
   (GemmPacking: when other GEMMs read slices of it too), and reads its panels of the slice from that one pack. Where
-  the kernel will store C transposed (`transposed`: see _transposed_sums) B is read as an A is otherwise, the register
-  tile's rows along j for each k, and is packed whenever its rows are PACK_STRIDE or more apart, over enough steps."""
+  the kernel will store C transposed (`transposed`: see _transposed_sums) its vector lanes go along i, so A's panels
+  are `panel` rows wide, and B is read as an A is otherwise, the register tile's rows along j for each k: it is packed
+  whenever its rows are PACK_STRIDE or more apart, over enough steps."""
   if (product := _gemm_product(u)) is None: return u
   *batch, m, n, k = product.shape
   operands = product.src
@@ -143,6 +143,7 @@ def _pack(u: UOp, panel: int, a_rows: int, whole: Callable[[UOp], bool], transpo
        (abs(along_k) >= PACK_STRIDE and (n * k > PACK_BIG or (n * k >= PACK_MID and reuse >= PACK_MID_ROWS))):
       new[b_at] = _in_panels(operands[b_at], n, panel, whole)
   small = operands[1 - b_at].src[0]                        # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
+  a_rows = panel if transposed else rows
   if m % a_rows == 0 and m != a_rows and (st := _strides(small.reshape(small.shape[:-3] + (m, k)))):
     if abs(st[1]) >= 16 and k >= PACK_MIN_DEPTH: new[1 - b_at] = _in_panels(operands[1 - b_at], m, a_rows, whole)   # a line per k
   if all(a is b for a, b in zip(new, operands)): return u
@@ -236,7 +237,6 @@ class GemmPacking:
       roots = UOp.wrap(roots, deep, lambda u: _split_depth(u, _split_chunk(u, self.l2_bytes)))
       nodes = UOp(Ops.SINK, tuple(roots)).toposort()
     transposed = _transposed_sums(nodes)
-    rows = lambda u: self.panel if u in transposed else self.rows
     # an operand sliced from a longer one that other GEMMs slice too (attention's blocks, each the first keys of k) is
     # packed whole, once, and each GEMM reads its panels of it: one pack of k a layer instead of one per block
     bases: dict[UOp, list[UOp]] = {}
@@ -245,19 +245,19 @@ class GemmPacking:
         bases.setdefault(u, []).append(base)
         return False
       return seen
-    packed = [u for u in nodes if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and _pack(u, self.panel, rows(u), note(u), u in transposed) is not u]
+    packed = [u for u in nodes if u.op is Ops.REDUCE and u.arg == (Ops.ADD, 1) and _pack(u, self.panel, self.rows, note(u), u in transposed) is not u]
     if not packed: return roots
     readers: dict[UOp, set[UOp]] = {}
     for u, bs in bases.items():
       for b in bs: readers.setdefault(b, set()).add(u)
     shared = {u for u, bs in bases.items() if all(len(readers[b]) > 1 for b in bs)}
     # UOp.wrap hands each packed GEMM over rebuilt (over packed operands below it), walking the same toposort as
-    # `nodes`: the originals come in `packed`'s order, and the A rows are decided on the original (its users)
+    # `nodes`: the originals come in `packed`'s order, and whether C is stored transposed is decided on the original (its users)
     originals = iter(packed)
     def repack(u: UOp) -> UOp:
       orig = next(originals)
       assert u.arg == orig.arg and u.shape == orig.shape, "UOp.wrap visited the packed GEMMs out of the graph's order"
-      return _pack(u, self.panel, rows(orig), lambda base: orig in shared, orig in transposed)
+      return _pack(u, self.panel, self.rows, lambda base: orig in shared, orig in transposed)
     return UOp.wrap(roots, set(packed), repack)
 
 

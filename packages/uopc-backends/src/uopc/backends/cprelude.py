@@ -96,19 +96,13 @@ _EXP2_ISA = {16: ("__AVX512F__", "__builtin_ia32_rndscaleps_mask(x, 0, x, (unsig
                  "__builtin_ia32_scalefps128_mask(p, t, p, (unsigned char)-1)")}
 
 
-def _exp2_round(w: int) -> str:
-  plain = f"  f32x{w} t = (x + 12582912.0f) - 12582912.0f;\n"
+def _exp2_step(w: int, which: int, plain: str) -> str:
+  """exp2's rounding (which = 1) or scaling (2) on w lanes: AVX-512's instruction for it where the compiler targets it
+  (_EXP2_ISA), else the C of `plain`."""
   if w not in _EXP2_ISA: return plain
-  macro, rnd, _ = _EXP2_ISA[w]
-  return f"#if defined(__x86_64__) && defined({macro})\n  f32x{w} t = {rnd};\n#else\n{plain}#endif\n"
-
-
-def _exp2_scale(w: int) -> str:
-  plain = (f"  i32x{w} n = __builtin_convertvector(sel_f32x{w}(t == t, t, bcast_f32x{w}(0.0f)), i32x{w}), a = n >> 1, b = n - a;\n"
-           f"  return (p * (f32x{w})((a + 127) << 23)) * (f32x{w})((b + 127) << 23);\n")
-  if w not in _EXP2_ISA: return plain
-  macro, _, scale = _EXP2_ISA[w]
-  return f"#if defined(__x86_64__) && defined({macro})\n  return {scale};\n#else\n{plain}#endif\n"
+  macro, isa = _EXP2_ISA[w][0], _EXP2_ISA[w][which]
+  code = f"  f32x{w} t = {isa};\n" if which == 1 else f"  return {isa};\n"
+  return f"#if defined(__x86_64__) && defined({macro})\n{code}#else\n{plain}#endif\n"
 
 
 def vector_helpers(w: int) -> list[tuple[str, str]]:
@@ -128,6 +122,11 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
                               8: ("__AVX__", "__builtin_ia32_minps256(bcast_f32x8(160.0f), __builtin_ia32_maxps256(bcast_f32x8(-160.0f), x))"),
                               4: ("__SSE__", "__builtin_ia32_minps(bcast_f32x4(160.0f), __builtin_ia32_maxps(bcast_f32x4(-160.0f), x))")},
                          "x[l] < -160.0f ? -160.0f : x[l] > 160.0f ? 160.0f : x[l]")
+  # exp2's rounding to an integer by the 1.5 * 2**23 trick and its 2**n in two factors from exponent bits (see
+  # EXP2_POLY), where there are no vrndscaleps and vscalefps
+  rounded = f"  f32x{w} t = (x + 12582912.0f) - 12582912.0f;\n"
+  scale = (f"  i32x{w} n = __builtin_convertvector(sel_f32x{w}(t == t, t, bcast_f32x{w}(0.0f)), i32x{w}), a = n >> 1, b = n - a;\n"
+           f"  return (p * (f32x{w})((a + 127) << 23)) * (f32x{w})((b + 127) << 23);\n")
   name = lambda n: rf"(?<![A-Za-z0-9]){n}(?![A-Za-z0-9])"    # f32x8 in bcast_f32x8 and f32x8_u too, never in f32x16
   return [
     (name(f"i32x{w}"), f"typedef int i32x{w} __attribute__((vector_size({nb})));\n"),
@@ -155,8 +154,9 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
     # two ports: an attention's exp(s - max) over 512 x 512, 40 -> 25 us)
     (rf"\bexp2_f32x{w}\b", f"{INLINE} f32x{w} exp2_f32x{w}(f32x{w} x) {{\n"
      f"  x = clamp160_f32x{w}(x);\n"
-     f"{_exp2_round(w)}  f32x{w} f = x - t, p = bcast_f32x{w}({repr(EXP2_POLY[-1])}f);"
-     f"{exp2_horner(f'fma_f32x{w}', f'bcast_f32x{w}')}\n{_exp2_scale(w)}}}\n"),
+     f"{_exp2_step(w, 1, rounded)}"
+     f"  f32x{w} f = x - t, p = bcast_f32x{w}({repr(EXP2_POLY[-1])}f);{exp2_horner(f'fma_f32x{w}', f'bcast_f32x{w}')}\n"
+     f"{_exp2_step(w, 2, scale)}}}\n"),
   ] + ([
     # 16 elements `s` apart from p on (see gathers): AVX-512's gather, one instruction where 16 scalar loads were each
     # moved into a lane; lane by lane elsewhere and under AddressSanitizer, which sees no instruction it didn't emit

@@ -69,13 +69,19 @@ class MatmulMixin:
     nb = len(xs) - 2
     if nb < 0 or len(ys) != nb + 2 or xu.dtype is not yu.dtype or xu.dtype is dtypes.f16 or xs[:nb] != ys[:nb] or xs[-1] != ys[-2]:
       return None
-    if (factored := _row_factor(xu)) is not None:
-      # (x * f) @ w, f one number a row (softmax's 1 / sum): (x @ w) * f, the factor out of the sum, applied to the
-      # output's rows (n x m products where it was n x k, attention's value count against its keys), and the product
-      # x * f never made: attention's probabilities are not stored, its backward reads exp(s - max) and the sums
-      x, f = factored
-      inner = self._new(x)._same_batch_matmul(w)
-      return inner._new(UOp(Ops.MUL, (inner.uop, f if ys[-1] == 1 else f.expand(inner.shape))), w)
+    # (x * f) @ w, f one number a row (softmax's 1 / sum): (x @ w) * f, the factor out of the sum, applied to the
+    # output's rows (n x m products where it was n x k, attention's value count against its keys), and the product
+    # x * f never made: attention's probabilities are not stored, its backward reads exp(s - max) and the sums. Every
+    # such factor is peeled here, in a loop (x * f * f * ... is a chain as long as the user made it)
+    factors = []
+    while (factored := _row_factor(xu)) is not None:
+      xu, f = factored
+      factors.append(f)
+    if factors:
+      out = self._new(xu)._same_batch_matmul(w)    # (its operand has no row factor left: one call deep)
+      u = out.uop
+      for f in reversed(factors): u = UOp(Ops.MUL, (u, f if ys[-1] == 1 else f.expand(u.shape)))
+      return out._new(u, w)
     n, k, m = xs[-2], xs[-1], ys[-1]
     full = xs[:nb] + (n, m, k)
     a = reshape_uop(self, xs[:nb] + (n, 1, k))   # (as Tensor.reshape folds a realized tensor's view)
