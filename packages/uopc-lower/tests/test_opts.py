@@ -343,29 +343,33 @@ def matmul_kernel(m: int, k: int, n: int):
   return make_kernel((a * b).reduce(Ops.ADD, 1), buf(2, m * n))
 
 
-@pytest.mark.parametrize("m, k, n, upcast, thread, narrow_upcast", [
-  (1024, 128, 384, {0: 8, 1: 3}, 0, {0: 4, 1: 3}),    # 24 accumulators where the columns take 3 vectors; a tall GEMM splits its rows
-  (1024, 512, 128, {0: 8, 1: 2}, 0, {0: 4, 1: 2}),    # else 16 (not 32: see below)
-  (1024, 1024, 1024, {0: 8, 1: 2}, 1, {0: 4, 1: 2}),  # a GEMM whose B (4 MiB) is over half the L2 splits its column tiles
-  (256, 256, 256, {0: 8, 1: 2}, 0, {0: 4, 1: 2}),     # a square one whose B (256 KiB) fits splits its rows (167 -> 192 GFLOP/s)
-  (2048, 1536, 384, {0: 8, 1: 3}, 1, {0: 4, 1: 3}),   # and so does one whose B (2.4 MB) would be read from memory by every row tile
-  (1024, 128, 16, {0: 8}, 0, {0: 4, 1: 2}),           # one vector of columns (two of 8 lanes)
+@pytest.mark.parametrize("m, k, n, upcast, thread, narrow_upcast, unroll, narrow_unroll", [
+  (1024, 128, 384, {0: 8, 1: 3}, 0, {0: 4, 1: 3}, 1, 1),    # 24 accumulators where the columns take 3 vectors; a tall GEMM splits its rows
+  (1024, 512, 128, {0: 8, 1: 2}, 0, {0: 4, 1: 2}, 1, 1),    # else 16 (not 32: see below)
+  (1024, 1024, 1024, {0: 8, 1: 2}, 1, {0: 4, 1: 2}, 4, 4),  # a GEMM whose B (4 MiB) is over half the L2 splits its column tiles
+  (512, 512, 512, {0: 8, 1: 2}, 1, {0: 4, 1: 2}, 4, 4),     # 512^3 = GEMM_UNROLL_WORK: its k loop takes 4 steps a trip
+  (256, 256, 256, {0: 8, 1: 2}, 0, {0: 4, 1: 2}, 1, 1),     # a square one whose B (256 KiB) fits splits its rows (167 -> 192 GFLOP/s)
+  (2048, 1536, 384, {0: 8, 1: 3}, 1, {0: 4, 1: 3}, 1, 1),   # and so does one whose B (2.4 MB) would be read from memory by every row tile
+  (1024, 128, 16, {0: 8}, 0, {0: 4, 1: 2}, 1, 1),           # one vector of columns (two of 8 lanes)
 ])
-def test_a_gemms_register_tile_fills_the_vector_registers_and_its_threads_split_the_operand_read_whole(m, k, n, upcast, thread, narrow_upcast):
+def test_a_gemms_register_tile_fills_the_vector_registers_and_its_threads_split_the_operand_read_whole(m, k, n, upcast, thread, narrow_upcast,
+                                                                                                      unroll, narrow_unroll):
   """A GEMM's register tile of 8 rows x 2 vectors keeps 16 of AVX-512's 32 registers busy; 8 x 3 reuses each element of
   A for 3 vectors and still fits (1536^3, the loops alone: 316 -> 341 GFLOP/s). 8 x 4 does not: 32 accumulators, 4
   vectors of B and A's broadcast are 37 registers, and gcc kept 5 accumulators on the stack (1024^3: 286 -> 251). Its threads took
   column tiles, so each read all of A, half of it from the other core's cache where the kernel before had written it;
   where B fits in half an L2 (the GPT's activation @ weight GEMMs: 1024 rows, B 64-256 KiB) rows are split instead
-  (120-170 -> 200-240)."""
+  (120-170 -> 200-240). A GEMM of 512^3 multiply-adds or more takes 4 steps of k a trip of its loop where the
+  accumulators leave half the registers free (GEMM 1024, the whole call: 1.03-1.06x); 8 x 3's 24 unrolled had gcc
+  spill two (9-13% slower), and a smaller GEMM doesn't win back what its copies cost a cold compile."""
   kern = matmul_kernel(m, k, n)
   o = choose_opts(kern, Caps(threads=2, vector_width=16, fma=True))
-  assert dict(o.upcast) == upcast and o.vector == (1, 16) and o.thread == thread
+  assert dict(o.upcast) == upcast and o.vector == (1, 16) and o.thread == thread and o.unroll == unroll
   check_opts(kern.canonical_root, o)
   # 16 vector registers (AVX2): 4 x 3 or 4 x 2, whose accumulators, vectors of B and broadcast of A fit in 16 (8 x 2
   # needed 19: AMD Zen 1, GEMM 256 and 512, the kernels alone: 55-63 -> 66-75 GFLOP/s); the split is the same
   narrow = choose_opts(kern, Caps(threads=2, vector_width=8, fma=True))
-  assert dict(narrow.upcast) == narrow_upcast and narrow.thread == thread
+  assert dict(narrow.upcast) == narrow_upcast and narrow.thread == thread and narrow.unroll == narrow_unroll
   check_opts(kern.canonical_root, narrow)
 
 

@@ -21,15 +21,17 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
     that axis gets lanes of partial accumulators (Opts.reduce_vector), unrolled for more of them.
   * register tiles: a GEMM (a sum of products in which one operand is constant along the vector axis, the other along
     the axis before it; or of values masked by a condition, a one-hot scatter such as an embedding's gradient, whose
-    rows' positions are read outside the sum) computes rows x vectors of outputs per iteration, which keeps that many vector accumulators
-    and the FMA units busy while each loaded value is used once per row or vector (Opts.upcast): the most accumulators
-    whose registers, with the loaded vectors and the broadcast, fit in the machine's (Caps.vector_registers): 8 rows x
-    3 or 2 vectors with AVX-512's 32, 4 x 3 or 6 x 2 or 4 x 2 with AVX2's 16 (_register_tile); with 256 rows or more,
-    they are walked 64 at a time (a cache tile, Opts.tile). A convolution tiles 8 output channels x 2 rows of one
-    vector (32 registers) or 4 channels x 2 vectors (16), not a GEMM's heads (more columns); a sum vectorized along an
-    earlier output axis tiles a later one its vector loads are constant along (a convolution's input gradient, its 9
-    window positions); output axes along which no load moves, in a kernel with a STACK, are unrolled whole, so each
-    copy loads its own branch (a convolution's weight gradient, its window positions).
+    rows' positions are read outside the sum) computes rows x vectors of outputs per iteration, which keeps that many
+    vector accumulators and the FMA units busy while each loaded value is used once per row or vector (Opts.upcast):
+    the most accumulators whose registers, with the loaded vectors and the broadcast, fit in the machine's
+    (Caps.vector_registers): 8 rows x 3 or 2 vectors with AVX-512's 32, 4 x 3 or 6 x 2 or 4 x 2 with AVX2's 16
+    (_register_tile); with 256 rows or more, they are walked 64 at a time (a cache tile, Opts.tile); a GEMM of
+    GEMM_UNROLL_WORK multiply-adds or more whose accumulators take at most half the registers takes GEMM_UNROLL steps
+    of k a trip (Opts.unroll). A convolution tiles 8 output channels x 2 rows of one vector (32 registers) or 4
+    channels x 2 vectors (16), not a GEMM's heads (more columns); a sum vectorized along an earlier output axis tiles
+    a later one its vector loads are constant along (a convolution's input gradient, its 9 window positions); output
+    axes along which no load moves, in a kernel with a STACK, are unrolled whole, so each copy loads its own branch (a
+    convolution's weight gradient, its window positions).
   * fused multiply-adds on the backend that has them (Opts.fma).
   * a concatenation's kernel splits its last loop where the branch changes (Opts.split).
   * threads: the outermost axis with enough iterations for every thread, when the kernel does enough work to pay for
@@ -101,6 +103,8 @@ THREAD_MIN_WORK = 1 << 16
 # ... or a quarter of it for a copy that reads a cache line an element (a transposing copy, lane by lane or gathered)
 LINE_COPY_MIN_WORK = THREAD_MIN_WORK // 4
 DOT_ROWS = 8               # rows of a GEMM read as dot products that share each loaded vector of the other operand
+GEMM_UNROLL = 4            # steps of k a GEMM's register tile takes per trip of its loop (see choose_opts) ...
+GEMM_UNROLL_WORK = 1 << 27  # ... in a GEMM of this many multiply-adds or more (512^3, about a millisecond here)
 
 
 @dataclass(frozen=True)
@@ -524,6 +528,15 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       # block (nanoGPT's 48 of 256 x 256 @ 256 x 64: 171 -> 180 GFLOP/s without it)
       batched = any(shape[k] > 1 and k not in rows for k in range(row))
       if not batched and shape[row] >= 256 and shape[row] % 64 == 0 and 64 % upcast[row] == 0: tile = {row: 64}
+      # its loop over k unrolled where the accumulators leave half the registers free: a step of 8 x 2 is 2 vector loads,
+      # 8 broadcasts and 16 FMAs (AVX-512), and the loop's own index arithmetic, compare and prefetches were a fifth of
+      # the instructions around them (GEMM 512 1.05x, 1024 1.03-1.06x, the whole call). 8 x 3 (24 accumulators) unrolled
+      # had gcc keep two of them on the stack: nanoGPT's MLP projections 9-13% slower. Only a GEMM that runs long enough
+      # to earn back its copies: lowering, proving and compiling them is ~10 ms the first time (a cold default GPT step,
+      # whose 22 such GEMMs do 8-67 million multiply-adds each, 0.90 -> 1.14 s; its jitted step 1% faster), which a GEMM of
+      # a millisecond or more wins back in a few hundred launches
+      if analysis.reduce_sizes and 2 * prod(upcast.values()) <= caps.vector_registers and analysis.work >= GEMM_UNROLL_WORK:
+        unroll = _divisor(math.gcd(*analysis.reduce_sizes), GEMM_UNROLL)
   elif vectorizable and caps.vector_width > 1 and analysis.reduce_sizes and all(s in (0, 1) for s in along_reduce):
     w = min(_lanes(r, caps.vector_width) for r in analysis.reduce_sizes)
     if w > 1:
