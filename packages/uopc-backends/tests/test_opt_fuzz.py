@@ -167,9 +167,8 @@ def opts_for(draw, root: UOp) -> Opts:
       kw["upcast"] = {ax: draw(st.sampled_from(divisors(shape[ax])[:4])) for ax in draw(st.sets(st.integers(0, len(shape) - 1), max_size=2))}
     if inner and draw(st.booleans()): kw["unroll"] = draw(st.sampled_from([1, 2, 3, 4]))
     if shape and draw(st.booleans()): kw["thread"] = draw(st.integers(0, len(shape) - 1))
-    if shape and draw(st.booleans()):
-      ax = draw(st.integers(0, len(shape) - 1))
-      kw["tile"] = {ax: draw(st.sampled_from(divisors(shape[ax])))}
+    if shape and draw(st.booleans()):   # one or two axes (a threads' axis tiled after another: its blocks go outermost)
+      kw["tile"] = {ax: draw(st.sampled_from(divisors(shape[ax]))) for ax in draw(st.sets(st.integers(0, len(shape) - 1), min_size=1, max_size=2))}
     if len(shape) >= 2 and draw(st.booleans()):   # refused (and drawn again) for a kernel with a reduction
       ax = draw(st.integers(0, len(shape) - 2))
       kw["inner"] = {ax: draw(st.sampled_from(divisors(shape[ax])))}
@@ -252,6 +251,23 @@ def _heuristic_gemm_matches_numpy(m: int, k: int, n: int, caps: Caps = Caps(thre
   opts = choose_opts(make_kernel(root, buf(2, m * n), canonical=False), caps)
   check("reduction", run_shaped(root, [a, b], opts=opts), (a.astype(np.float64) @ b).astype(np.float32), np.abs(a).astype(np.float64) @ np.abs(b))
   return opts
+
+
+@pytest.mark.parametrize("m, k, n, threads", [(64, 40, 128, 2), (128, 64, 288, 3), (32, 16, 256, 2)])
+def test_the_heuristics_gemm_of_a_packed_b_split_by_column_blocks_matches_numpy(m, k, n, threads):
+  """A GEMM reading B packed into panels of 32 columns, at least as wide as it is tall, splits its columns in one block
+  a thread, the threads' loop outside the row blocks (choose_opts): against NumPy."""
+  rng = np.random.default_rng(m + k + n)
+  a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+  packed = np.ascontiguousarray(b.reshape(k, n // 32, 32).transpose(1, 0, 2))    # P[j // 32, k, j % 32] = B[k, j]
+  A = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
+  B = buf(1, k * n).reshape((n // 32, k, 32)).permute((1, 0, 2)).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
+  root = (A * B).reduce(Ops.ADD, 1)
+  caps = Caps(threads=threads, vector_width=16, fma=True, l2_bytes=8 << 20, gemm_panel=32)
+  opts = choose_opts(make_kernel(root, buf(2, m * n), canonical=False), caps)
+  assert opts.thread == 1 and dict(opts.tile).get(1) == n // threads, opts
+  ref = (a.astype(np.float64) @ b).astype(np.float32)
+  check("reduction", run_shaped(root, [a, packed], opts=opts), ref, np.abs(a).astype(np.float64) @ np.abs(b))
 
 
 @pytest.mark.parametrize("k, n, panel", [(1024, 64, 8), (2048, 96, 32), (768, 48, 16)])

@@ -373,6 +373,36 @@ def test_a_gemms_register_tile_fills_the_vector_registers_and_its_threads_split_
   check_opts(kern.canonical_root, narrow)
 
 
+def packed_matmul_kernel(m: int, k: int, n: int, panel: int = 32):
+  """matmul_kernel with B read from a copy packed into panels of `panel` columns (uopc.packing): B[k, j] = P[j // panel, k, j % panel]."""
+  from uopc.kernelize import make_kernel
+  a = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
+  b = buf(1, k * n).reshape((n // panel, k, panel)).permute((1, 0, 2)).reshape((k, n))
+  b = b.permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
+  return make_kernel((a * b).reduce(Ops.ADD, 1), buf(2, m * n))
+
+
+def test_a_gemm_whose_packed_b_is_as_large_as_a_splits_its_columns_a_block_a_thread():
+  """B fits in half the L2, so an unpacked GEMM splits its rows; packed, each thread would read half of B from the
+  other core's cache (the pack kernel gave each thread its part of the panels): its columns are split instead, one
+  block a thread, outermost, with the 64-row blocks inside it. Not where A is the larger: each thread then reads all of
+  A (attention's p @ v, 512 x 512 @ 512 x 64, was twice as slow)."""
+  caps = Caps(threads=2, vector_width=16, fma=True, l2_bytes=2 << 20, gemm_panel=32)
+  plain = choose_opts(matmul_kernel(512, 512, 512), caps)
+  assert plain.thread == 0 and dict(plain.tile) == {0: 64, 1: 32}, plain
+  kern = packed_matmul_kernel(512, 512, 512)
+  o = choose_opts(kern, caps)
+  assert o.thread == 1 and dict(o.tile) == {0: 64, 1: 256} and dict(o.upcast) == {0: 8, 1: 2}, o
+  # the threads' loop is the outermost, the row blocks inside it (not a parallel region per row block)
+  from uopc.lowering import Ctx
+  from uopc.rangeify import lower
+  ranges = [u for u in lower(kern.canonical_root, kern.canonical_out, Ctx(opts=o)).toposort() if u.op is Ops.RANGE]
+  outer = min(ranges, key=lambda r: r.arg.idx)
+  assert outer.arg.kind is AxisType.THREAD and outer.src[0].arg == 2
+  narrow = choose_opts(packed_matmul_kernel(512, 512, 64), caps)
+  assert narrow.thread == 0, narrow
+
+
 def test_a_register_tile_is_the_most_accumulators_that_fit_in_the_registers():
   from uopc.opt import _register_tile
   # Caps' registers as the width says on x86-64 unless given (AArch64: 32 of 4 lanes)

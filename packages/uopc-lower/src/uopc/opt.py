@@ -288,6 +288,13 @@ def _rows_first(analysis: Analysis, caps: Caps, last: int) -> bool:
   return 4 * depth * cols <= caps.l2_bytes // 2
 
 
+def _packed_b(analysis: Analysis, row: int, last: int, panel: int) -> bool:
+  """Whether a GEMM (row axis `row`, vector axis `last`) reads a B packed into panels of `panel` columns (uopc.packing):
+  a load constant along the rows, contiguous along the columns and `panel` apart along k, in a GEMM wider than a panel."""
+  return bool(panel) and analysis.shape[last] > panel and any(
+    analysis.out_strides[b][row] == 0 and analysis.out_strides[b][last] == 1 and analysis.reduce_strides[b] == panel for b in analysis.deciding())
+
+
 def _costly_epilogue(kernel: Kernel) -> bool:
   """Whether the kernel computes a transcendental (exp, log, sin, a square root or a division) outside its reductions."""
   nodes = kernel.canonical_root.toposort()
@@ -614,6 +621,15 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     if row is not None and vector is not None and thread is not None and thread != last and upcast.get(last) and \
        not any(shape[k] > 1 and k not in rows for k in range(row)) and shape[last] > (cw := step(last)) and not _costly_epilogue(kernel):
       tile[last] = cw
+      # ... unless its B is a packed copy (panels of caps.gemm_panel columns) at least as large as A: the kernel that
+      # packed it gave each thread the panels of its part of the columns, so rows split read half of B from the other
+      # core's cache. Its columns are split instead, in one block a thread, each walking its block's panels row block by
+      # row block (GEMM 512, the whole call: 920-928 -> 902-905 us; in a C harness packing B before every call, 797 ->
+      # 756 us the GEMM alone). Each thread then reads all of A: where A is the larger (attention's p @ v, 512 x 512 @
+      # 512 x 64) that cost more than it saved, 143 -> 309 us
+      if thread == row and shape[last] % (cw * caps.threads) == 0 and shape[last] >= prod(shape[k] for k in rows) and \
+         _packed_b(analysis, row, last, caps.gemm_panel):
+        thread, tile[last] = last, shape[last] // caps.threads
   if (transposing := _transposing_axis(analysis, vector, upcast, caps)) is not None:
     k, block = transposing
     tile = {k: block}

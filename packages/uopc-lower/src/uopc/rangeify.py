@@ -515,7 +515,10 @@ def _output_parts(ctx: Ctx, shape: tuple[int, ...], skip: int | None = None) -> 
   first = [o.thread] if o.thread is not None and o.thread not in tiles else []
   # the blocks of axes before an untiled THREAD axis go outside its loop, those after it inside (a GEMM threaded over a
   # batch walks each column panel down its rows: see choose_opts)
-  blocks = {k: ctx.rng(shape[k] // t, kind(k)) for k, t in tiles.items() if not first or k < o.thread}
+  # (a tiled THREAD axis's blocks first: OpenMP splits the outermost loop, and a tile's loop outside it would make a
+  # parallel region of every one of its iterations)
+  order = sorted(tiles, key=lambda k: k != o.thread)
+  blocks = {k: ctx.rng(shape[k] // tiles[k], kind(k)) for k in order if not first or k < o.thread}
   if first: thread_walk = _axis_parts(ctx, shape[o.thread], up.get(o.thread, 1), AxisType.THREAD, lanes if o.thread == vaxis else 1)
   blocks.update({k: ctx.rng(shape[k] // t, kind(k)) for k, t in tiles.items() if k not in blocks})
   axes = first + [k for k in range(len(shape)) if k not in first]
