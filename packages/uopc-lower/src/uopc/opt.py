@@ -316,13 +316,17 @@ def _transposing_axis(analysis: Analysis, vector: tuple[int, int] | None, upcast
   no vector, the last axis too (x.T copied, 2048 x 2048: 15.3 -> 1.41 ms; a + b.T). Blocks of 32 rather than 16: in a
   training step the copied operand comes from memory, and twice the rows a block keeps more lines in flight (nanoGPT's
   packs of 2048 x 1536 and x 1152 into panels of 8, timed inside its step, alternating: 1.55-1.57 -> 1.25-1.27 ms and
-  1.12-1.15 -> 0.94 ms; x.T of 2048 x 2048 1.25-1.26 -> 1.16-1.23, of 4096 x 2048 2.69-2.77 -> 2.45-2.46). (axis,
-  block), or None for anything else."""
+  1.12-1.15 -> 0.94 ms; x.T of 2048 x 2048 1.25-1.26 -> 1.16-1.23, of 4096 x 2048 2.69-2.77 -> 2.45-2.46). A copy
+  into panels with vector lanes takes blocks along an axis the L1 holds a line of each step of too: the operand was
+  most often just written by a kernel that split its rows across the threads, and in blocks along them each thread
+  reads the rows its own core wrote, where a split of the panels read half of every one of them from the other core's
+  cache (attention's gradient at N = 512, its packs of 512 x 512 into panels of 8 and of 32: 75 -> 45 us and 50 -> 37
+  us; in a C harness after a kernel writing the rows split: 46 -> 19 us). (axis, block), or None for anything else."""
   if analysis.reduce_sizes or (vector is not None and vector[0] != len(analysis.shape) - 1): return None
   shape = analysis.shape
   for k in range(1, len(shape) if vector is None else len(shape) - 1):    # with lanes, never the vector's own axis
     block = next((b for b in (TRANSPOSE_BLOCK, TRANSPOSE_BLOCK // 2) if shape[k] % b == 0 and shape[k] // b >= caps.threads), None)
-    if k in upcast or block is None or 64 * shape[k] <= caps.l1_bytes: continue
+    if k in upcast or block is None or (vector is None and 64 * shape[k] <= caps.l1_bytes): continue
     for strides in analysis.out_strides:
       jump = strides[k]
       if jump is not None and abs(jump) >= 16 and any(s is not None and 0 < abs(s) < abs(jump) and shape[j] > 1
