@@ -630,7 +630,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       # core's cache. Its columns are split instead, in one block a thread, each walking its block's panels row block by
       # row block (GEMM 512, the whole call: 920-928 -> 902-905 us; in a C harness packing B before every call, 797 ->
       # 756 us the GEMM alone). Each thread then reads all of A: where A is the larger (attention's p @ v, 512 x 512 @
-      # 512 x 64) that cost more than it saved, 143 -> 309 us
+      # 512 x 64) that cost more than it saved, 143 -> 309 us. And, as the walk, not under a costly epilogue: attention's
+      # scores so split (the softmax after them splits rows, and read half of them from the other core): its forward 452 -> 485 us
       if thread == row and shape[last] % (cw * caps.threads) == 0 and shape[last] >= prod(shape[k] for k in rows) and \
          _packed_b(analysis, row, last, caps.gemm_panel):
         thread, tile[last] = last, shape[last] // caps.threads
