@@ -630,10 +630,10 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       # pack kernel gave each thread the panels of its part of the columns, so that rows split read half of B from the
       # other core's cache (GEMM 512, the whole call: 920-928 -> 902-905 us; in a C harness packing B before every call,
       # 797 -> 756 us the GEMM alone). Packs now split their rows (_transposing_axis), so either split reads half of B
-      # from the other core; the column split still measured 1-2% ahead (907-912 against 915-938 us). Each thread reads
-      # all of A: where A is the larger (attention's p @ v, 512 x 512 @ 512 x 64) that cost more than it saved, 143 ->
-      # 309 us. And, as the walk, not under a costly epilogue: attention's scores so split (the softmax after them splits
-      # rows, and read half of them from the other core): its forward 452 -> 485 us
+      # from the other core; the column split still measured 2% ahead (903-912 against 922-931 us, 5 runs alternating).
+      # Each thread reads all of A: where A is the larger (attention's p @ v, 512 x 512 @ 512 x 64) that cost more than
+      # it saved, 143 -> 309 us. And, as the walk, not under a costly epilogue: attention's scores so split (the softmax
+      # after them splits rows, and read half of them from the other core): its forward 452 -> 485 us
       if thread == row and shape[last] % (cw * caps.threads) == 0 and shape[last] >= prod(shape[k] for k in rows) and \
          _packed_b(analysis, row, last, caps.gemm_panel):
         thread, tile[last] = last, shape[last] // caps.threads
