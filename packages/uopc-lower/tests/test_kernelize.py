@@ -213,6 +213,33 @@ def test_a_deep_gemm_times_a_costly_function_of_another_gemm_is_stored_first():
   assert len(kernelize([(rows * sig(h.reshape((m * n,)).shrink(((0, m),))), buf(4, m))])) == 1
 
 
+def test_a_gemm_read_elsewhere_too_is_stored_alone_under_a_reduction():
+  """A sum of products under another reduction is stored first; where the GEMM is also read elsewhere (attention's e @ v:
+  its output's rows, and the backward's row sums of do * (e @ v)), the GEMM is what is stored and the product is made in
+  the outer reduction's kernel: storing the product too was a kernel more. A GEMM read by the reduction alone still has
+  the value the reduction reads stored (a residual stream's layernorm reads one buffer)."""
+  m, n, k = 4, 8, 16
+  def mm(a, b): return (a.reshape((m, 1, k)).expand((m, n, k)) * b.permute((1, 0)).reshape((1, n, k)).expand((m, n, k))).reduce(Ops.ADD, 1)
+  g = mm(buf(0, m * k).reshape((m, k)), buf(1, k * n).reshape((k, n)))
+  r = buf(2, m * n).reshape((m, n))
+  rows = (r * g).reduce(Ops.ADD, 1)
+  rng = np.random.default_rng(5)
+  A, B, R = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (k, n), (m, n)))
+  # the GEMM an output too: two kernels, the GEMM and the row sums over its buffer
+  ks = kernelize([(g, buf(3, m * n)), (rows, buf(4, m))])
+  assert len(ks) == 2 and ks[0].root is g
+  out = run_schedule(ks, {0: A, 1: B, 2: R})
+  np.testing.assert_allclose(np.array(out[3]).reshape(m, n), A @ B, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.array(out[4]), (R * (A @ B)).sum(1), rtol=1e-4, atol=1e-5)
+  # the GEMM read by a second reduction in the same kernel: stored once, not inside each value the sums read
+  ks = kernelize([(rows + g.reduce(Ops.ADD, 1), buf(4, m))])
+  assert len(ks) == 2 and ks[0].root is g
+  np.testing.assert_allclose(np.array(run_schedule(ks, {0: A, 1: B, 2: R})[4]), (R * (A @ B)).sum(1) + (A @ B).sum(1), rtol=1e-4, atol=1e-4)
+  # read by the reduction alone: the value it reads, r * g, is stored (the GEMM with its epilogue)
+  ks = kernelize([(rows, buf(4, m))])
+  assert len(ks) == 2 and ks[0].root is (r * g)
+
+
 def test_a_value_reading_many_buffers_shared_by_two_outputs_is_computed_once():
   """v = a0 + ... + a4 reads five buffers (more than MAX_SHARED_READS): stored once and read by both outputs' kernels,
   not recomputed in each (the shared-reads rule). A value that reads one buffer is recomputed (the test below)."""

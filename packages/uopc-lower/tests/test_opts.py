@@ -599,17 +599,19 @@ def test_a_gemm_stored_transposed_packs_a_b_whose_rows_are_far_apart():
   """v's gradient in attention, p.T @ do (512 x 64 from 512 x 512 by 512 x 64), comes from autodiff as (do.T @ p).T, a
   kernel that stores C transposed: its register tile's rows run along p's keys, so each of the 512 steps of k read 8
   floats of a new line of p, rows 2 KiB apart (218 us in attention's forward and backward at N = 512). Such a B is
-  packed when its rows are PACK_STRIDE or more apart, over PACK_MIN_DEPTH steps or more (36 + 136 us), though no B rule
-  would pack a 1 MiB B read by 64 rows. The same GEMM stored plainly, summing fewer steps, or over a B whose rows are
-  nearer (an MLP's w gradient, x 1024 x 128: 513 us as it is, 20 + 554 packed) keeps B as it is."""
-  from uopc.packing import PACK_MIN_DEPTH, PACK_STRIDE
+  packed when its rows are PACK_STRIDE or more apart, over PACK_MIN_DEPTH steps or more, though no B rule would pack a 1
+  MiB B read by 64 rows; in panels as wide as the register tile's rows (PACK_ROWS), so that the rows one step reads are
+  one contiguous run (panels of 32: 31 + 155 us; of 8: 37 + 122). The same GEMM stored plainly, summing fewer steps, or
+  over a B whose rows are nearer (an MLP's w gradient, x 1024 x 128: 513 us as it is, 20 + 554 packed) keeps B as it is."""
+  from uopc.packing import PACK_MIN_DEPTH, PACK_STRIDE, PACK_ROWS
   for k, n, transposed, packed in ((512, 512, True, True), (512, 512, False, False), (PACK_MIN_DEPTH // 2, 512, True, False),
                                    (1024, PACK_STRIDE // 2, True, False)):
     a = buf(0, k * 64).reshape((k, 64)).permute((1, 0)).reshape((64, 1, k)).expand((64, n, k))     # do.T
     b = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((64, n, k))        # p, row-major
     c = (a * b).reduce(Ops.ADD, 1)
     ks = kernelize([(c.permute((1, 0)) if transposed else c, buf(2, n * 64))], rewrite=graph_rewrite(CPU))
-    assert ((n // 32, k, 32) in [kk.root.shape for kk in ks]) is packed, (k, n, transposed, [kk.root.shape for kk in ks])
+    assert ((n // PACK_ROWS, k, PACK_ROWS) in [kk.root.shape for kk in ks]) is packed, (k, n, transposed, [kk.root.shape for kk in ks])
+    assert (n // 32, k, 32) not in [kk.root.shape for kk in ks]
 
 
 def test_gemms_reading_slices_of_one_operand_share_one_pack_of_it_and_a_lone_slice_packs_itself():

@@ -294,8 +294,12 @@ def _staged(roots: list[UOp]) -> set[UOp]:
       # (a ResNet's last convolution fused into its pooling ran at 1 GFLOP/s). What is stored is the value the outer
       # reduction reads (the convolution with its bias and ReLU; a residual stream, not the GEMM inside it, so that a
       # layernorm's kernels read one buffer). One broadcast into it (a GEMM feeding the next) is the EXPAND rule's, and
-      # so is a value that also reads another reduction's broadcast (a softmax's sum of exp(scores - max))
-      if (d := direct.get(u.src[0])) and carried[u.src[0]] <= d: staged |= stored([u.src[0]])
+      # so is a value that also reads another reduction's broadcast (a softmax's sum of exp(scores - max)). Where the
+      # reduction reads a value whose sums of products are each read elsewhere too (attention's e @ v: the output's rows
+      # and, in the backward, the row sums of do * (e @ v)), those are stored and the value is made in the reduction's
+      # kernel: storing the value too was a kernel more, a pass over its elements (8 us of attention's step at N = 512)
+      if (d := direct.get(u.src[0])) and carried[u.src[0]] <= d:
+        staged |= stored(d) if _read_elsewhere(u.src[0], d, users, roots) else stored([u.src[0]])
     elif u.op in _LOCAL:
       c = d = empty
       for s in u.src:
@@ -384,6 +388,18 @@ def _staged(roots: list[UOp]) -> set[UOp]:
     staged |= new
   # an output that would be materialized is simply computed into its own buffer, unless something else reads it
   return {u for u in staged if u not in root_set or users.get(u)}
+
+
+def _read_elsewhere(value: UOp, products: frozenset, users: dict[UOp, list[UOp]], roots: list[UOp]) -> bool:
+  """Whether each of the sums of products `products` under `value` is an output or has a user outside the graph from
+  `value` down to it (so it is stored whatever `value`'s kernel does)."""
+  inside, stack = {value}, [value]
+  while stack:
+    for s in stack.pop().src:
+      if s not in inside:
+        inside.add(s)
+        if s not in products: stack.append(s)
+  return all(r in roots or any(v not in inside for v in users.get(r, ())) for r in products)
 
 
 def _epilogue(carried: frozenset, users: dict[UOp, list[UOp]]) -> UOp | None:

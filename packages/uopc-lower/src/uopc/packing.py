@@ -117,7 +117,7 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
   (GemmPacking: when other GEMMs read slices of it too), and reads its panels of the slice from that one pack. Where
   the kernel will store C transposed (`transposed`: see _transposed_sums) its vector lanes go along i, so A's panels
   are `panel` rows wide, and B is read as an A is otherwise, the register tile's rows along j for each k: it is packed
-  whenever its rows are PACK_STRIDE or more apart, over enough steps."""
+  whenever its rows are PACK_STRIDE or more apart, over enough steps, into panels of `rows` columns, as an A is."""
   if (product := _gemm_product(u)) is None: return u
   *batch, m, n, k = product.shape
   operands = product.src
@@ -137,11 +137,13 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
     reuse = m * prod(t for t, s in zip(batch, small.shape[:-3]) if s == 1)
     # stored transposed, B is read as an A otherwise is, a run of the tile's rows a step of k, lines PACK_STRIDE or more
     # apart (attention's dv = p.T @ do, from autodiff as (do.T @ p).T: p's rows 2 KiB apart, 8 keys read a step down its
-    # 512 queries: 218 us; packed, 36 + 136 us, in attention's forward and backward at N = 512). Rows nearer are not
-    # (an MLP's w gradient x.T @ dh, x 1024 x 128: 513 us unpacked, 20 + 554 us packed)
+    # 512 queries: 218 us; packed, 36 + 136 us, in attention's forward and backward at N = 512). Its panels are the
+    # tile's rows wide, as an A's: in panels of 32 each step read 32 bytes of a new 128-byte row (the pack 31 us, the
+    # GEMM 155); in panels of 8 the tile's rows walk one contiguous run (37 + 122 us, timed inside the step's native
+    # graph). Rows nearer are not packed (an MLP's w gradient x.T @ dh, x 1024 x 128: 513 us unpacked, 20 + 554 us packed)
     if along_j != 1 or (transposed and abs(along_k) >= PACK_STRIDE and k >= PACK_MIN_DEPTH) or \
        (abs(along_k) >= PACK_STRIDE and (n * k > PACK_BIG or (n * k >= PACK_MID and reuse >= PACK_MID_ROWS))):
-      new[b_at] = _in_panels(operands[b_at], n, panel, whole)
+      new[b_at] = _in_panels(operands[b_at], n, rows if transposed else panel, whole)
   small = operands[1 - b_at].src[0]                        # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
   a_rows = panel if transposed else rows
   if m % a_rows == 0 and m != a_rows and (st := _strides(small.reshape(small.shape[:-3] + (m, k)))):
