@@ -403,6 +403,23 @@ def test_a_gemm_whose_packed_b_is_as_large_as_a_splits_its_columns_a_block_a_thr
   assert narrow.thread == 0, narrow
 
 
+def test_a_gemm_split_by_columns_takes_a_block_a_thread_where_its_part_of_b_fits_the_l2():
+  """B too large for half the L2 splits a GEMM's column tiles across the threads, its rows walked in blocks of 64: the
+  threads' loop inside the row blocks was a parallel region per block. Where a thread's part of B and a block of A fit in
+  most of its L2 (nanoGPT's projections) the columns go in one block a thread, its loop the outermost; where they don't
+  (1024^3: each 8 rows then read the thread's columns from L3 again, 3% slower) the row blocks stay outside."""
+  from uopc.lowering import Ctx
+  from uopc.rangeify import lower
+  caps = Caps(threads=2, vector_width=16, fma=True, l2_bytes=2 << 20, gemm_panel=32)
+  for (m, k, n), tiled in (((2048, 384, 1536), True), ((2048, 1536, 384), True), ((1536, 2048, 384), False), ((1024, 1024, 1024), False)):
+    kern = matmul_kernel(m, k, n)
+    o = choose_opts(kern, caps)
+    assert o.thread == 1 and dict(o.tile) == ({0: 64, 1: n // 2} if tiled else {0: 64}), (m, k, n, o)
+    ranges = [u for u in lower(kern.canonical_root, kern.canonical_out, Ctx(opts=o)).toposort() if u.op is Ops.RANGE]
+    outer = min(ranges, key=lambda r: r.arg.idx)
+    assert (outer.arg.kind is AxisType.THREAD) is tiled and outer.src[0].arg == (2 if tiled else m // 64), (m, k, n, outer)
+
+
 def test_a_register_tile_is_the_most_accumulators_that_fit_in_the_registers():
   from uopc.opt import _register_tile
   # Caps' registers as the width says on x86-64 unless given (AArch64: 32 of 4 lanes)
