@@ -694,27 +694,46 @@ def _shape_arg(op, arg):
     else: return
   raise UOpError(f"{op.name} needs a tuple of non-negative ints, got {_show(arg)}")
 
-def _infer_reshape(op, src, arg):
+def _infer_reshape(op, src, arg, _prod=math.prod):
   if len(src) != 1: _nsrc(op, src, 1)
+  x = src[0]
+  if type(arg) is tuple:   # (_shape_arg's loop inline: a Tensor op's every view is a RESHAPE or two)
+    for s in arg:
+      if type(s) is not int or s < 0: break
+    else:
+      if _prod(arg) == _prod(x.shape): return x.dtype, arg, x.addrspace
+      raise UOpError(f"RESHAPE {x.shape} -> {_show(arg)}")
   _shape_arg(op, arg)
-  if prod(arg) != prod(src[0].shape): raise UOpError(f"RESHAPE {src[0].shape} -> {_show(arg)}")
-  return src[0].dtype, arg, src[0].addrspace
+  raise UOpError(f"RESHAPE {x.shape} -> {_show(arg)}")
 
 def _infer_expand(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
-  _shape_arg(op, arg)
-  s = src[0].shape
-  if len(arg) == len(s):
+  x = src[0]
+  s = x.shape
+  # the shape's check and the broadcast's in one loop (every EXPAND a Tensor op builds comes through here): an axis kept
+  # equals an int of the source's shape, and one grown must be a non-negative int
+  if type(arg) is tuple and len(arg) == len(s):
     for a, b in zip(s, arg):
-      if a != b and a != 1: break
-    else: return src[0].dtype, arg, src[0].addrspace
+      if a != b:
+        if a != 1 or type(b) is not int or b < 0: break
+      elif type(b) is not int: break
+    else: return x.dtype, arg, x.addrspace
+  _shape_arg(op, arg)
   raise UOpError(f"EXPAND {s} -> {_show(arg)}")
+
+# the valid permutations of n axes seen so far, by (arg, n): a PERMUTE's check was a sort and a list a node
+_PERMUTATIONS: dict[tuple, bool] = {}
 
 def _infer_permute(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
-  if type(arg) is not tuple or sorted(arg) != list(range(len(src[0].shape))): raise UOpError(f"PERMUTE {_show(arg)} of {src[0].shape}")
   x = src[0]
-  return x.dtype, tuple(x.shape[a] for a in arg), x.addrspace
+  s = x.shape
+  if type(arg) is not tuple: raise UOpError(f"PERMUTE {_show(arg)} of {s}")
+  if (ok := _PERMUTATIONS.get((arg, len(s)))) is None:
+    ok = sorted(arg) == list(range(len(s)))
+    if ok and len(_PERMUTATIONS) < 4096: _PERMUTATIONS[(arg, len(s))] = True
+  if not ok: raise UOpError(f"PERMUTE {_show(arg)} of {s}")
+  return x.dtype, tuple([s[a] for a in arg]), x.addrspace
 
 def _infer_shrink(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
