@@ -219,6 +219,25 @@ def test_malformed_nodes_die_at_construction_with_a_clear_error(build, message):
   with pytest.raises(UOpError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")): build()
 
 
+def test_views_check_their_args_the_same_once_a_valid_one_is_known():
+  """EXPAND, RESHAPE and PERMUTE check their arg in one pass and PERMUTE remembers the permutations it validated: a
+  remembered one must not let a bad arg of equal hash through (bools and floats equal ints: a float permutation was a
+  raw TypeError and a bool one a node), nor another rank's."""
+  x = buf(0, 12).reshape((3, 4))
+  assert x.permute((1, 0)).shape == (4, 3) and x.permute((1, 0)) is x.permute((1, 0))
+  for bad, message in [((1.0, 0.0), "PERMUTE (1.0, 0.0) of (3, 4): axes are ints"), ((True, False), "PERMUTE (True, False) of (3, 4): axes are ints"),
+                       ([1, 0], "PERMUTE [1, 0] of (3, 4)"), ((0, 0), "PERMUTE (0, 0) of (3, 4)"),
+                       ((1, 0, 2), "PERMUTE (1, 0, 2) of (3, 4)"), ((-1, 0), "PERMUTE (-1, 0) of (3, 4)")]:
+    with pytest.raises(UOpError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+      x.permute(bad) if type(bad) is tuple and all(type(a) is int for a in bad) else UOp(Ops.PERMUTE, (x,), bad)
+  y = x.reshape((3, 1, 4))
+  assert y.expand((3, 5, 4)).shape == (3, 5, 4)
+  for bad in [(3, 5.0, 4), (3, -1, 4), (3.0, 5, 4), (True, 5, 4), (3, 5), (4, 5, 4)]:
+    with pytest.raises(UOpError): UOp(Ops.EXPAND, (y,), bad)
+  for bad in [(12.0,), (True, 12), (-12,), (13,), (6, -2)]:
+    with pytest.raises(UOpError): UOp(Ops.RESHAPE, (x,), bad)
+
+
 def test_a_failed_construction_leaves_nothing_in_the_cache():
   gc.collect()
   before = len(UOp._cache)

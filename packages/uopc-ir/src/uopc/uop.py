@@ -729,6 +729,8 @@ def _infer_permute(op, src, arg):
   x = src[0]
   s = x.shape
   if type(arg) is not tuple: raise UOpError(f"PERMUTE {_show(arg)} of {s}")
+  for a in arg:   # axes are ints: a bool or a float would equal one in the memo (and a float can't index the shape)
+    if type(a) is not int: raise UOpError(f"PERMUTE {_show(arg)} of {s}: axes are ints")
   if (ok := _PERMUTATIONS.get((arg, len(s)))) is None:
     ok = sorted(arg) == list(range(len(s)))
     if ok and len(_PERMUTATIONS) < 4096: _PERMUTATIONS[(arg, len(s))] = True
