@@ -29,7 +29,9 @@ def _unexpand(g: UOp, shape: tuple[int, ...]) -> UOp:
   axes = [k for k, (a, b) in enumerate(zip(shape, g.shape)) if a != b]
   if not axes: return g
   keep = [k for k in range(len(shape)) if k not in axes]
-  return g.permute(tuple(keep + axes)).reduce(Ops.ADD, len(axes)).reshape(shape)
+  # (no PERMUTE where the summed axes are last already: a softmax's row sums, a bias's batch axes)
+  moved = g if axes[0] == len(keep) else g.permute(tuple(keep + axes))
+  return moved.reduce(Ops.ADD, len(axes)).reshape(shape)
 
 
 def _reduce_max_grad(u: UOp, g: UOp) -> tuple:
