@@ -756,21 +756,23 @@ def test_a_concatenation_with_a_gathered_part_walks_the_gathered_rows_innermost(
   assert not choose_opts(make_kernel(pad(q, ((0, 0), (0, 0), (0, 384))) + pad(k, ((0, 0), (0, 0), (384, 0))), buf(3, 8 * 256 * 768)), caps).inner
 
 
-def test_a_small_copy_reading_a_line_an_element_is_threaded_from_a_quarter_of_the_work():
-  """Attention's k packed into panels, P[j // 32, d, j % 32] = k[j, d] for 512 keys of 64 (32K elements): no vector
-  lanes (each element of a panel row a new line of k), so each element costs what a vector kernel's does, and two
-  threads pay from a quarter of THREAD_MIN_WORK (21 -> 14 us in place). A contiguous copy of that size, or a strided one
-  under a quarter, stays on one thread; an elementwise kernel with no axis (a 0-d value) is no strided copy."""
+def test_a_small_copy_reading_a_line_an_element_is_threaded_below_the_work_threads_need_otherwise():
+  """k packed into panels, P[j // 32, d, j % 32] = k[j, d]: no vector lanes (each element of a panel row a new line of
+  k), so each element costs what a vector kernel's does, and two threads pay from LINE_COPY_MIN_WORK, under
+  THREAD_MIN_WORK (attention's 512 keys of 64, 32K elements: 21 -> 14 us in place when THREAD_MIN_WORK was 64K). A
+  contiguous copy of that size, or a strided one under LINE_COPY_MIN_WORK, stays on one thread; an elementwise kernel with
+  no axis (a 0-d value) is no strided copy."""
   from uopc.kernelize import make_kernel
-  from uopc.opt import THREAD_MIN_WORK
+  from uopc.opt import THREAD_MIN_WORK, LINE_COPY_MIN_WORK
   caps = Caps(threads=2, vector_width=16, fma=True)
   def panels(n: int, d: int):
     return make_kernel(buf(0, n * d).reshape((n // 32, 32, d)).permute((0, 2, 1)), buf(1, n * d))
-  assert 512 * 64 < THREAD_MIN_WORK
-  o = choose_opts(panels(512, 64), caps)
+  assert LINE_COPY_MIN_WORK <= 256 * 64 < THREAD_MIN_WORK
+  o = choose_opts(panels(256, 64), caps)
   assert o.vector is None and o.thread == 0
-  assert choose_opts(panels(128, 64), caps).thread is None                        # 8K elements: under a quarter
-  assert choose_opts(make_kernel(buf(0, 512 * 64).reshape((512, 64)) * 2.0, buf(1, 512 * 64)), caps).thread is None
+  assert choose_opts(panels(128, 64), caps).thread is None                        # 8K elements: under LINE_COPY_MIN_WORK
+  assert choose_opts(make_kernel(buf(0, 256 * 64).reshape((256, 64)) * 2.0, buf(1, 256 * 64)), caps).thread is None
+  assert choose_opts(make_kernel(buf(0, 512 * 64).reshape((512, 64)) * 2.0, buf(1, 512 * 64)), caps).thread == 0   # 32K: threaded
   assert choose_opts(make_kernel(buf(0, 1).reshape(()) * 2.0, buf(1, 1)), caps).thread is None
 
 

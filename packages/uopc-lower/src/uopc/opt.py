@@ -35,7 +35,7 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
   * fused multiply-adds on the backend that has them (Opts.fma).
   * a concatenation's kernel splits its last loop where the branch changes (Opts.split).
   * threads: the outermost axis with enough iterations for every thread, when the kernel does enough work to pay for
-    waking them (a quarter as much for a copy that reads a line an element, lane by lane: attention's k packed into
+    waking them, THREAD_MIN_WORK (half as much for a copy that reads a line an element, lane by lane: attention's k packed into
     panels; OMP_NUM_THREADS is the backend's business: it sets caps.threads); a GEMM's column tiles, or its rows
     when its B fits in half an L2 (_rows_first).
   * a copy that transposes (a GEMM operand packed into panels, x.T) walks its rows in blocks of 32 (16 where 32 doesn't
@@ -98,10 +98,14 @@ class Caps:
       if type(v) is not int or v < 0: raise LowerError(f"Caps.{name} must be an int >= 0, got {v!r}")
 
 
-# a kernel doing less than this many element operations runs on one thread: waking the others costs more
-THREAD_MIN_WORK = 1 << 16
-# ... or a quarter of it for a copy that reads a cache line an element (a transposing copy, lane by lane or gathered)
-LINE_COPY_MIN_WORK = THREAD_MIN_WORK // 4
+# a kernel doing less than this many element operations runs on one thread: waking the others costs more. Measured
+# inside native graphs on 2 cores: 32K-element kernels threaded run in 55-65% of their time alone (attention's
+# backward at N = 512, three 512 x 64 kernels: 23 -> 14 us; the default GPT's 384 x 128 AdamW updates, 6 a step, 186
+# -> 102 us); 16K ones gained less than the graph's noise
+THREAD_MIN_WORK = 1 << 15
+# ... or from this many for a copy that reads a cache line an element (a transposing copy, lane by lane or gathered:
+# attention's k packed into panels, 32K elements, 21 -> 14 us threaded, when the threshold above was 64K)
+LINE_COPY_MIN_WORK = 1 << 14
 DOT_ROWS = 8               # rows of a GEMM read as dot products that share each loaded vector of the other operand
 GEMM_UNROLL = 4            # steps of k a GEMM's register tile takes per trip of its loop (see choose_opts) ...
 GEMM_UNROLL_WORK = 1 << 27  # ... in a GEMM of this many multiply-adds or more (512^3, about a millisecond here)
