@@ -487,9 +487,6 @@ def _show(x) -> str:
   """repr(x) cut short: a hostile arg (a tuple nested 50,000 deep, a list of a million items) still gets a one-line error."""
   return _shower.repr(x)
 
-def _check(cond, msg):
-  if not cond: raise UOpError(msg)
-
 # The rules below test first and format a message only on failure: building an f-string for every node made
 # construction twice as slow. Each rule takes (op, src, arg) and returns (dtype, shape, addrspace).
 _A = AddrSpace.ALU
@@ -537,7 +534,7 @@ def _infer_const(op, src, arg):
   raise UOpError(f"CONST holds a python bool, int or float, got {_show(arg)}")
 
 def _infer_param(op, src, arg):
-  _check(not src, "PARAM has no sources")
+  if src: raise UOpError("PARAM has no sources")
   _paramarg(op, arg)
   return arg.dtype, arg.shape, _A
 
@@ -556,7 +553,7 @@ def _infer_buffer(op, src, arg):
   return arg.dtype, arg.shape, space
 
 def _infer_call(op, src, arg):
-  _check(len(src) >= 1, "CALL needs a body")
+  if not src: raise UOpError("CALL needs a body")
   params: dict[int, UOp] = {}
   for u in call_params(src[0]):
     if params.setdefault(u.arg.slot, u) is not u:
@@ -696,46 +693,28 @@ def _shape_arg(op, arg):
 
 def _infer_reshape(op, src, arg, _prod=math.prod):
   if len(src) != 1: _nsrc(op, src, 1)
-  x = src[0]
-  if type(arg) is tuple:   # (_shape_arg's loop inline: a Tensor op's every view is a RESHAPE or two)
-    for s in arg:
-      if type(s) is not int or s < 0: break
-    else:
-      if _prod(arg) == _prod(x.shape): return x.dtype, arg, x.addrspace
-      raise UOpError(f"RESHAPE {x.shape} -> {_show(arg)}")
   _shape_arg(op, arg)
-  raise UOpError(f"RESHAPE {x.shape} -> {_show(arg)}")
+  if _prod(arg) != _prod(src[0].shape): raise UOpError(f"RESHAPE {src[0].shape} -> {_show(arg)}")
+  return src[0].dtype, arg, src[0].addrspace
 
 def _infer_expand(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
-  x = src[0]
-  s = x.shape
-  # the shape's check and the broadcast's in one loop (every EXPAND a Tensor op builds comes through here): an axis kept
-  # equals an int of the source's shape, and one grown must be a non-negative int
+  s = src[0].shape
+  # the shape's check and the broadcast's in one loop (a Tensor op's every broadcast comes through here)
   if type(arg) is tuple and len(arg) == len(s):
     for a, b in zip(s, arg):
-      if a != b:
-        if a != 1 or type(b) is not int or b < 0: break
-      elif type(b) is not int: break
-    else: return x.dtype, arg, x.addrspace
+      if type(b) is not int or (a != b and (a != 1 or b < 0)): break
+    else: return src[0].dtype, arg, src[0].addrspace
   _shape_arg(op, arg)
   raise UOpError(f"EXPAND {s} -> {_show(arg)}")
 
-# the valid permutations of n axes seen so far, by (arg, n): a PERMUTE's check was a sort and a list a node
-_PERMUTATIONS: dict[tuple, bool] = {}
-
 def _infer_permute(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
-  x = src[0]
-  s = x.shape
-  if type(arg) is not tuple: raise UOpError(f"PERMUTE {_show(arg)} of {s}")
-  for a in arg:   # axes are ints: a bool or a float would equal one in the memo (and a float can't index the shape)
-    if type(a) is not int: raise UOpError(f"PERMUTE {_show(arg)} of {s}: axes are ints")
-  if (ok := _PERMUTATIONS.get((arg, len(s)))) is None:
-    ok = sorted(arg) == list(range(len(s)))
-    if ok and len(_PERMUTATIONS) < 4096: _PERMUTATIONS[(arg, len(s))] = True
-  if not ok: raise UOpError(f"PERMUTE {_show(arg)} of {s}")
-  return x.dtype, tuple([s[a] for a in arg]), x.addrspace
+  s = src[0].shape
+  # ints alone: a float can't index the shape, and (True, False) sorted as (0, 1)
+  if type(arg) is not tuple or not all([type(a) is int for a in arg]) or sorted(arg) != list(range(len(s))):
+    raise UOpError(f"PERMUTE {_show(arg)} of {s}")
+  return src[0].dtype, tuple([s[a] for a in arg]), src[0].addrspace
 
 def _infer_shrink(op, src, arg):
   if len(src) != 1: _nsrc(op, src, 1)
