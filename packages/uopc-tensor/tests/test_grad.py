@@ -98,3 +98,39 @@ def test_unreached_inputs_get_zeros_and_seeds_are_checked():
 def test_every_differentiable_op_has_a_rule():
   from uopc.uop import ALU, MOVEMENT
   assert ALU | MOVEMENT | {Ops.STACK, Ops.REDUCE, Ops.INDEX, Ops.STAGE} <= set(GRAD_RULES)
+
+
+def _gradient_nodes(loss: UOp, grads: list[UOp]) -> list[UOp]:
+  forward = set(loss.toposort())
+  return [u for u in UOp(Ops.SINK, tuple(grads)).toposort() if u not in forward and u.op is not Ops.SINK]
+
+
+def test_a_gradients_views_are_not_views_of_views():
+  """A matmul's backward reshapes each REDUCE's result to the keepdim shape and back, and transposes a transposed
+  operand's gradient twice, unless the rules fold them: one RESHAPE of the source, no PERMUTE of a PERMUTE."""
+  A, B = X, np.arange(12, dtype=np.float32).reshape(4, 3) / 7
+  a, b = lit(A), lit(B)
+  bt = b.permute((1, 0))                                                                        # (3, 4): B.T
+  prod = a.reshape((2, 3, 1)).expand((2, 3, 4)) * bt.reshape((1, 3, 4)).expand((2, 3, 4))
+  out = prod.permute((0, 2, 1)).reduce(Ops.ADD, 1)                                              # (2, 4): A @ B.T
+  w = np.array([[1.0, -2.0, 0.5, 3.0], [0.25, -1.0, 2.0, 1.5]], np.float32)
+  loss = (out * lit(w)).reduce(Ops.ADD, 2)
+  ga, gb = gradient(loss, [a, b])
+  np.testing.assert_allclose(val(ga), w @ B, rtol=1e-6)
+  np.testing.assert_allclose(val(gb), w.T @ A, rtol=1e-6)
+  made = _gradient_nodes(loss, [ga, gb])
+  assert not [u for u in made if u.op is Ops.RESHAPE and u.src[0].op is Ops.RESHAPE and u.src[0] in made]
+  assert not [u for u in made if u.op is Ops.PERMUTE and u.src[0].op is Ops.PERMUTE and u.src[0] in made]
+  assert not [u for u in made if u.op in (Ops.RESHAPE, Ops.EXPAND) and u.shape == u.src[0].shape]
+
+
+def test_the_seed_stays_in_the_gradient_so_a_second_gradient_can_be_taken_by_it():
+  """gradient(y, [x], seed=v) is v's vector-Jacobian product; differentiated again by v it gives the Jacobian's
+  product with the new seed. The folds of views skip the rules' own nodes, never the caller's v, even when v is a view."""
+  x = lit(X)
+  v = lit(R.T.ravel()).reshape((3, 2))                        # a RESHAPE, as a realized tensor's uop is
+  [g] = gradient(x.reshape((3, 2)), [x], seed=v)              # d y / d x applied to v: v viewed back as (2, 3)
+  np.testing.assert_allclose(val(g), R.T.reshape(2, 3))
+  w = np.arange(6, dtype=np.float32).reshape(2, 3)
+  [gv] = gradient((g * lit(w)).reduce(Ops.ADD, 2), [v])
+  np.testing.assert_allclose(val(gv), w.reshape(3, 2))

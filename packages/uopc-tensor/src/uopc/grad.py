@@ -16,12 +16,33 @@ equal to the maximum, split evenly. A CAST to the value's own dtype is the front
 (Tensor._stop_gradient; detach() goes further and names the value alone): nothing flows through it.
 """
 from __future__ import annotations
-import math
+import math, threading
 from typing import Callable
 from uopc.uop import UOp, Ops, UOpError, UNARY
 from uopc.composite import pad
 
 LN2 = math.log(2)
+
+
+# A gradient's views are views of a gradient: each rule's RESHAPE or PERMUTE of g, where g is itself one the rule of the
+# node above built, is built over g's source instead, and one that changes nothing is not built. A matmul's backward
+# otherwise reshapes each REDUCE's result to the keepdim shape and straight back (the REDUCE rule after _unexpand, the
+# RESHAPE rule after the REDUCE's), and transposes a transposed operand's gradient twice: 15% of a GPT step's backward
+# nodes, each built, keyed and walked again by kernelize at every plain step. Only gradient() folds nodes of its own
+# making: the caller's seed (which a second gradient may be taken by: Tensor.gradient(..., gradient=v)) is never skipped.
+_seed = threading.local()
+
+
+def _reshape(g: UOp, shape: tuple[int, ...]) -> UOp:
+  """g viewed in `shape` (a RESHAPE of g's source when g is a RESHAPE; g itself when it has the shape)."""
+  if g.op is Ops.RESHAPE and g is not getattr(_seed, "node", None): g = g.src[0]
+  return g if g.shape == shape else g.reshape(shape)
+
+
+def _permute(g: UOp, perm: tuple[int, ...]) -> UOp:
+  """g permuted by `perm` (one PERMUTE of g's source when g is a PERMUTE; g itself for the identity)."""
+  if g.op is Ops.PERMUTE and g is not getattr(_seed, "node", None): g, perm = g.src[0], tuple(g.arg[p] for p in perm)
+  return g if perm == tuple(range(len(perm))) else g.permute(perm)
 
 
 def _unexpand(g: UOp, shape: tuple[int, ...]) -> UOp:
@@ -30,8 +51,15 @@ def _unexpand(g: UOp, shape: tuple[int, ...]) -> UOp:
   if not axes: return g
   keep = [k for k in range(len(shape)) if k not in axes]
   # (no PERMUTE where the summed axes are last already: a softmax's row sums, a bias's batch axes)
-  moved = g if axes[0] == len(keep) else g.permute(tuple(keep + axes))
+  moved = g if axes[0] == len(keep) else _permute(g, tuple(keep + axes))
   return moved.reduce(Ops.ADD, len(axes)).reshape(shape)
+
+
+def _unreduce(u: UOp, g: UOp) -> UOp:
+  """REDUCE ADD's adjoint: g (the sums) in the keepdim shape, expanded back over the summed axes."""
+  x = u.src[0]
+  full = _reshape(g, g.shape + (1,) * u.arg[1])
+  return full if full.shape == x.shape else full.expand(x.shape)
 
 
 def _reduce_max_grad(u: UOp, g: UOp) -> tuple:
@@ -118,12 +146,12 @@ GRAD_RULES: dict[Ops, Callable[[UOp, UOp], tuple]] = {
   Ops.CAST: _stop,
   Ops.CMPLT: lambda u, g: (None, None), Ops.CMPNE: lambda u, g: (None, None),
   Ops.FLOORDIV: lambda u, g: (None, None), Ops.FLOORMOD: lambda u, g: (None, None),
-  Ops.RESHAPE: lambda u, g: (g.reshape(u.src[0].shape),),
+  Ops.RESHAPE: lambda u, g: (_reshape(g, u.src[0].shape),),
   Ops.EXPAND: lambda u, g: (_unexpand(g, u.src[0].shape),),
-  Ops.PERMUTE: lambda u, g: (g.permute(tuple(sorted(range(len(u.arg)), key=lambda k: u.arg[k]))),),
+  Ops.PERMUTE: lambda u, g: (_permute(g, tuple(sorted(range(len(u.arg)), key=lambda k: u.arg[k]))),),
   Ops.SHRINK: lambda u, g: (_unshrink(u, g),),
   Ops.STACK: lambda u, g: tuple(g.index(k) for k in range(len(u.src))),
-  Ops.REDUCE: lambda u, g: (g.reshape(g.shape + (1,) * u.arg[1]).expand(u.src[0].shape),) if u.arg[0] is Ops.ADD else _reduce_max_grad(u, g),
+  Ops.REDUCE: lambda u, g: (_unreduce(u, g),) if u.arg[0] is Ops.ADD else _reduce_max_grad(u, g),
   Ops.INDEX: _index_grad,
   Ops.GATHER: lambda u, g: _gather_grad(u, g, None),   # (gradient() passes its caller's stored positions instead)
   # a stored value's gradient is stored too: a chain of stages (a sorting network) would otherwise be one backward kernel
@@ -161,20 +189,23 @@ def gradient(root: UOp, wrt: list[UOp], seed: UOp | None = None, order: list[UOp
   ADD, MUL = Ops.ADD, Ops.MUL
   def add(s: UOp, sg: UOp) -> None:
     if s in needed and s.dtype.is_float: grads[s] = UOp(ADD, (grads[s], sg)) if s in grads else sg
-  for u in reversed(nodes):
-    g = grads.get(u)
-    if g is None or not u.src: continue
-    if u.op is MUL:   # the most common op, its rule inline: only the needed side's product is built
-      a, b = u.src
-      if a in needed: add(a, UOp(MUL, (g, b)))
-      if b in needed: add(b, UOp(MUL, (g, a)))
-      continue
-    rule = GRAD_RULES.get(u.op)
-    if rule is None:
-      if any(s in needed for s in u.src): raise UOpError(f"gradient: no rule for {u.op!r}")
-      continue
-    for s, sg in zip(u.src, _gather_grad(u, g, positions) if u.op is Ops.GATHER else rule(u, g)):
-      if sg is not None: add(s, sg)
+  outer, _seed.node = getattr(_seed, "node", None), seed
+  try:
+    for u in reversed(nodes):
+      g = grads.get(u)
+      if g is None or not u.src: continue
+      if u.op is MUL:   # the most common op, its rule inline: only the needed side's product is built
+        a, b = u.src
+        if a in needed: add(a, UOp(MUL, (g, b)))
+        if b in needed: add(b, UOp(MUL, (g, a)))
+        continue
+      rule = GRAD_RULES.get(u.op)
+      if rule is None:
+        if any(s in needed for s in u.src): raise UOpError(f"gradient: no rule for {u.op!r}")
+        continue
+      for s, sg in zip(u.src, _gather_grad(u, g, positions) if u.op is Ops.GATHER else rule(u, g)):
+        if sg is not None: add(s, sg)
+  finally: _seed.node = outer
   return [grads[w] if w in grads else w.const_like(0.0) for w in wrt]
 
 
