@@ -588,6 +588,21 @@ def test_a_b_with_rows_apart_is_packed_when_too_big_for_l2_or_read_by_enough_row
     assert any(kk.root.shape[-3:] == (12, 384, 32) for kk in ks) is packed, (shared, [kk.root.shape for kk in ks])
 
 
+def test_a_b_read_along_its_columns_is_packed_from_fewer_products_when_enough_rows_reuse_it():
+  """x @ w.T reads w's rows as B's columns. Left unpacked, its kernel takes dot products along k, each output a
+  horizontal sum: a decode step's projections (16 x 128 @ 128 x 384) and an MLP's backward through a 10-class head
+  (256 x 10 @ 10 x 256) spent as long in those sums as in their multiply-adds. From PACK_REUSE_ROWS rows and
+  PACK_SMALL_WORK products B is packed; fewer rows, or fewer products (a 64 x 16 attention's scores), keep one kernel."""
+  from uopc.packing import PACK_REUSE_ROWS, PACK_SMALL_WORK, PACK_MIN_WORK
+  assert PACK_SMALL_WORK < 16 * 128 * 128 < 16 * 128 * 384 < PACK_MIN_WORK
+  for m, k, n, packed in ((16, 128, 384, True), (16, 128, 128, True), (256, 10, 256, True), (PACK_REUSE_ROWS - 8, 128, 384, False),
+                          (64, 16, 64, False), (2048, 64, 64, True)):
+    a = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
+    b = buf(1, n * k).reshape((1, n, k)).expand((m, n, k))
+    ks = kernelize([((a * b).reduce(Ops.ADD, 1), buf(2, m * n))], rewrite=graph_rewrite(CPU))
+    assert ((n // 32, k, 32) in [kk.root.shape for kk in ks]) is packed, (m, k, n, [kk.root.shape for kk in ks])
+
+
 def test_a_gemm_stored_transposed_packs_its_a_into_panels_a_vector_wide():
   """k's gradient in attention, ds.T @ q (512 x 64 from 512 x 512 by 512 x 64), comes from autodiff as (q.T @ ds).T: a
   GEMM C = A @ B with A = q.T (read down its columns: packed) whose kernel stores C transposed. That kernel's vector lanes

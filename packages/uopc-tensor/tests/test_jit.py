@@ -289,6 +289,19 @@ def test_launches_computed_from_unchanged_state_are_skipped_until_the_state_chan
   assert len(runs) == 4
 
 
+@pytest.mark.parametrize("m,k,n", [(16, 128, 384), (256, 10, 256), (40, 96, 64)])
+def test_small_gemms_whose_weight_is_packed_match_numpy_plain_and_replayed(m, k, n):
+  """x @ w.T packs w from 16 rows and 128K multiply-adds (a decode step's projection, an MLP's backward through a 10-class
+  head): plain, replayed (the pack skipped while w is unchanged), and after w is assigned anew."""
+  w = Tensor(data(0, n, k))
+  f = jit(lambda x: x @ w.T)
+  for s in range(5):
+    x = data(s + 1, m, k)
+    np.testing.assert_allclose((Tensor(x) @ w.T).numpy(), x @ w.numpy().T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(f(Tensor(x)).numpy(), x @ w.numpy().T, rtol=1e-4, atol=1e-4)
+    if s == 2: w.assign(Tensor(data(9, n, k))).realize()
+
+
 def test_a_replays_temporaries_share_buffers_where_their_lifetimes_allow_but_a_static_launchs_keep_theirs(monkeypatch):
   """uopc.memory: a replay's temporaries take turns in Buffers (a chain of staged steps needs two, whatever its length),
   except what a static launch writes (w packed into panels), which a later replay reads without running that launch

@@ -28,6 +28,16 @@ PACK_MIN_ROWS = 8          # ...when the GEMM has enough rows of A to reuse each
 PACK_ROWS = 8              # an A read down its columns is packed into panels of up to this many rows (the register tile's)
 PACK_MIN_DEPTH = 512       # ...when its rows are a cache line apart or more and the GEMM sums this many products or more
 PACK_MIN_WORK = 1 << 20    # ...and enough multiply-adds to pay for a kernel of its own
+# ...or this many where PACK_REUSE_ROWS rows or more reuse each panel. A B read along its columns (x @ w.T) and left
+# unpacked is read as dot products along k, each output a horizontal sum of its vector: a decode step's projections
+# (16 x 128 @ 128 x 384) spent as long in those sums as in their multiply-adds. Packed, the panels give the register
+# tile its broadcast form. In-graph under uopc.jit (the weight's pack then runs once: it reads state alone), 8 GEMMs a
+# call: 16 x 128 @ 128 x 384 24.4 -> 7.7 us each, 16 x 128 @ 128 x 128 10.1 -> 5.3, an MLP's backward 256 x 10 @ 10 x
+# 256 68 -> 10; the pack run at every call (a weight passed as an argument), 24.8 -> 18.1, 10.9 -> 10.2, 69 -> 13.
+# With 8 rows the pack at every call outweighed it (8 x 128 @ 128 x 384: 14.4 -> 15.9 us), and below 128K multiply-adds
+# its kernel's launch does (a 64 x 16 attention's scores)
+PACK_SMALL_WORK = 1 << 17
+PACK_REUSE_ROWS = 16
 
 
 def _offset(view: UOp, idx: tuple[int, ...]) -> int | None:
@@ -122,7 +132,7 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
   *batch, m, n, k = product.shape
   operands = product.src
   along = lambda x, axis: x.op is Ops.EXPAND and x.src[0].shape[axis] == 1 and x.shape[axis] > 1
-  if m < PACK_MIN_ROWS or k < 8 or prod(product.shape) < PACK_MIN_WORK: return u
+  if m < PACK_MIN_ROWS or k < 8 or prod(product.shape) < (PACK_SMALL_WORK if m >= PACK_REUSE_ROWS else PACK_MIN_WORK): return u
   b_at = 1 if along(operands[1], -3) else 0
   new = list(operands)
   small = operands[b_at].src[0]                            # B: (..., 1, n, k) before the broadcast along i, read as B[k, j]
@@ -287,4 +297,4 @@ def _transposed_sums(nodes: list[UOp]) -> set[UOp]:
 
 
 __all__ = ["GemmPacking", "SPLIT_DEPTH_PER_COLUMN", "PACK_STRIDE", "PACK_BIG", "PACK_MID", "PACK_MID_ROWS", "PACK_MIN_ROWS", "PACK_ROWS",
-           "PACK_MIN_DEPTH", "PACK_MIN_WORK"]
+           "PACK_MIN_DEPTH", "PACK_MIN_WORK", "PACK_SMALL_WORK", "PACK_REUSE_ROWS"]
