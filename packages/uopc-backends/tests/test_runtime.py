@@ -59,6 +59,28 @@ def test_a_program_launches_on_buffers_in_parameter_order():
   np.testing.assert_array_equal(out.numpy(), np.arange(12).reshape(3, 4).sum(1))
 
 
+def test_a_native_launch_graph_reads_the_slots_each_call_says_vary():
+  """A LaunchGraph gone native (C: one C function) takes a replay's `varying` slots, the only ones whose Buffers may be
+  new: it finds its own among them once per list (a slot of another graph is skipped) and re-reads their pointers."""
+  prog = compile_kernel(rowsum_kernel(), C)
+  xs = [Buffer.from_numpy(np.arange(12, dtype=np.float32) * k, C) for k in range(1, 4)]
+  outs = [Buffer(C, 3, dtypes.f32) for _ in range(2)]
+  lg = runtime.LaunchGraph([(prog, [2, 0])])                          # slot 1 is another graph's: never read here
+  table = [outs[0], None, xs[0]]
+  for _ in range(lg.GRAPH_AFTER + 1): lg(table)
+  assert lg.native is not None
+  rows = lambda k: np.arange(12).reshape(3, 4).sum(1) * k
+  np.testing.assert_array_equal(outs[0].numpy(), rows(1))
+  varying = [1, 2]
+  for k, x in ((2, xs[1]), (3, xs[2])):
+    table[2] = x
+    lg(table, varying)
+    np.testing.assert_array_equal(outs[0].numpy(), rows(k))
+  table[0] = outs[1]
+  lg(table, [0, 1])                                                   # another list: the output's slot this time
+  np.testing.assert_array_equal(outs[1].numpy(), rows(3))
+
+
 @pytest.mark.parametrize("args, message", [
   (lambda x, o: [x], r"takes 2 buffers \(data0 f32\[12\], data1 f32\[3\]\), got 1"),
   (lambda x, o: [x, Buffer(C, 3, dtypes.i32)], r"argument 1 \(data1\) must be f32\[3\], got a buffer i32\[3\]"),

@@ -720,6 +720,8 @@ class LaunchGraph:
     self.backend = next(iter(backends.values())) if len(backends) == 1 else None
     self.slots = sorted({s for _, slots in self.launches for s in slots})
     self.index: dict[int, int] = {}
+    self._varying: Sequence[int] | None = None
+    self._pairs: list[tuple[int, int]] = []
 
   def __call__(self, table: Sequence[Buffer], varying: Sequence[int] | None = None) -> None:
     """Launch on `table`. `varying`: the only slots whose Buffer may differ from the last call's (a JIT replay knows:
@@ -739,8 +741,12 @@ class LaunchGraph:
     if self.native is not None:
       if varying is None or not hasattr(self.native, "set"): self.native([table[s].handle for s in self.slots])
       else:
-        for s in varying:
-          if (k := self.index.get(s)) is not None: self.native.set(k, table[s].handle)
+        # the graph's own slots among `varying` (a replay passes its plan's one list each time), found once: a decode
+        # step's two graphs, split by its tokens' index check, each looked up all 40 slots the step binds
+        if self._varying is not varying: self._varying, self._pairs = varying, [(k, s) for s in varying if (k := self.index.get(s)) is not None]
+        if (set_many := getattr(self.native, "set_many", None)) is not None: set_many(self._pairs, table)
+        else:
+          for k, s in self._pairs: self.native.set(k, table[s].handle)
         self.native.run()
       return
     for prog, slots in self.launches: prog.backend.launch(prog.handle, [table[s].handle for s in slots], prog.global_size, prog.local_size)

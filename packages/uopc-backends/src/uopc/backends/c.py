@@ -672,6 +672,15 @@ class CGraph:
       self.seen[i] = weakref.ref(handle)
       self.pointers[i] = _address(handle)
 
+  def set_many(self, pairs: list[tuple[int, int]], table: list) -> None:
+    """set(i, table[s].handle) for each (i, s) of `pairs`, `table` holding Buffers: a replay's slots in one loop."""
+    seen, pointers = self.seen, self.pointers
+    for i, s in pairs:
+      handle = table[s].handle
+      if (ref := seen[i]) is None or ref() is not handle:
+        seen[i] = weakref.ref(handle)
+        pointers[i] = _address(handle)
+
   def run(self) -> None: self.fn(self.kernels, self.pointers)
 
 
