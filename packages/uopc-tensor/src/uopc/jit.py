@@ -355,8 +355,10 @@ class JitFunction:
     if not plan.memo: plan.memo = [[None] * len(places) for _, _, places in plan.reads]
     for (s, size, places), memo in zip(plan.reads, plan.memo):
       found = None
-      for j, p in enumerate(places):
-        if (t := _resolve(p, tensors)) is None: continue
+      for j, (kind, key, attr) in enumerate(places):
+        t = tensors[key] if kind == "arg" else key()     # (_resolve, inline: a decode step binds 40 slots a token)
+        if t is not None and attr == "grad": t = t.grad
+        if t is None: continue
         # a live BUFFER uop names one Buffer for good: when the place still holds the uop it held last time (a weight
         # between optimizer steps, a model's input), that Buffer is it. Weak: the memo keeps no old value alive
         if (m := memo[j]) is None or m[0]() is not t.uop or (b := m[1]()) is None:

@@ -24,7 +24,7 @@ State dict names are stable (`wte.weight`, `blocks.0.attn.weight`, `lnf.bias`, `
 paths nn.get_state_dict walks; `parameter_shapes` lists them from a config alone.
 """
 from __future__ import annotations
-import math
+import functools, math
 from dataclasses import dataclass
 import numpy as np
 from uopc.tensor import Tensor, TensorError
@@ -108,6 +108,7 @@ def cache_prefix(context: int, block: int, position: int) -> int:
   return min(context, max(1, -(-(position // block) // per)) * per * block)
 
 
+@functools.lru_cache(maxsize=64)
 def recent_block(context: int) -> int:
   """Positions in the decode cache's recent block: the largest divisor of the context up to its square root (a token
   rewrites the block, and a block's end writes it into the full cache: sqrt balances the two)."""

@@ -112,7 +112,9 @@ class TensorCore:
       if dtype is None:
         if arr.dtype not in NP_TO_DTYPE: raise TensorError(f"NumPy dtype {arr.dtype} has no uopc dtype (bool, int32, float16, float32)")
         dtype = NP_TO_DTYPE[arr.dtype]
-      if arr.dtype.kind in "iu" and arr.size and (arr.max() > I32_MAX or arr.min() < I32_MIN) and dtype is dtypes.i32:
+      # (only integers wider than i32's range can leave it: a decode step's i32 tokens skip the two reductions)
+      if arr.dtype.kind in "iu" and arr.dtype.itemsize >= (8 if arr.dtype.kind == "i" else 4) and arr.size and \
+         (arr.max() > I32_MAX or arr.min() < I32_MIN) and dtype is dtypes.i32:
         raise TensorError("integer data doesn't fit in i32")
       # not np.ascontiguousarray, which makes a 0-d array 1-d
       self.uop = TensorCore._from_numpy(np.asarray(arr, dtype=np_dtype(dtype), order="C"), dtype, self.device)
