@@ -161,6 +161,22 @@ def test_state_written_then_read_in_the_same_call_accumulates_across_replays():
   np.testing.assert_array_equal(Kj.numpy(), Kp.numpy())
 
 
+def test_state_a_replay_writes_is_bound_at_the_next_replay_without_a_lookup(monkeypatch):
+  """A replay hands the cache it wrote to its tensor (a new uop) and notes it where the next bind looks, so a decode
+  loop's caches are found as its unchanged weights are: the next replay looks nothing up, and reads the values written."""
+  import uopc.jit as J
+  plain, Kp = cache_writer(False)
+  fast, Kj = cache_writer(True)
+  lookups = []
+  original = J.buffer_of
+  for pos in range(5):
+    if pos == 3: monkeypatch.setattr(J, "buffer_of", lambda u: lookups.append(u) or original(u))
+    tok, at = data(pos, 3), np.arange(5) == pos
+    np.testing.assert_array_equal(fast(Tensor(tok), Tensor(at)).numpy(), plain(Tensor(tok), Tensor(at)).numpy())
+  np.testing.assert_array_equal(Kj.numpy(), Kp.numpy())
+  assert len(lookups) <= 2 * 2                                # the two calls' new arguments alone
+
+
 @pytest.mark.parametrize("when", [1, 3])
 def test_state_assigned_lazily_outside_is_read_as_its_value(when):
   plain, Kp = cache_writer(False)

@@ -179,6 +179,7 @@ class _Plan:
   same_args: list[tuple[int, ...]] = field(default_factory=list)   # argument positions that held one tensor (see _bind)
   pools: dict[int, list[_Held]] = field(default_factory=dict)
   memo: list = field(default_factory=list)       # per read, per place: (weakref to the uop last bound, to its Buffer)
+  refreshed: list | None = None                  # per publish, the (read, place) memo entries its place's new value fills
   varying: list[int] | None = None               # the slots whose Buffer a replay may change: reads and results
   temp_groups: dict[int, int] = field(default_factory=dict)   # temporary slot -> its Buffer among temp_specs (_shared_temporaries)
   temp_specs: list[tuple[Any, int, DType]] = field(default_factory=list)
@@ -400,10 +401,18 @@ class JitFunction:
     def view(s: int, shape: tuple[int, ...]):
       if s in held: return held[s].view(shape)
       return name_buffer(table[s], shape)      # handing out a value the call read (w.assign(x)): a name of its own
-    for p, s, shape in plan.publish:
+    if plan.refreshed is None:   # state the call writes and the next call reads (a decode step's caches) is bound there
+      keys = [[_key(q) for q in places] for _, _, places in plan.reads]   # (a weakref's == compares tensors: builds one)
+      plan.refreshed = [[(i, j) for i, ks in enumerate(keys) for j, k in enumerate(ks) if k == _key(p)] if p[2] != "grad" else []
+                        for p, _, _ in plan.publish]
+    for (p, s, shape), refresh in zip(plan.publish, plan.refreshed):
       if p[2] == "grad":
         if (leaf := _resolve((p[0], p[1], None), tensors)) is not None: leaf.grad = None if s is None else _tensor(view(s, shape), leaf.device)
-      elif (t := _resolve(p, tensors)) is not None: t.uop = view(s, shape)
+      elif (t := _resolve(p, tensors)) is not None:
+        t.uop = view(s, shape)
+        if refresh:   # ... and the next bind finds it in the memo, as if it had looked it up
+          known = (weakref.ref(t.uop), weakref.ref(table[s]))
+          for i, j in refresh: plan.memo[i][j] = known
     def output(o: _Out) -> Any:
       if o.kind == "arg": return tensors[o.value]
       if o.kind == "place": return _resolve(o.value, tensors)
