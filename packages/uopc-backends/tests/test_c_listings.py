@@ -214,6 +214,25 @@ def test_a_small_kernels_scalar_loop_stays_at_cflags_level():
   assert scalar_loop(linear(lower(rows, buf(1, n // 64)))) and c_of(rows, 1, "rows").startswith(VECTORIZE_PRAGMA)
 
 
+def test_a_large_kernel_of_vector_exp2_moves_its_loop_invariants_out():
+  """-Og loads the prelude's exp2 polynomial constants again at every step of a vector loop: a kernel of vector exp2 with
+  a buffer of CRenderer.scalar_loop_min elements or more (a softmax's exps) starts with MATH_PRAGMA (-O1's loop-invariant
+  motion); a smaller one, or one without exp2, keeps CFLAGS' level, a lane loop (log2) and a scalar loop the
+  vectorizer's; CUDA's none."""
+  from uopc.backends.c import MATH_PRAGMA
+  n = CRenderer.scalar_loop_min
+  vec = lambda root, name: render_c(lower(root, buf(1, int(np.prod(root.shape))), Ctx(opts=Opts(vector=(0, 8)))), name)
+  assert vec((buf(0, n) * 2.0).alu(Ops.EXP2), "big").startswith(MATH_PRAGMA)
+  assert not vec((buf(0, n // 2) * 2.0).alu(Ops.EXP2), "small").startswith(MATH_PRAGMA)
+  assert not vec(buf(0, n) * 2.0, "no_math").startswith("#pragma")
+  assert vec((buf(0, n) * 2.0).alu(Ops.LOG2), "lanes").startswith(VECTORIZE_PRAGMA)
+  assert c_of(buf(0, n * 2).reshape((n, 2)).alu(Ops.EXP2), 1, "scalar").startswith(VECTORIZE_PRAGMA)
+  from uopc.backends.cuda import CUDARenderer
+  assert CUDARenderer.math_pragma == ""
+  np.testing.assert_allclose(run_shaped((buf(0, n) * 0.5).alu(Ops.EXP2), [np.linspace(-30, 30, n, dtype=np.float32)]),
+                             np.exp2(np.linspace(-30, 30, n, dtype=np.float32) * 0.5), rtol=2e-6)
+
+
 def test_a_kernels_helpers_are_inlined_at_cflags_level(tmp_path, monkeypatch):
   """-Og inlines no function on its own: a vector fma called per multiply-add made a GEMM's tile 2x slower. The prelude's
   helpers are always_inline, so a kernel built with CFLAGS keeps none of them as a function of its own (nm lists the

@@ -314,6 +314,25 @@ def test_exp2_on_avx512_rounds_and_scales_with_one_instruction_each_for_the_same
     assert same_bits(run_shaped(buf(0, x.size).alu(Ops.EXP2), [x], opts=Opts(vector=(0, w))), scalar), w
 
 
+def test_exp2_at_or_below_minus_150_is_plus_zero_without_an_underflowing_scaling():
+  """From x <= -150 down, 2**x rounds to +0: every exp2 gives it so without scaling into an underflow, which x86 cores
+  run in a microcode assist (a causal softmax's masked half, exp of -inf, took 20x its other half). On AVX-512 the
+  scaling is masked to the lanes above -150 or NaN (a masked lane raises nothing); elsewhere 2**n is left 1 there and +0
+  selected; the scalar returns early. The bits are the scalar's at every width, and +0 (not -0) at and below -150."""
+  from uopc.backends.cprelude import EXP2_SCALAR
+  assert "if (x <= -150.0f) return 0.0f;" in EXP2_SCALAR
+  x = np.float32([-np.inf, -1e30, -160.0, -151.0, -150.25, -150.0, -149.99, -149.75, -149.5, -126.0, np.nan])
+  scalar = run_shaped(buf(0, x.size).alu(Ops.EXP2), [x], opts=Opts())
+  assert same_bits(scalar[:6], np.zeros(6, np.float32)) and (scalar[6:-1] > 0).all() and np.isnan(scalar[-1])
+  for w, mask in ((16, "__builtin_ia32_cmpps512_mask(x, bcast_f32x16(-150.0f), 6,"), (8, "__builtin_ia32_cmpps256_mask(x, bcast_f32x8(-150.0f), 6,"),
+                  (4, "__builtin_ia32_cmpps128_mask(x, bcast_f32x4(-150.0f), 6,")):
+    src = render_c(lower(buf(0, 64).alu(Ops.EXP2), buf(1, 64), Ctx(opts=Opts(vector=(0, w)))))
+    helper = src.split(f"exp2_f32x{w}(f32x{w} x) {{")[1].split("\n}\n")[0]
+    assert mask in helper and f"(f32x{w}){{}}, " in helper and f"i32x{w} live = (x > -150.0f) | (x != x);" in helper.split("#else")[-1]
+    xs = np.resize(x, 64)
+    assert same_bits(run_shaped(buf(0, 64).alu(Ops.EXP2), [xs], opts=Opts(vector=(0, w))), np.resize(scalar, 64)), w
+
+
 def test_exp2_steps_are_fused_multiply_adds_and_the_gpu_emulator_computes_the_same_bits():
   """The polynomial's steps are fmaf (one rounding each) in the scalar and the vector helper, and uopc.backends.python
   (the GPU emulator) rounds each step once too, exactly: its _fma_f32 against the evaluator's exact rational fma, on

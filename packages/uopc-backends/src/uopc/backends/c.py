@@ -44,7 +44,7 @@ from uopc.evaluate import round_f32, round_f16, const_value
 from uopc.opt import Caps
 from uopc.vectorize import index_step
 from uopc.backends import BackendError, LinearProgram, base_memory, memory_name
-from uopc.backends.ccompiler import CFLAGS, VECTORIZE_PRAGMA, SANITIZE_FLAGS, CCompiler, CProgram, compiler, sanitizing
+from uopc.backends.ccompiler import CFLAGS, VECTORIZE_PRAGMA, MATH_PRAGMA, SANITIZE_FLAGS, CCompiler, CProgram, compiler, sanitizing
 # the prelude's pieces (uopc.backends.cprelude's; EXP2_POLY, HELPERS and the rest are importable from here too)
 from uopc.backends.cprelude import EXP2_POLY, exp2_horner, MATH_DECLS, HELPERS, vector_helpers, used_helpers, GATHER_WIDTHS, gathers
 
@@ -177,6 +177,9 @@ class CRenderer:
   # update read transposed: a few us a launch). A default GPT's cold first step: 10 of its 18 such kernels at -Og, gcc's
   # CPU time 1.03-1.16 -> 0.92-1.08 s, the jitted step 20.8-20.9 -> 20.1-20.5 ms (alternating, three runs each)
   scalar_loop_min = 1 << 16
+  # ... and a kernel of vector exp2 with such a buffer moves its loops' invariants out (see MATH_PRAGMA). Not a GEMM
+  # whose epilogue takes an exp (once an output, outside its loop of multiply-adds)
+  math_pragma = MATH_PRAGMA
   long_tile_index = True            # a kernel of multiply-adds holds its indices in longs (see render)
   # a vector load in a reduction's loop that moves a cache line or more at each step (a GEMM's packed panel of B walked
   # down its rows, B's rows themselves) is prefetched this many bytes ahead: the hardware's prefetcher meets each such
@@ -264,7 +267,8 @@ class CRenderer:
     code = self.signature(program) + " {\n" + "\n".join(body.lines + fence) + "\n}\n"
     # loops gcc's vectorizer takes: scalar work on memory, or an op done lane by lane
     big = max((b.shape[0] for b in program.params), default=0) >= self.scalar_loop_min
-    level = self.scalar_loop_pragma if body.lane_loops or (scalar_loop(lin) and big) else ""
+    level = self.scalar_loop_pragma if body.lane_loops or (scalar_loop(lin) and big) else \
+      self.math_pragma if big and not mulacc and any(u.op is Ops.EXP2 and u.dtype.count > 1 for u in lin) else ""
     return level + chains + self.prelude(program, code) + code
 
 
@@ -686,4 +690,5 @@ class CGraph:
 
 __all__ = ["CRenderer", "CBackend", "CCompiler", "CProgram", "CGraph", "compiler", "sanitize_name", "render_const", "HELPERS", "vector_helpers",
            "used_helpers", "shared_layout", "EXP2_POLY",
-           "exp2_horner", "MATH_DECLS", "scalar_loop", "CFLAGS", "VECTORIZE_PRAGMA", "SANITIZE_FLAGS", "sanitizing", "MAX_INLINE"]
+           "exp2_horner", "MATH_DECLS", "scalar_loop", "CFLAGS", "VECTORIZE_PRAGMA", "MATH_PRAGMA", "SANITIZE_FLAGS", "sanitizing",
+           "MAX_INLINE"]

@@ -23,7 +23,10 @@ from uopc.backends.ccompiler import INLINE
 # rule in fused multiply-adds, times 2**n built from exponent bits in two factors so that subnormal results round once.
 # The vector version below does the same operations on every lane in the same order, so scalar and vector code give the
 # same bits. x is clamped to [-160, 160] first, which NaN passes through. (Each step a multiply and an add, rounded
-# twice, was a fifth more work: an attention's softmax, exp(x - max) over 512 x 512, 65 -> 51 us a pass.)
+# twice, was a fifth more work: an attention's softmax, exp(x - max) over 512 x 512, 65 -> 51 us a pass.) From x <= -150
+# down the result is +0 (2**-150 rounds to even, 0): given as such, never made by a scaling that underflows, which the
+# x86 cores run in a microcode assist of about a hundred cycles: a causal softmax's masked half (exp of -inf) took 20x
+# longer than its other half (the default GPT's (16, 4, 64, 64) exps 485 -> 25 us a layer)
 EXP2_POLY = (1.0, 0.6931471824645996, 0.24022646248340607, 0.05550329014658928, 0.009618489071726799, 0.0013399907620623708,
              0.00015345732390414923)
 
@@ -36,6 +39,7 @@ def exp2_horner(fma: str, const: str = "") -> str:
 
 EXP2_SCALAR = f"""{INLINE} float uopc_exp2(float x) {{    /* 2**x to an ulp, see EXP2_POLY in uopc.backends.c */
   x = x < -160.0f ? -160.0f : x; x = x > 160.0f ? 160.0f : x;
+  if (x <= -150.0f) return 0.0f;
   float t = (x + 12582912.0f) - 12582912.0f, f = x - t, p = {repr(EXP2_POLY[-1])}f;{exp2_horner("__builtin_fmaf")}
   int n = t == t ? (int)t : 0, a = n >> 1, b = n - a;
   union {{ int i; float f; }} sa = {{(a + 127) << 23}}, sb = {{(b + 127) << 23}};
@@ -88,12 +92,15 @@ _X86_AVX512 = "#if defined(__x86_64__) && defined(__AVX512F__) && !defined(__SAN
 
 # exp2's rounding of x to an integer t and its p * 2**t on w lanes: AVX-512's instructions for them (at 8 and 4 lanes
 # with its VL extension), else what uopc_exp2 does (see EXP2_POLY)
+# (the scaling masked to the lanes above -150 and NaN, compare predicate 6: not less or equal, unordered true; a masked
+# lane is +0 from the zero vector and raises nothing, so takes no assist)
 _EXP2_ISA = {16: ("__AVX512F__", "__builtin_ia32_rndscaleps_mask(x, 0, x, (unsigned short)-1, 4)",
-                  "__builtin_ia32_scalefps512_mask(p, t, p, (unsigned short)-1, 4)"),
+                  "__builtin_ia32_scalefps512_mask(p, t, (f32x16){}, "
+                  "__builtin_ia32_cmpps512_mask(x, bcast_f32x16(-150.0f), 6, (unsigned short)-1, 4), 4)"),
              8: ("__AVX512VL__", "__builtin_ia32_rndscaleps_256_mask(x, 0, x, (unsigned char)-1)",
-                 "__builtin_ia32_scalefps256_mask(p, t, p, (unsigned char)-1)"),
+                 "__builtin_ia32_scalefps256_mask(p, t, (f32x8){}, __builtin_ia32_cmpps256_mask(x, bcast_f32x8(-150.0f), 6, (unsigned char)-1))"),
              4: ("__AVX512VL__", "__builtin_ia32_rndscaleps_128_mask(x, 0, x, (unsigned char)-1)",
-                 "__builtin_ia32_scalefps128_mask(p, t, p, (unsigned char)-1)")}
+                 "__builtin_ia32_scalefps128_mask(p, t, (f32x4){}, __builtin_ia32_cmpps128_mask(x, bcast_f32x4(-150.0f), 6, (unsigned char)-1))")}
 
 
 def _exp2_step(w: int, which: int, plain: str) -> str:
@@ -125,8 +132,10 @@ def vector_helpers(w: int) -> list[tuple[str, str]]:
   # exp2's rounding to an integer by the 1.5 * 2**23 trick and its 2**n in two factors from exponent bits (see
   # EXP2_POLY), where there are no vrndscaleps and vscalefps
   rounded = f"  f32x{w} t = (x + 12582912.0f) - 12582912.0f;\n"
-  scale = (f"  i32x{w} n = __builtin_convertvector(sel_f32x{w}(t == t, t, bcast_f32x{w}(0.0f)), i32x{w}), a = n >> 1, b = n - a;\n"
-           f"  return (p * (f32x{w})((a + 127) << 23)) * (f32x{w})((b + 127) << 23);\n")
+  # (2**n left 1 on the lanes at -150 or below, then +0 selected there: no product underflows, see EXP2_POLY)
+  scale = (f"  i32x{w} live = (x > -150.0f) | (x != x);\n"
+           f"  i32x{w} n = __builtin_convertvector(sel_f32x{w}(t == t, t, bcast_f32x{w}(0.0f)), i32x{w}) & live, a = n >> 1, b = n - a;\n"
+           f"  return sel_f32x{w}(live, (p * (f32x{w})((a + 127) << 23)) * (f32x{w})((b + 127) << 23), bcast_f32x{w}(0.0f));\n")
   name = lambda n: rf"(?<![A-Za-z0-9]){n}(?![A-Za-z0-9])"    # f32x8 in bcast_f32x8 and f32x8_u too, never in f32x16
   return [
     (name(f"i32x{w}"), f"typedef int i32x{w} __attribute__((vector_size({nb})));\n"),

@@ -98,7 +98,7 @@ class CUDARenderer(CRenderer):
   buffer_qualifier = " __restrict__"
   barrier = "__syncthreads();"
   half = "half"
-  chain_pragma = scalar_loop_pragma = ""   # nvcc has its own code generator: the C backend's gcc pragmas mean nothing to it
+  chain_pragma = scalar_loop_pragma = math_pragma = ""   # nvcc has its own code generator: the C backend's gcc pragmas mean nothing to it
   long_tile_index = False             # (nor its -Og: a GPU kernel's indices stay ints)
   prefetch_bytes = 0                  # nor does its __builtin_prefetch (a GPU hides latency with other warps)
   stream_min_bytes = 0                # nor its stores past the caches
