@@ -403,8 +403,9 @@ class JitFunction:
       return name_buffer(table[s], shape)      # handing out a value the call read (w.assign(x)): a name of its own
     if plan.refreshed is None:   # state the call writes and the next call reads (a decode step's caches) is bound there
       keys = [[_key(q) for q in places] for _, _, places in plan.reads]   # (a weakref's == compares tensors: builds one)
-      plan.refreshed = [[(i, j) for i, ks in enumerate(keys) for j, k in enumerate(ks) if k == _key(p)] if p[2] != "grad" else []
-                        for p, _, _ in plan.publish]
+      sizes = [size for _, size, _ in plan.reads]
+      plan.refreshed = [[(i, j) for i, ks in enumerate(keys) for j, k in enumerate(ks) if k == _key(p) and sizes[i] == plan.shown[s][1]]
+                        if p[2] != "grad" and s in plan.shown else [] for p, s, _ in plan.publish]
     for (p, s, shape), refresh in zip(plan.publish, plan.refreshed):
       if p[2] == "grad":
         if (leaf := _resolve((p[0], p[1], None), tensors)) is not None: leaf.grad = None if s is None else _tensor(view(s, shape), leaf.device)
