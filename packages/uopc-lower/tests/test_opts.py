@@ -603,6 +603,21 @@ def test_a_b_read_along_its_columns_is_packed_from_fewer_products_when_enough_ro
     assert ((n // 32, k, 32) in [kk.root.shape for kk in ks]) is packed, (m, k, n, [kk.root.shape for kk in ks])
 
 
+def test_a_b_narrower_than_a_vector_is_copied_transposed_for_dot_products():
+  """x @ W into fewer columns than a vector has lanes (an MLP's 10 classes), W stored row by row: no vector fits a row
+  of W, so its kernel ran scalar. W is copied column by column (panels of one column, k contiguous) when each output
+  sums PACK_NARROW_DEPTH products or more, and the kernel takes dot products along k; a W read along k already, or a
+  short sum, is left as it is."""
+  from uopc.packing import PACK_NARROW, PACK_NARROW_DEPTH
+  for m, k, n, w_rows, packed in ((256, 256, 10, True, True), (256, PACK_NARROW_DEPTH // 2, 10, True, False),
+                                  (256, 256, 10, False, False), (256, 256, PACK_NARROW, True, False)):
+    a = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
+    w = buf(1, k * n).reshape((k, n)).permute((1, 0)) if w_rows else buf(1, n * k).reshape((n, k))   # (n, k): B[k, j]
+    b = w.reshape((1, n, k)).expand((m, n, k))
+    ks = kernelize([((a * b).reduce(Ops.ADD, 1), buf(2, m * n))], rewrite=graph_rewrite(CPU))
+    assert ((n, k, 1) in [kk.root.shape for kk in ks]) is packed, (m, k, n, w_rows, [kk.root.shape for kk in ks])
+
+
 def test_a_gemm_stored_transposed_packs_its_a_into_panels_a_vector_wide():
   """k's gradient in attention, ds.T @ q (512 x 64 from 512 x 512 by 512 x 64), comes from autodiff as (q.T @ ds).T: a
   GEMM C = A @ B with A = q.T (read down its columns: packed) whose kernel stores C transposed. That kernel's vector lanes

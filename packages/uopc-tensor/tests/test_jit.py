@@ -305,17 +305,20 @@ def test_launches_computed_from_unchanged_state_are_skipped_until_the_state_chan
   assert len(runs) == 4
 
 
-@pytest.mark.parametrize("m,k,n", [(16, 128, 384), (256, 10, 256), (40, 96, 64)])
-def test_small_gemms_whose_weight_is_packed_match_numpy_plain_and_replayed(m, k, n):
+@pytest.mark.parametrize("m,k,n,transposed", [(16, 128, 384, True), (256, 10, 256, True), (40, 96, 64, True), (256, 256, 10, False)])
+def test_small_gemms_whose_weight_is_packed_match_numpy_plain_and_replayed(m, k, n, transposed):
   """x @ w.T packs w from 16 rows and 128K multiply-adds (a decode step's projection, an MLP's backward through a 10-class
-  head): plain, replayed (the pack skipped while w is unchanged), and after w is assigned anew."""
-  w = Tensor(data(0, n, k))
-  f = jit(lambda x: x @ w.T)
+  head), and x @ W copies a W of 10 columns transposed (an MLP's head): plain, replayed (the copy skipped while the
+  weight is unchanged), and after it is assigned anew."""
+  w = Tensor(data(0, n, k) if transposed else data(0, k, n))
+  mm = (lambda x: x @ w.T) if transposed else (lambda x: x @ w)
+  want = lambda x: x @ (w.numpy().T if transposed else w.numpy())
+  f = jit(mm)
   for s in range(5):
     x = data(s + 1, m, k)
-    np.testing.assert_allclose((Tensor(x) @ w.T).numpy(), x @ w.numpy().T, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(f(Tensor(x)).numpy(), x @ w.numpy().T, rtol=1e-4, atol=1e-4)
-    if s == 2: w.assign(Tensor(data(9, n, k))).realize()
+    np.testing.assert_allclose(mm(Tensor(x)).numpy(), want(x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(f(Tensor(x)).numpy(), want(x), rtol=1e-4, atol=1e-4)
+    if s == 2: w.assign(Tensor(data(9, *w.shape))).realize()
 
 
 def test_a_replays_temporaries_share_buffers_where_their_lifetimes_allow_but_a_static_launchs_keep_theirs(monkeypatch):
