@@ -174,7 +174,7 @@ def test_state_a_replay_writes_is_bound_at_the_next_replay_without_a_lookup(monk
     tok, at = data(pos, 3), np.arange(5) == pos
     np.testing.assert_array_equal(fast(Tensor(tok), Tensor(at)).numpy(), plain(Tensor(tok), Tensor(at)).numpy())
   np.testing.assert_array_equal(Kj.numpy(), Kp.numpy())
-  assert len(lookups) <= 2 * 2                                # the two calls' new arguments alone
+  assert len(lookups) <= 2 * 2                                # the two calls' new arguments (tok, at) alone
 
 
 @pytest.mark.parametrize("when", [1, 3])

@@ -139,8 +139,9 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
   new = list(operands)
   small = operands[b_at].src[0]                            # B: (..., 1, n, k) before the broadcast along i, read as B[k, j]
   lead = small.shape[:-3]
-  if n % panel == 0 and n != panel and (st := _strides(small.reshape(lead + (n, k)).permute(tuple(range(len(lead))) + (len(lead) + 1, len(lead))))):
-    along_k, along_j = st                                  # B[k, j]: rows are k, columns j
+  b_strides = _strides(small.reshape(lead + (n, k)).permute(tuple(range(len(lead))) + (len(lead) + 1, len(lead))))   # B[k, j]'s
+  if n % panel == 0 and n != panel and b_strides:
+    along_k, along_j = b_strides                           # B[k, j]: rows are k, columns j
     # rows PACK_STRIDE or more apart put a column panel's lines in a few of the L1's sets (2 KiB apart: 4 sets of 12
     # ways for a GEMM 512's 1024 lines), so every row tile reads the panel from L2 again; a copy pays for itself when
     # enough rows read the panels (the rows of every batch that shares this B). GEMM 512, 4 runs alternating:
@@ -156,11 +157,10 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
     if along_j != 1 or (transposed and abs(along_k) >= PACK_STRIDE and k >= PACK_MIN_DEPTH) or \
        (abs(along_k) >= PACK_STRIDE and (n * k > PACK_BIG or (n * k >= PACK_MID and reuse >= PACK_MID_ROWS))):
       new[b_at] = _in_panels(operands[b_at], n, rows if transposed else panel, whole)
-  elif n < PACK_NARROW and k >= PACK_NARROW_DEPTH and not transposed and \
-       (st := _strides(small.reshape(lead + (n, k)).permute(tuple(range(len(lead))) + (len(lead) + 1, len(lead))))) and st[1] == 1:
+  elif n < PACK_NARROW and k >= PACK_NARROW_DEPTH and not transposed and b_strides and b_strides[1] == 1:
     # a B narrower than a vector, stored row by row (x @ W into 10 classes): no vector fits its row, so the kernel ran
     # scalar; copied column by column (panels of one column: B.T, k contiguous) it takes dot products along k (an MLP's
-    # 256 x 256 @ 256 x 10, in-graph under the jit: 37 -> 15 us, the copy of 2,560 elements once)
+    # 256 x 256 @ 256 x 10 under UOPC_DEBUG: 37 -> 15 us a launch; a jitted call 44 -> 24 us, the copy run once)
     new[b_at] = _in_panels(operands[b_at], n, 1, whole)
   small = operands[1 - b_at].src[0]                        # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
   a_rows = panel if transposed else rows
@@ -305,5 +305,4 @@ def _transposed_sums(nodes: list[UOp]) -> set[UOp]:
 
 
 __all__ = ["GemmPacking", "SPLIT_DEPTH_PER_COLUMN", "PACK_STRIDE", "PACK_BIG", "PACK_MID", "PACK_MID_ROWS", "PACK_MIN_ROWS", "PACK_ROWS",
-           "PACK_MIN_DEPTH", "PACK_MIN_WORK", "PACK_SMALL_WORK", "PACK_REUSE_ROWS",
-           "PACK_NARROW", "PACK_NARROW_DEPTH"]
+           "PACK_MIN_DEPTH", "PACK_MIN_WORK", "PACK_SMALL_WORK", "PACK_REUSE_ROWS", "PACK_NARROW", "PACK_NARROW_DEPTH"]

@@ -179,7 +179,7 @@ class _Plan:
   same_args: list[tuple[int, ...]] = field(default_factory=list)   # argument positions that held one tensor (see _bind)
   pools: dict[int, list[_Held]] = field(default_factory=dict)
   memo: list = field(default_factory=list)       # per read, per place: (weakref to the uop last bound, to its Buffer)
-  refreshed: list | None = None                  # per publish, the (read, place) memo entries its place's new value fills
+  refreshed: list = field(default_factory=list)  # per publish, the (read, place) memo entries its new value fills (_refreshed)
   varying: list[int] | None = None               # the slots whose Buffer a replay may change: reads and results
   temp_groups: dict[int, int] = field(default_factory=dict)   # temporary slot -> its Buffer among temp_specs (_shared_temporaries)
   temp_specs: list[tuple[Any, int, DType]] = field(default_factory=list)
@@ -327,7 +327,7 @@ class JitFunction:
     self._plans.append(_Plan([(t.shape, t.dtype) for t in tensors], others, objects, launches, steps, table, reads, temps, shown,
                              draws, checks, publish, grad_guards, template, temp_groups=temp_groups, temp_specs=temp_specs,
                              static=LaunchGraph([launches[i] for i in sorted(static)]) if static else None, static_inputs=static_inputs,
-                             same_args=[ks for ks in _positions(tensors) if len(ks) > 1]))
+                             same_args=[ks for ks in _positions(tensors) if len(ks) > 1], refreshed=_refreshed(reads, publish, shown)))
     return out
 
   # ---- replay
@@ -401,17 +401,12 @@ class JitFunction:
     def view(s: int, shape: tuple[int, ...]):
       if s in held: return held[s].view(shape)
       return name_buffer(table[s], shape)      # handing out a value the call read (w.assign(x)): a name of its own
-    if plan.refreshed is None:   # state the call writes and the next call reads (a decode step's caches) is bound there
-      keys = [[_key(q) for q in places] for _, _, places in plan.reads]   # (a weakref's == compares tensors: builds one)
-      sizes = [size for _, size, _ in plan.reads]
-      plan.refreshed = [[(i, j) for i, ks in enumerate(keys) for j, k in enumerate(ks) if k == _key(p) and sizes[i] == plan.shown[s][1]]
-                        if p[2] != "grad" and s in plan.shown else [] for p, s, _ in plan.publish]
-    for (p, s, shape), refresh in zip(plan.publish, plan.refreshed):
+    for (p, s, shape), refresh in zip(plan.publish, plan.refreshed, strict=True):
       if p[2] == "grad":
         if (leaf := _resolve((p[0], p[1], None), tensors)) is not None: leaf.grad = None if s is None else _tensor(view(s, shape), leaf.device)
       elif (t := _resolve(p, tensors)) is not None:
         t.uop = view(s, shape)
-        if refresh:   # ... and the next bind finds it in the memo, as if it had looked it up
+        if refresh:   # state the next call reads (a decode step's caches): its bind finds it in the memo
           known = (weakref.ref(t.uop), weakref.ref(table[s]))
           for i, j in refresh: plan.memo[i][j] = known
     def output(o: _Out) -> Any:
@@ -490,6 +485,15 @@ def _positions(tensors: list[Tensor]) -> list[tuple[int, ...]]:
 
 def _key(place: tuple) -> tuple:
   return (place[0], place[1] if place[0] == "arg" else id(place[1]()), place[2])
+
+
+def _refreshed(reads: list, publish: list, shown: dict) -> list[list[tuple[int, int]]]:
+  """Per entry of `publish`, the (read, place) entries of the bind's memo that its new value fills: the reads of that
+  place with the published slot's size (a .grad, or a value the call only read, is looked up as before)."""
+  where: dict[tuple, list[tuple[int, int]]] = {}
+  for i, (_, size, places) in enumerate(reads):
+    for j, q in enumerate(places): where.setdefault((_key(q), size), []).append((i, j))   # (a weakref's == builds tensors)
+  return [where.get((_key(p), shown[s][1]), []) if p[2] != "grad" and s in shown else [] for p, s, _ in publish]
 
 
 def _trusted(places: list[tuple], published: set[tuple]) -> list[tuple]:
