@@ -407,17 +407,38 @@ def test_a_gemm_split_by_columns_takes_a_block_a_thread_where_its_part_of_b_fits
   """B too large for half the L2 splits a GEMM's column tiles across the threads, its rows walked in blocks of 64: the
   threads' loop inside the row blocks was a parallel region per block. Where a thread's part of B and a block of A fit in
   most of its L2 (nanoGPT's projections) the columns go in one block a thread, its loop the outermost; where they don't
-  (1024^3: each 8 rows then read the thread's columns from L3 again, 3% slower) the row blocks stay outside."""
+  (1024^3: each 8 rows then read the thread's columns from L3 again, 3% slower) the row blocks stay outside, up to a
+  depth of ROW_TILE_MAX_DEPTH; deeper, the rows are not tiled at all (see the next test)."""
   from uopc.lowering import Ctx
   from uopc.rangeify import lower
   caps = Caps(threads=2, vector_width=16, fma=True, l2_bytes=2 << 20, gemm_panel=32)
-  for (m, k, n), tiled in (((2048, 384, 1536), True), ((2048, 1536, 384), True), ((1536, 2048, 384), False), ((1024, 1024, 1024), False)):
+  for (m, k, n), tiled in (((2048, 384, 1536), True), ((2048, 1536, 384), True), ((1024, 1024, 1024), False)):
     kern = matmul_kernel(m, k, n)
     o = choose_opts(kern, caps)
     assert o.thread == 1 and dict(o.tile) == ({0: 64, 1: n // 2} if tiled else {0: 64}), (m, k, n, o)
     ranges = [u for u in lower(kern.canonical_root, kern.canonical_out, Ctx(opts=o)).toposort() if u.op is Ops.RANGE]
     outer = min(ranges, key=lambda r: r.arg.idx)
     assert (outer.arg.kind is AxisType.THREAD) is tiled and outer.src[0].arg == (2 if tiled else m // 64), (m, k, n, outer)
+
+
+def test_a_deep_gemm_split_by_columns_walks_each_panel_down_all_its_rows():
+  """A GEMM whose threads split its columns, each thread's part of B too large for its L2, summing more than
+  ROW_TILE_MAX_DEPTH products: no 64-row cache tiles. The threads' loop over the column panels is the outermost, and
+  each panel is walked down every row while it stays in the L2 (2048^3 4% faster than in blocks of 64 rows, each block
+  reading every panel from L3 again). A shallower sum keeps the row blocks (4096 x 256 @ 256 x 4096: 8% faster so)."""
+  from uopc.lowering import Ctx
+  from uopc.rangeify import lower
+  from uopc.opt import ROW_TILE_MAX_DEPTH
+  caps = Caps(threads=2, vector_width=16, fma=True, l2_bytes=2 << 20, gemm_panel=32)
+  assert ROW_TILE_MAX_DEPTH == 1024
+  for (m, k, n), rows_tiled in (((2048, 2048, 2048), False), ((1536, 2048, 384), False), ((1024, 4096, 1024), False),
+                                ((1024, 1024, 1024), True), ((4096, 256, 4096), True)):
+    kern = matmul_kernel(m, k, n)
+    o = choose_opts(kern, caps)
+    assert o.thread == 1 and dict(o.tile) == ({0: 64} if rows_tiled else {}), (m, k, n, o)
+    ranges = [u for u in lower(kern.canonical_root, kern.canonical_out, Ctx(opts=o)).toposort() if u.op is Ops.RANGE]
+    outer = min(ranges, key=lambda r: r.arg.idx)
+    assert (outer.arg.kind is AxisType.THREAD) is not rows_tiled, (m, k, n, outer)
 
 
 def test_a_register_tile_is_the_most_accumulators_that_fit_in_the_registers():

@@ -25,7 +25,8 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
     vector accumulators and the FMA units busy while each loaded value is used once per row or vector (Opts.upcast):
     the most accumulators whose registers, with the loaded vectors and the broadcast, fit in the machine's
     (Caps.vector_registers): 8 rows x 3 or 2 vectors with AVX-512's 32, 4 x 3 or 6 x 2 or 4 x 2 with AVX2's 16
-    (_register_tile); with 256 rows or more, they are walked 64 at a time (a cache tile, Opts.tile); a GEMM of
+    (_register_tile); with 256 rows or more, they are walked 64 at a time (a cache tile, Opts.tile), unless the
+    threads' parts of B outgrow the L2 and the sum is deeper than ROW_TILE_MAX_DEPTH; a GEMM of
     GEMM_UNROLL_WORK multiply-adds or more whose accumulators take at most half the registers takes GEMM_UNROLL steps
     of k a trip (Opts.unroll). A convolution tiles 8 output channels x 2 rows of one vector (32 registers) or 4
     channels x 2 vectors (16), not a GEMM's heads (more columns); a sum vectorized along an earlier output axis tiles
@@ -109,6 +110,7 @@ LINE_COPY_MIN_WORK = 1 << 14
 DOT_ROWS = 8               # rows of a GEMM read as dot products that share each loaded vector of the other operand
 GEMM_UNROLL = 4            # steps of k a GEMM's register tile takes per trip of its loop (see choose_opts) ...
 GEMM_UNROLL_WORK = 1 << 27  # ... in a GEMM of this many multiply-adds or more (512^3, about a millisecond here)
+ROW_TILE_MAX_DEPTH = 1024   # a GEMM whose threads' parts of B outgrow the L2 keeps its 64-row cache tiles only to this depth (see choose_opts)
 
 
 @dataclass(frozen=True)
@@ -647,9 +649,18 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     # (nanoGPT's projections, the kernel alone: 2048 x 384 @ 384 x 1536 7.42 -> 7.22 ms, 2048 x 1536 @ 1536 x 384 7.29 ->
     # 7.04, 2048 x 1152 @ 1152 x 384 5.50 -> 5.37). With more of B a thread (1024^3: 2 MiB) its columns came from L3
     # again for every 8 rows (6.64 -> 6.87 ms; 2048^3 54 -> 76 ms)
-    elif thread == last and row in tile and shape[last] % (step(last) * caps.threads) == 0 and \
-         4 * max(1, prod(analysis.reduce_sizes)) * (shape[last] // caps.threads + tile[row]) <= caps.l2_bytes * 4 // 5:
-      tile[last] = shape[last] // caps.threads
+    # Where they don't fit, the row tiles go too once the sum is deeper than ROW_TILE_MAX_DEPTH: each thread then walks
+    # one column panel of B down all the rows, the panel staying in its L2 while A streams past, where a block of 64
+    # rows (512 KB of A at K = 2048) walked every panel of the thread's part, each panel from L3 again for each block
+    # (alternating, the calls alone: 2048^3 54.4 -> 52.2-52.7 ms, 1536^3 23.3-24.0 -> 22.3-22.5, 1024 x 4096 @ 4096 x
+    # 1024 27.6 -> 26.4, 1536 x 2048 @ 2048 x 384 7.44 -> 7.16-7.23, 384 x 2048 @ 2048 x 1536 7.97-8.01 -> 7.57-7.59;
+    # at K = 1024 and 1152 the same either way; shallower sums keep them: 4096 x 256 @ 256 x 4096 26.2-26.5 against
+    # 28.3-28.8 ms without, 2048 x 512 @ 512 x 2048 13.4 against 14.3-14.4)
+    elif thread == last and row in tile:
+      depth = max(1, prod(analysis.reduce_sizes))
+      if shape[last] % (step(last) * caps.threads) == 0 and 4 * depth * (shape[last] // caps.threads + tile[row]) <= caps.l2_bytes * 4 // 5:
+        tile[last] = shape[last] // caps.threads
+      elif depth > ROW_TILE_MAX_DEPTH: del tile[row]
   if (transposing := _transposing_axis(analysis, vector, upcast, caps)) is not None:
     k, block = transposing
     tile = {k: block}
