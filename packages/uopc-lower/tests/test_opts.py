@@ -423,9 +423,11 @@ def test_a_gemm_split_by_columns_takes_a_block_a_thread_where_its_part_of_b_fits
 
 def test_a_deep_gemm_split_by_columns_walks_each_panel_down_all_its_rows():
   """A GEMM whose threads split its columns, each thread's part of B too large for its L2, summing more than
-  ROW_TILE_MAX_DEPTH products: no 64-row cache tiles. The threads' loop over the column panels is the outermost, and
-  each panel is walked down every row while it stays in the L2 (2048^3 4% faster than in blocks of 64 rows, each block
-  reading every panel from L3 again). A shallower sum keeps the row blocks (4096 x 256 @ 256 x 4096: 8% faster so)."""
+  ROW_TILE_MAX_DEPTH products with its A read row by row: no 64-row cache tiles. The threads' loop over the column panels
+  is the outermost, and each panel is walked down every row while it stays in the L2 (2048^3 4% faster than in blocks of
+  64 rows, each block reading every panel from L3 again). A shallower sum keeps the row blocks (4096 x 256 @ 256 x 4096:
+  8% faster so), and so does an A packed into panels of 8 rows (a weight's gradient, dy.T @ x over 2048 tokens: 7% slower
+  without them)."""
   from uopc.lowering import Ctx
   from uopc.rangeify import lower
   from uopc.opt import ROW_TILE_MAX_DEPTH
@@ -439,6 +441,12 @@ def test_a_deep_gemm_split_by_columns_walks_each_panel_down_all_its_rows():
     ranges = [u for u in lower(kern.canonical_root, kern.canonical_out, Ctx(opts=o)).toposort() if u.op is Ops.RANGE]
     outer = min(ranges, key=lambda r: r.arg.idx)
     assert (outer.arg.kind is AxisType.THREAD) is not rows_tiled, (m, k, n, outer)
+  from uopc.kernelize import make_kernel
+  m, k, n = 1536, 2048, 384   # A packed into panels of 8 rows: A[i, k] = P[i // 8, k, i % 8]
+  a = buf(0, m * k).reshape((m // 8, k, 8)).permute((0, 2, 1)).reshape((m, 1, k)).expand((m, n, k))
+  b = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
+  o = choose_opts(make_kernel((a * b).reduce(Ops.ADD, 1), buf(2, m * n)), caps)
+  assert o.thread == 1 and dict(o.tile) == {0: 64}, o
 
 
 def test_a_register_tile_is_the_most_accumulators_that_fit_in_the_registers():

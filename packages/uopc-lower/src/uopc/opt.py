@@ -26,7 +26,7 @@ counter 0 and 1 of each loop to get its stride. Then, for a CPU:
     the most accumulators whose registers, with the loaded vectors and the broadcast, fit in the machine's
     (Caps.vector_registers): 8 rows x 3 or 2 vectors with AVX-512's 32, 4 x 3 or 6 x 2 or 4 x 2 with AVX2's 16
     (_register_tile); with 256 rows or more, they are walked 64 at a time (a cache tile, Opts.tile), unless the
-    threads' parts of B outgrow the L2 and the sum is deeper than ROW_TILE_MAX_DEPTH; a GEMM of
+    threads' parts of B outgrow the L2 and the sum, over an A read row by row, is deeper than ROW_TILE_MAX_DEPTH; a GEMM of
     GEMM_UNROLL_WORK multiply-adds or more whose accumulators take at most half the registers takes GEMM_UNROLL steps
     of k a trip (Opts.unroll). A convolution tiles 8 output channels x 2 rows of one vector (32 registers) or 4
     channels x 2 vectors (16), not a GEMM's heads (more columns); a sum vectorized along an earlier output axis tiles
@@ -292,6 +292,13 @@ def _rows_first(analysis: Analysis, caps: Caps, last: int) -> bool:
   cols = analysis.shape[last]
   depth = max(1, analysis.reduced, prod(analysis.reduce_sizes))
   return 4 * depth * cols <= caps.l2_bytes // 2
+
+
+def _row_major_a(analysis: Analysis, row: int, last: int) -> bool:
+  """Whether a GEMM (row axis `row`, vector axis `last`) reads its A row by row: every load constant along the columns
+  and moving along the rows is contiguous along k (not an A packed into panels, nor one read down its columns)."""
+  a = [b for b in analysis.deciding() if analysis.out_strides[b][last] == 0 and analysis.out_strides[b][row]]
+  return bool(a) and all(analysis.reduce_strides[b] == 1 for b in a)
 
 
 def _packed_b(analysis: Analysis, row: int, last: int, panel: int) -> bool:
@@ -655,12 +662,14 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     # (alternating, the calls alone: 2048^3 54.4 -> 52.2-52.7 ms, 1536^3 23.3-24.0 -> 22.3-22.5, 1024 x 4096 @ 4096 x
     # 1024 27.6 -> 26.4, 1536 x 2048 @ 2048 x 384 7.44 -> 7.16-7.23, 384 x 2048 @ 2048 x 1536 7.97-8.01 -> 7.57-7.59;
     # at K = 1024 and 1152 the same either way; shallower sums keep them: 4096 x 256 @ 256 x 4096 26.2-26.5 against
-    # 28.3-28.8 ms without, 2048 x 512 @ 512 x 2048 13.4 against 14.3-14.4)
+    # 28.3-28.8 ms without, 2048 x 512 @ 512 x 2048 13.4 against 14.3-14.4). Only where A is read row by row
+    # (_row_major_a): a weight's gradient over 2048 tokens, its A packed into panels of 8 rows (dy.T), kept them (alone,
+    # 1536 x 384 and 1152 x 384: 7% slower without)
     elif thread == last and row in tile:
       depth = max(1, prod(analysis.reduce_sizes))
       if shape[last] % (step(last) * caps.threads) == 0 and 4 * depth * (shape[last] // caps.threads + tile[row]) <= caps.l2_bytes * 4 // 5:
         tile[last] = shape[last] // caps.threads
-      elif depth > ROW_TILE_MAX_DEPTH: del tile[row]
+      elif depth > ROW_TILE_MAX_DEPTH and _row_major_a(analysis, row, last): del tile[row]
   if (transposing := _transposing_axis(analysis, vector, upcast, caps)) is not None:
     k, block = transposing
     tile = {k: block}
