@@ -647,6 +647,30 @@ def test_a_b_narrower_than_a_vector_is_copied_transposed_for_dot_products():
     assert ((n, k, 1) in [kk.root.shape for kk in ks]) is packed, (m, k, n, w_rows, [kk.root.shape for kk in ks])
 
 
+def test_a_gemm_whose_columns_are_not_whole_panels_is_computed_over_zero_padded_columns():
+  """C = A @ B with n columns not a whole number of panels (a GPT's head over a vocabulary of 65, 1000 classes): its
+  kernel's columns took no vector lanes (65) or half of them (1000), at 34-70 GFLOP/s where whole panels run at 300.
+  From PAD_MIN_WORK multiply-adds B is copied into panels padded with zero columns to whole panels (whichever way it
+  is stored), the GEMM stores C that wide, and C is read back through a SHRINK. Not for a smaller GEMM (the two
+  kernels more cost what they save), C one panel wide or less, or a C stored transposed (its lanes go along i)."""
+  from uopc.packing import PAD_MIN_WORK
+  assert 128 * 128 * 65 < PAD_MIN_WORK <= 512 * 64 * 100
+  for m, k, n, w_rows, padded in ((1024, 128, 65, False, 96), (1024, 128, 65, True, 96), (512, 64, 100, True, 128), (300, 70, 1001, False, 1024),
+                                  (128, 128, 65, True, None), (1024, 128, 20, True, None), (1024, 128, 96, True, None)):
+    a = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
+    w = buf(1, k * n).reshape((k, n)).permute((1, 0)) if w_rows else buf(1, n * k).reshape((n, k))   # (n, k): B[k, j]
+    c = (a * w.reshape((1, n, k)).expand((m, n, k))).reduce(Ops.ADD, 1)
+    ks = kernelize([(c, buf(2, m * n))], rewrite=graph_rewrite(CPU))
+    shapes = [kk.root.shape for kk in ks]
+    if padded: assert (padded // 32, k, 32) in shapes and (m, padded) in shapes and shapes[-1] == (m, n), (m, k, n, shapes)   # C read back n wide
+    else: assert all(s[-1] == n for s in shapes if len(s) == 2), (m, k, n, shapes)
+  # stored transposed (k's gradient in attention: (q.T @ ds).T), C's lanes go along its i: no padding of its j
+  a = buf(0, 64 * 520).reshape((520, 64)).permute((1, 0)).reshape((64, 1, 520)).expand((64, 65 * 8, 520))
+  b = buf(1, 520 * 520).reshape((520, 520)).permute((1, 0)).reshape((1, 520, 520)).expand((64, 520, 520))
+  ks = kernelize([((a * b).reduce(Ops.ADD, 1).permute((1, 0)), buf(2, 520 * 64))], rewrite=graph_rewrite(CPU))
+  assert not any(520 < s for kk in ks for s in kk.root.shape), [kk.root.shape for kk in ks]
+
+
 def test_a_gemm_stored_transposed_packs_its_a_into_panels_a_vector_wide():
   """k's gradient in attention, ds.T @ q (512 x 64 from 512 x 512 by 512 x 64), comes from autodiff as (q.T @ ds).T: a
   GEMM C = A @ B with A = q.T (read down its columns: packed) whose kernel stores C transposed. That kernel's vector lanes

@@ -227,8 +227,9 @@ def test_the_gpt_training_step_keeps_its_schedule():
   # (16 x 4 x 64 x 64 scores) stores its exp for its sum and quotient (SOFTMAX_STAGE_MIN): 2 kernels more each; the
   # exp's gradient is not stored on its way to the scores' (it is read once): a kernel less each; its 1 / sum multiplies
   # the rows of exp @ v rather than the probabilities (matmul's row factor): three passes over the scores become passes
-  # over the 64 x 32 values, and a kernel more each (16.9 -> 16.2 ms a jitted step)
-  assert len(ks) == 232
+  # over the 64 x 32 values, and a kernel more each (16.9 -> 16.2 ms a jitted step). The head's 65 columns are computed
+  # 96 wide over its weight padded with zero columns: its copy is a kernel more (the logits 270 -> 120 us in-graph)
+  assert len(ks) == 233
   assert max(sum(1 for u in k.root.toposort() if u.op in ALU or u.op is Ops.REDUCE) for k in ks) <= MAX_KERNEL_BODY // 10
   # the gradient of the attention's qkv projection is three padded gradients summed, which the two GEMMs reading it
   # evaluated again for every product (1.62x the least ALU ops): stored first, 1.04x. Transcendentals are at 1.41x
@@ -244,7 +245,7 @@ def test_the_gpt_training_step_keeps_its_schedule():
   # (its gradient's reduction behind reshapes), all 29 without a copy kernel (each was a copy before; the two embedding
   # tables, whose one-hot gradient came out transposed, until their forward became a GATHER and its gradient row-major)
   with_grads = loss.schedule(*updates, *[p.grad for p in model.parameters()])
-  assert len(with_grads) == 232 and executed(with_grads)[0] <= 1.05 * ops
+  assert len(with_grads) == 233 and executed(with_grads)[0] <= 1.05 * ops
 
 
 # ---- a long chain is cut into kernels of bounded size, and still computes NumPy's numbers ---------------------------------

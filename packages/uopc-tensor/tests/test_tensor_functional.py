@@ -116,6 +116,32 @@ def test_a_broadcast_of_one_dtype_builds_the_graph_of_broadcast_to(shapes):
   assert (2.0 - y).shape == shapes[1] and (x * y).requires_grad
 
 
+@pytest.mark.parametrize("batch,m,k,n,transposed", [((), 1024, 128, 65, True), ((), 512, 64, 100, False), ((2,), 300, 70, 1001, True),
+                                                     ((), 64, 520, 200, False)])
+def test_a_matmul_whose_columns_are_not_whole_panels_matches_numpy(batch, m, k, n, transposed):
+  # n columns that aren't whole panels of 32 (a GPT's head over a vocabulary of 65): on a CPU computed over B padded
+  # with zero columns, C read back n wide (uopc.packing._padded). NumPy's numbers either way, its gradients too, and a
+  # jitted call's (the padded copy of a weight that stays the same is made once)
+  from uopc.jit import jit
+  rng = np.random.default_rng(n)
+  X = rng.standard_normal(batch + (m, k)).astype(np.float32)
+  W = rng.standard_normal(batch + ((n, k) if transposed else (k, n))).astype(np.float32)
+  x, w = Tensor(X, requires_grad=True), Tensor(W, requires_grad=True)
+  mm = (lambda a: a @ w.transpose(-1, -2)) if transposed else (lambda a: a @ w)
+  Wk = np.swapaxes(W, -1, -2) if transposed else W
+  c = mm(x)
+  np.testing.assert_allclose(c.numpy(), X @ Wk, rtol=1e-4, atol=1e-4)
+  G = rng.standard_normal(c.shape).astype(np.float32)
+  (c * Tensor(G)).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), G @ np.swapaxes(Wk, -1, -2), rtol=1e-4, atol=1e-4)
+  dW = np.swapaxes(X, -1, -2) @ G
+  np.testing.assert_allclose(w.grad.numpy(), np.swapaxes(dW, -1, -2) if transposed else dW, rtol=1e-4, atol=1e-4)
+  f = jit(lambda a: mm(a) + 1.0)
+  for s in range(3):
+    Xs = rng.standard_normal(X.shape).astype(np.float32)
+    np.testing.assert_allclose(f(Tensor(Xs)).numpy(), Xs @ Wk + 1.0, rtol=1e-4, atol=1e-4)
+
+
 def test_a_deep_narrow_matmul_summed_in_chunks_matches_numpy():
   # (64, 32768) @ (32768, 32): on a CPU whose half L2 its B (4 MiB) outgrows, partial products over chunks of K, stored,
   # then summed (uopc.packing._split_depth); either way NumPy's numbers, and its gradients

@@ -18,6 +18,7 @@ from typing import Callable
 from dataclasses import dataclass
 from uopc.dtype import dtypes
 from uopc.uop import UOp, Ops, MOVEMENT, prod
+from uopc.composite import pad
 
 
 PACK_STRIDE = 256          # a B operand whose rows are this many elements apart (1 KiB of f32) or more is packed
@@ -40,6 +41,11 @@ PACK_SMALL_WORK = 1 << 17
 PACK_REUSE_ROWS = 16
 PACK_NARROW = 16           # a B with fewer columns than this, rows contiguous, is copied transposed (see _pack) ...
 PACK_NARROW_DEPTH = 64     # ... when each output sums this many products or more
+# a GEMM of this many multiply-adds or more whose C is not a whole number of panels wide (and wider than one) is
+# computed over B padded with zero columns to whole panels (_padded). Below it the two kernels more (the pad's
+# copy, C's read back) cost what they save in a plain call: 256 x 128 @ 128 x 65, 2M, 137 against 141 us; 512 x 64 @
+# 64 x 100, 3.3M, 236 -> 133 us; 1024 x 128 @ 128 x 65 302 -> 186 us
+PAD_MIN_WORK = 1 << 21
 
 
 def _offset(view: UOp, idx: tuple[int, ...]) -> int | None:
@@ -136,6 +142,11 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
   along = lambda x, axis: x.op is Ops.EXPAND and x.src[0].shape[axis] == 1 and x.shape[axis] > 1
   if m < PACK_MIN_ROWS or k < 8 or prod(product.shape) < (PACK_SMALL_WORK if m >= PACK_REUSE_ROWS else PACK_MIN_WORK): return u
   b_at = 1 if along(operands[1], -3) else 0
+  # C's columns not a whole number of panels (a vocabulary of 65, 1000 classes): the GEMM is computed n_pad columns wide
+  # over B padded with zero columns (packed: the pad is a copy anyway), stored, and read back n wide (_padded)
+  if (padded := not transposed and n > panel and n % panel != 0 and prod(product.shape) >= PAD_MIN_WORK):
+    n = -(-n // panel) * panel
+    product, operands = _padded(product, b_at, n)
   new = list(operands)
   small = operands[b_at].src[0]                            # B: (..., 1, n, k) before the broadcast along i, read as B[k, j]
   lead = small.shape[:-3]
@@ -157,6 +168,7 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
     if along_j != 1 or (transposed and abs(along_k) >= PACK_STRIDE and k >= PACK_MIN_DEPTH) or \
        (abs(along_k) >= PACK_STRIDE and (n * k > PACK_BIG or (n * k >= PACK_MID and reuse >= PACK_MID_ROWS))):
       new[b_at] = _in_panels(operands[b_at], n, rows if transposed else panel, whole)
+  elif padded: new[b_at] = _in_panels(operands[b_at], n, panel, whole)   # (a pad's view has no strides to read)
   elif n < PACK_NARROW and k >= PACK_NARROW_DEPTH and not transposed and b_strides and b_strides[1] == 1:
     # a B narrower than a vector, stored row by row (x @ W into 10 classes): no vector fits its row, so the kernel ran
     # scalar; copied column by column (panels of one column: B.T, k contiguous) it takes dot products along k (an MLP's
@@ -167,7 +179,24 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
   if m % a_rows == 0 and m != a_rows and (st := _strides(small.reshape(small.shape[:-3] + (m, k)))):
     if abs(st[1]) >= 16 and k >= PACK_MIN_DEPTH: new[1 - b_at] = _in_panels(operands[1 - b_at], m, a_rows, whole)   # a line per k
   if all(a is b for a, b in zip(new, operands)): return u
-  return u.replace(src=(product.replace(src=tuple(new)),))
+  out = u.replace(src=(product.replace(src=tuple(new)),))
+  return UOp(Ops.STAGE, (out,)).shrink(tuple((0, d) for d in u.shape)) if padded else out
+
+
+def _padded(product: UOp, b_at: int, n: int) -> tuple[UOp, tuple[UOp, UOp]]:
+  """A GEMM's product (MUL of A broadcast along j and B, operand `b_at`, broadcast along i) over n columns, B padded
+  with zero columns to n: (the product, its operands). Its sum is C's value in the first columns and 0 in the others;
+  _pack stores it (a STAGE: a kernel whose output axis is whole panels, so its register tile's vectors fit) and reads C
+  back through a SHRINK. Unpadded, such a GEMM's columns took no vector lanes, or fewer than the machine has: 1024 x 128
+  @ 128 x 65 (a GPT's head over a vocabulary of 65) ran at 44-57 GFLOP/s, 1024 x 768 @ 768 x 4097 at 34, where 4096
+  columns run at 300."""
+  *lead, m, _, k = product.shape
+  full = (*lead, m, n, k)
+  a, b = product.src[1 - b_at].src[0], product.src[b_at].src[0]      # (..., m, 1, k) and (..., 1, n0, k)
+  wide = pad(b, ((0, 0),) * (len(b.shape) - 2) + ((0, n - b.shape[-2]), (0, 0)))
+  operands = [a.expand(full), a.expand(full)]
+  operands[b_at] = wide.expand(full)
+  return product.replace(src=tuple(operands)), (operands[0], operands[1])
 
 
 def _in_panels(x: UOp, count: int, rows: int, whole: Callable[[UOp], bool]) -> UOp:
@@ -305,4 +334,4 @@ def _transposed_sums(nodes: list[UOp]) -> set[UOp]:
 
 
 __all__ = ["GemmPacking", "SPLIT_DEPTH_PER_COLUMN", "PACK_STRIDE", "PACK_BIG", "PACK_MID", "PACK_MID_ROWS", "PACK_MIN_ROWS", "PACK_ROWS",
-           "PACK_MIN_DEPTH", "PACK_MIN_WORK", "PACK_SMALL_WORK", "PACK_REUSE_ROWS", "PACK_NARROW", "PACK_NARROW_DEPTH"]
+           "PACK_MIN_DEPTH", "PACK_MIN_WORK", "PACK_SMALL_WORK", "PACK_REUSE_ROWS", "PACK_NARROW", "PACK_NARROW_DEPTH", "PAD_MIN_WORK"]
