@@ -650,13 +650,16 @@ def test_a_b_narrower_than_a_vector_is_copied_transposed_for_dot_products():
 def test_a_gemm_whose_columns_are_not_whole_panels_is_computed_over_zero_padded_columns():
   """C = A @ B with n columns not a whole number of panels (a GPT's head over a vocabulary of 65, 1000 classes): its
   kernel's columns took no vector lanes (65) or half of them (1000), at 34-70 GFLOP/s where whole panels run at 300.
-  From PAD_MIN_WORK multiply-adds B is copied into panels padded with zero columns to whole panels (whichever way it
-  is stored), the GEMM stores C that wide, and C is read back through a SHRINK. Not for a smaller GEMM (the two
-  kernels more cost what they save), C one panel wide or less, or a C stored transposed (its lanes go along i)."""
+  From PAD_MIN_WORK multiply-adds B is copied into panels padded with zero columns to whole panels, the GEMM stores C
+  that wide, and C is read back through a SHRINK. Not for a smaller GEMM (the two kernels more cost what they save), C
+  one panel wide or less, a C stored transposed (its lanes go along i), or a B stored row by row whose C is whole
+  vectors wide (48 columns: all its lanes are C's already, and padded it was 45% slower)."""
   from uopc.packing import PAD_MIN_WORK
   assert 128 * 128 * 65 < PAD_MIN_WORK <= 512 * 64 * 100
   for m, k, n, w_rows, padded in ((1024, 128, 65, False, 96), (1024, 128, 65, True, 96), (512, 64, 100, True, 128), (300, 70, 1001, False, 1024),
-                                  (128, 128, 65, True, None), (1024, 128, 20, True, None), (1024, 128, 96, True, None)):
+                                  (128, 128, 65, True, None), (1024, 128, 20, True, None), (1024, 128, 96, True, None),
+                                  (2048, 384, 48, False, 64), (2048, 384, 48, True, None), (1024, 256, 1008, True, None),
+                                  (1024, 256, 1000, True, 1024)):
     a = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
     w = buf(1, k * n).reshape((k, n)).permute((1, 0)) if w_rows else buf(1, n * k).reshape((n, k))   # (n, k): B[k, j]
     c = (a * w.reshape((1, n, k)).expand((m, n, k))).reduce(Ops.ADD, 1)

@@ -695,7 +695,8 @@ def graph_rewrite(caps: Caps) -> GemmPacking | None:
   into panels of caps.gemm_panel columns on a CPU that asks for them; None (the graph as written) elsewhere. A GPU
   stages its own operand tiles (uopc.gpulower), and a packed f32 copy of an f16 operand would hide the GEMM's f16 from
   the tensor cores."""
-  return GemmPacking(caps.gemm_panel, _register_tile(PACK_ROWS, 2, caps.vector_registers)[0], caps.l2_bytes) if caps.gemm_panel else None
+  if not caps.gemm_panel: return None
+  return GemmPacking(caps.gemm_panel, _register_tile(PACK_ROWS, 2, caps.vector_registers)[0], caps.l2_bytes, caps.vector_width)
 
 
 def candidates(kernel: Kernel, caps: Caps, base: Opts, limit: int = 12) -> list[Opts]:
