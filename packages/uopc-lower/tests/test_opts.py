@@ -653,7 +653,8 @@ def test_a_gemm_whose_columns_are_not_whole_panels_is_computed_over_zero_padded_
   From PAD_MIN_WORK multiply-adds B is copied into panels padded with zero columns to whole panels, the GEMM stores C
   that wide, and C is read back through a SHRINK. Not for a smaller GEMM (the two kernels more cost what they save), C
   one panel wide or less, a C stored transposed (its lanes go along i), or a B stored row by row whose C is whole
-  vectors wide (48 columns: all its lanes are C's already, and padded it was 45% slower)."""
+  vectors wide (48 columns: all its lanes are C's already, and padded it was 45% slower). Rows that only register tiles
+  of a quarter of PACK_ROWS or fewer divide are padded likewise, with A stored padded."""
   from uopc.packing import PAD_MIN_WORK
   assert 128 * 128 * 65 < PAD_MIN_WORK <= 512 * 64 * 100
   for m, k, n, w_rows, padded in ((1024, 128, 65, False, 96), (1024, 128, 65, True, 96), (512, 64, 100, True, 128), (300, 70, 1001, False, 1024),
@@ -667,6 +668,14 @@ def test_a_gemm_whose_columns_are_not_whole_panels_is_computed_over_zero_padded_
     shapes = [kk.root.shape for kk in ks]
     if padded: assert (padded // 32, k, 32) in shapes and (m, padded) in shapes and shapes[-1] == (m, n), (m, k, n, shapes)   # C read back n wide
     else: assert all(s[-1] == n for s in shapes if len(s) == 2), (m, k, n, shapes)
+  # rows that only tiles of 1 or 2 rows divide (997, 998; 37 rows of a 37 x 300 @ 300 x 512): A padded with zero rows and
+  # stored, C computed that tall and read back; rows that tiles of 3 or more divide (999) are left as they are
+  for m, k, n, tall in ((997, 256, 1024, 1000), (998, 256, 1024, 1000), (37, 300, 512, 40), (999, 256, 1024, None), (996, 256, 1024, None)):
+    a = buf(0, m * k).reshape((m, 1, k)).expand((m, n, k))
+    b = buf(1, k * n).reshape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
+    shapes = [kk.root.shape for kk in kernelize([((a * b).reduce(Ops.ADD, 1), buf(2, m * n))], rewrite=graph_rewrite(CPU))]
+    if tall: assert (tall, 1, k) in shapes and (tall, n) in shapes and shapes[-1] == (m, n), (m, shapes)
+    else: assert all(s[0] == m for s in shapes if len(s) == 2), (m, shapes)
   # stored transposed (k's gradient in attention: (q.T @ ds).T), C's lanes go along its i: no padding of its j
   a = buf(0, 64 * 520).reshape((520, 64)).permute((1, 0)).reshape((64, 1, 520)).expand((64, 65 * 8, 520))
   b = buf(1, 520 * 520).reshape((520, 520)).permute((1, 0)).reshape((1, 520, 520)).expand((64, 520, 520))

@@ -117,11 +117,12 @@ def test_a_broadcast_of_one_dtype_builds_the_graph_of_broadcast_to(shapes):
 
 
 @pytest.mark.parametrize("batch,m,k,n,transposed", [((), 1024, 128, 65, True), ((), 512, 64, 100, False), ((2,), 300, 70, 1001, True),
-                                                     ((), 64, 520, 200, False)])
+                                                     ((), 64, 520, 200, False), ((), 997, 256, 1024, False), ((3,), 37, 300, 500, True)])
 def test_a_matmul_whose_columns_are_not_whole_panels_matches_numpy(batch, m, k, n, transposed):
-  # n columns that aren't whole panels of 32 (a GPT's head over a vocabulary of 65): on a CPU computed over B padded
-  # with zero columns, C read back n wide (uopc.packing._padded). NumPy's numbers either way, its gradients too, and a
-  # jitted call's (the padded copy of a weight that stays the same is made once)
+  # n columns that aren't whole panels of 32 (a GPT's head over a vocabulary of 65), or m rows that only register tiles
+  # of 1 or 2 rows divide (997, 37): on a CPU computed over B padded with zero columns and A with zero rows, C read back
+  # (uopc.packing._padded). NumPy's numbers either way, its gradients too, and a jitted call's (the padded copy of a
+  # weight that stays the same is made once)
   from uopc.jit import jit
   rng = np.random.default_rng(n)
   X = rng.standard_normal(batch + (m, k)).astype(np.float32)

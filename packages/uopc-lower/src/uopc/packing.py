@@ -151,10 +151,20 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
   # lanes unpadded already (2048 x 384 @ 384 x 48: 0.32 ms, padded to 64 0.46)
   padded = not transposed and n > panel and n % panel != 0 and prod(product.shape) >= PAD_MIN_WORK and \
     not (b_strides is not None and b_strides[1] == 1 and n % max(1, lanes) == 0)
-  if padded:
-    n = -(-n // panel) * panel
-    product, operands = _padded(product, b_at, n)
+  # likewise C's rows, where the register tile's rows that divide them are a quarter of `rows` or fewer (997 rows took
+  # tiles of 1 row: 107 GFLOP/s against 303 for 1000): A padded with zero rows and stored (in panels where it is read
+  # down its columns, as below), 997 x 256 @ 256 x 1024 4.90 -> 2.07 ms. Not where the tile keeps more (999 and 1023
+  # rows, tiles of 3: 237 GFLOP/s, padded 2.21 -> 2.04 and 2.27 -> 2.13 ms, less than A's and C's copies may cost)
+  a0 = operands[1 - b_at].src[0]                           # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
+  a_strides = _strides(a0.reshape(a0.shape[:-3] + (m, k)))
+  tall = not transposed and m > rows and max(d for d in range(1, rows + 1) if m % d == 0) <= rows // 4 and prod(product.shape) >= PAD_MIN_WORK
+  if padded or tall:
+    m, n = -(-m // rows) * rows if tall else m, -(-n // panel) * panel if padded else n
+    product, operands = _padded(product, b_at, m, n)
   new = list(operands)
+  if tall:
+    a_cols = a_strides is not None and abs(a_strides[1]) >= 16 and k >= PACK_MIN_DEPTH
+    new[1 - b_at] = _in_panels(operands[1 - b_at], m, rows, whole) if a_cols else UOp(Ops.STAGE, (operands[1 - b_at].src[0],)).expand(product.shape)
   if padded: new[b_at] = _in_panels(operands[b_at], n, panel, whole)
   elif n % panel == 0 and n != panel and b_strides:
     along_k, along_j = b_strides                           # B[k, j]: rows are k, columns j
@@ -178,28 +188,28 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
     # scalar; copied column by column (panels of one column: B.T, k contiguous) it takes dot products along k (an MLP's
     # 256 x 256 @ 256 x 10 under UOPC_DEBUG: 37 -> 15 us a launch; a jitted call 44 -> 24 us, the copy run once)
     new[b_at] = _in_panels(operands[b_at], n, 1, whole)
-  small = operands[1 - b_at].src[0]                        # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
   a_rows = panel if transposed else rows
-  if m % a_rows == 0 and m != a_rows and (st := _strides(small.reshape(small.shape[:-3] + (m, k)))):
+  if not tall and m % a_rows == 0 and m != a_rows and (st := a_strides):
     if abs(st[1]) >= 16 and k >= PACK_MIN_DEPTH: new[1 - b_at] = _in_panels(operands[1 - b_at], m, a_rows, whole)   # a line per k
   if all(a is b for a, b in zip(new, operands)): return u
   out = u.replace(src=(product.replace(src=tuple(new)),))
-  return UOp(Ops.STAGE, (out,)).shrink(tuple((0, d) for d in u.shape)) if padded else out
+  return UOp(Ops.STAGE, (out,)).shrink(tuple((0, d) for d in u.shape)) if padded or tall else out
 
 
-def _padded(product: UOp, b_at: int, n: int) -> tuple[UOp, tuple[UOp, UOp]]:
-  """A GEMM's product (MUL of A broadcast along j and B, operand `b_at`, broadcast along i) over n columns, B padded
-  with zero columns to n: (the product, its operands). Its sum is C's value in the first columns and 0 in the others;
-  _pack stores it (a STAGE: a kernel whose output axis is whole panels, so its register tile's vectors fit) and reads C
-  back through a SHRINK. Unpadded, such a GEMM's columns took no vector lanes, or fewer than the machine has: 1024 x 128
-  @ 128 x 65 (a GPT's head over a vocabulary of 65) ran at 44-57 GFLOP/s, 1024 x 768 @ 768 x 4097 at 34, where 4096
-  columns run at 300."""
-  *lead, m, _, k = product.shape
+def _padded(product: UOp, b_at: int, m: int, n: int) -> tuple[UOp, tuple[UOp, UOp]]:
+  """A GEMM's product (MUL of A broadcast along j and B, operand `b_at`, broadcast along i) over m rows and n columns,
+  A padded with zero rows to m and B with zero columns to n: (the product, its operands). Its sum is C's value in the
+  first rows and columns and 0 in the others; _pack stores it (a STAGE: a kernel whose output axes are whole register
+  tiles and panels, so its tiles and vectors fit) and reads C back through a SHRINK. Unpadded, a GEMM's columns took no
+  vector lanes, or fewer than the machine has: 1024 x 128 @ 128 x 65 (a GPT's head over a vocabulary of 65) ran at 44-57
+  GFLOP/s, 1024 x 768 @ 768 x 4097 at 34, where 4096 columns run at 300."""
+  *lead, _, _, k = product.shape
   full = (*lead, m, n, k)
-  a, b = product.src[1 - b_at].src[0], product.src[b_at].src[0]      # (..., m, 1, k) and (..., 1, n0, k)
-  wide = pad(b, ((0, 0),) * (len(b.shape) - 2) + ((0, n - b.shape[-2]), (0, 0)))
+  a, b = product.src[1 - b_at].src[0], product.src[b_at].src[0]      # (..., m0, 1, k) and (..., 1, n0, k)
+  if m != a.shape[-3]: a = pad(a, ((0, 0),) * (len(a.shape) - 3) + ((0, m - a.shape[-3]), (0, 0), (0, 0)))
+  if n != b.shape[-2]: b = pad(b, ((0, 0),) * (len(b.shape) - 2) + ((0, n - b.shape[-2]), (0, 0)))
   operands = [a.expand(full), a.expand(full)]
-  operands[b_at] = wide.expand(full)
+  operands[b_at] = b.expand(full)
   return product.replace(src=tuple(operands)), (operands[0], operands[1])
 
 
