@@ -2,10 +2,10 @@
 
     python benchmarks/cpu.py [--repeat 7] [--passes 2] [--only gemm,sum] [--warm-cache]
 
-Rows: GEMM 256/512/1024/2048, attention forward and forward+backward (N=512, d=64), conv2d (batch 8, 64->64 channels,
-32x32, 3x3, padding 1), the sum and a*x+b of 16M f32, a 2048 x 2048 transpose copied, 4096 rows of a 2048 x 1024
-tensor picked by an index tensor (x[idx]), the MLP step of benchmarks/tensor.py and the GPT training step (vocab 65,
-context 64, batch 16, 2 layers, width 128, 4 heads, AdamW).
+Rows: GEMM 256/512/1024/2048 and two sizes that are no power of two (1000, and 997, a prime), attention forward and
+forward+backward (N=512, d=64), conv2d (batch 8, 64->64 channels, 32x32, 3x3, padding 1), the sum and a*x+b of 16M f32,
+a 2048 x 2048 transpose copied, 4096 rows of a 2048 x 1024 tensor picked by an index tensor (x[idx]), the MLP step of
+benchmarks/tensor.py and the GPT training step (vocab 65, context 64, batch 16, 2 layers, width 128, 4 heads, AdamW).
 The attention, sum, a*x+b, MLP and GPT rows run twice:
 calling the Tensor code each time, and under uopc.jit (its first two calls run and capture, replays are timed),
 which is how a training loop runs it; the difference is the Python cost of building and scheduling the graph.
@@ -256,7 +256,7 @@ def gather() -> Row:
   return Row("gather 4096 of 2048 rows", lambda: x[i].realize(), lambda: X[I], (lambda: xt[it]) if torch else None, nbytes=2 * 4096 * 1024 * 4)
 
 
-ROWS = {"gemm": lambda: [gemm(n) for n in (256, 512, 1024, 2048)],
+ROWS = {"gemm": lambda: [gemm(n) for n in (256, 512, 1024, 2048, 1000, 997)],
         "attention": lambda: [attention(False), attention(False, True), attention(True), attention(True, True)],
         "conv": lambda: [conv2d()], "sum": lambda: [reduce_sum(), reduce_sum(True)], "axpy": lambda: [axpy(), axpy(True)],
         "transpose": lambda: [transpose()], "gather": lambda: [gather()],
