@@ -676,6 +676,13 @@ def test_a_gemm_whose_columns_are_not_whole_panels_is_computed_over_zero_padded_
     shapes = [kk.root.shape for kk in kernelize([((a * b).reduce(Ops.ADD, 1), buf(2, m * n))], rewrite=graph_rewrite(CPU))]
     if tall: assert (tall, 1, k) in shapes and (tall, n) in shapes and shapes[-1] == (m, n), (m, shapes)
     else: assert all(s[0] == m for s in shapes if len(s) == 2), (m, shapes)
+  # two GEMMs padding one B pack it once, padded (not the pad's own concatenation, 96 wide, as a slice of which the
+  # padded B looks like one of attention's blocks)
+  w = buf(1, 48 * 384).reshape((48, 384))
+  cs = [(buf(s, 2048 * 384).reshape((2048, 1, 384)).expand((2048, 48, 384)) * w.reshape((1, 48, 384)).expand((2048, 48, 384))).reduce(Ops.ADD, 1)
+        for s in (0, 3)]
+  shapes = [kk.root.shape for kk in kernelize([(cs[0], buf(2, 2048 * 48)), (cs[1], buf(4, 2048 * 48))], rewrite=graph_rewrite(CPU))]
+  assert shapes.count((2, 384, 32)) == 1 and not any(s[0] == 3 for s in shapes if len(s) == 3), shapes
   # stored transposed (k's gradient in attention: (q.T @ ds).T), C's lanes go along its i: no padding of its j
   a = buf(0, 64 * 520).reshape((520, 64)).permute((1, 0)).reshape((64, 1, 520)).expand((64, 65 * 8, 520))
   b = buf(1, 520 * 520).reshape((520, 520)).permute((1, 0)).reshape((1, 520, 520)).expand((64, 520, 520))

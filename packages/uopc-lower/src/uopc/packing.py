@@ -162,10 +162,11 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
     m, n = -(-m // rows) * rows if tall else m, -(-n // panel) * panel if padded else n
     product, operands = _padded(product, b_at, m, n)
   new = list(operands)
+  # (a padded operand is packed as it is: its pad's top SHRINK is no slice of an operand other GEMMs read, see _in_panels)
   if tall:
     a_cols = a_strides is not None and abs(a_strides[1]) >= 16 and k >= PACK_MIN_DEPTH
-    new[1 - b_at] = _in_panels(operands[1 - b_at], m, rows, whole) if a_cols else UOp(Ops.STAGE, (operands[1 - b_at].src[0],)).expand(product.shape)
-  if padded: new[b_at] = _in_panels(operands[b_at], n, panel, whole)
+    new[1 - b_at] = _in_panels(operands[1 - b_at], m, rows, _never) if a_cols else UOp(Ops.STAGE, (operands[1 - b_at].src[0],)).expand(product.shape)
+  if padded: new[b_at] = _in_panels(operands[b_at], n, panel, _never)
   elif n % panel == 0 and n != panel and b_strides:
     along_k, along_j = b_strides                           # B[k, j]: rows are k, columns j
     # rows PACK_STRIDE or more apart put a column panel's lines in a few of the L1's sets (2 KiB apart: 4 sets of 12
@@ -194,6 +195,9 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
   if all(a is b for a, b in zip(new, operands)): return u
   out = u.replace(src=(product.replace(src=tuple(new)),))
   return UOp(Ops.STAGE, (out,)).shrink(tuple((0, d) for d in u.shape)) if padded or tall else out
+
+
+def _never(base: UOp) -> bool: return False
 
 
 def _padded(product: UOp, b_at: int, m: int, n: int) -> tuple[UOp, tuple[UOp, UOp]]:
