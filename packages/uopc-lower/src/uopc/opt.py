@@ -67,7 +67,7 @@ from uopc.kernelize import Kernel
 from uopc.symbolic import simplify
 from uopc.evaluate import exec_alu, const_value, EvalError
 from uopc.packing import (GemmPacking, PACK_STRIDE, PACK_BIG, PACK_MID, PACK_MID_ROWS, PACK_MIN_ROWS, PACK_ROWS,   # (here too, as before)
-                          PACK_MIN_DEPTH, PACK_MIN_WORK)
+                          PACK_MIN_DEPTH, PACK_MIN_WORK, divisor_at_most)
 
 
 @dataclass(frozen=True)
@@ -265,11 +265,6 @@ def _lanes(n: int, width: int) -> int:
 UNROLL_WHOLE = 16   # a reduction's innermost axis this short is unrolled whole (no loop); a longer one left scalar gets a tile
 
 
-def _divisor(n: int, want: int) -> int:
-  """The largest divisor of n that is at most `want`."""
-  return max(d for d in range(1, max(1, min(n, want)) + 1) if n % d == 0)
-
-
 @functools.lru_cache(maxsize=256)   # pure, and read by graph_rewrite at every realize (a tenth of a small op's Python)
 def _register_tile(rows: int, vectors: int, registers: int) -> tuple[int, int]:
   """A GEMM's register tile (rows, vectors of accumulators), each dividing its axis, at most 8 x 3, whose accumulators,
@@ -464,7 +459,7 @@ def choose_gpu_opts(kernel: Kernel, caps: Caps) -> Opts:
   if reduces and min(u.src[0].shape[-1] for u in reduces) >= 64 and prod(shape) <= GROUP_OUTPUTS:
     inner = math.gcd(*(u.src[0].shape[-1] for u in reduces))
     # powers of two first (a warp is 32 threads), then any divisor of 16 or more (a softmax over 200 classes)
-    choices += [opts(group=n) for n in GROUPS] + [opts(group=_divisor(inner, 256))] * (_divisor(inner, 256) >= 16)
+    choices += [opts(group=n) for n in GROUPS] + [opts(group=divisor_at_most(inner, 256))] * (divisor_at_most(inner, 256) >= 16)
   # a thread per output element: threads on the last axis (and the one before, when the last is short)
   dims = [k for k in range(len(shape)) if shape[k] > 1]
   if dims:
@@ -538,13 +533,13 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
         # 8 x 2 step by step 2.83-3.32. The whole call at 128 channels 15.6-16.9 -> 12.7-13.3 ms, at 32 1.54-1.63 ->
         # 1.31-1.43; a 1 x 1 convolution, whose chains are one step long, 0.46-0.63 ms with either tile)
         upcast.pop(last, None)
-        upcast[more[-1]] = _divisor(shape[more[-1]], 8)
-        upcast[row] = _divisor(shape[row], max(1, 16 // upcast[more[-1]]))
+        upcast[more[-1]] = divisor_at_most(shape[more[-1]], 8)
+        upcast[row] = divisor_at_most(shape[row], max(1, 16 // upcast[more[-1]]))
       # 16 registers (AVX2): 4 channels x the tile's vectors (and rows) to 8 accumulators (the same conv2d on an AMD
       # Zen 1: 4 x 1 x 2 7.9 ms, 4 x 2 x 1 8.6, 2 x 4 x 1 8.1; 4 rows x 2 vectors alone 12.2; 2 x 4 x 2 spilled, 13.3)
       elif more:
-        upcast[more[-1]] = _divisor(shape[more[-1]], 4)
-        upcast[row] = _divisor(shape[row], max(1, 8 // (upcast[more[-1]] * upcast.get(last, 1))))
+        upcast[more[-1]] = divisor_at_most(shape[more[-1]], 4)
+        upcast[row] = divisor_at_most(shape[row], max(1, 8 // (upcast[more[-1]] * upcast.get(last, 1))))
       # a cache tile of 64 rows: each thread's column panel of B is walked by 64 rows of A at a time while both stay in
       # its L2 (GEMM 1024: 184 -> 209 GFLOP/s; no change at 512 and below). Not in a batch of GEMMs (attention's, over
       # batch and heads: both operands move along the leading axes): there each GEMM's B is its own and small, and the
@@ -560,12 +555,12 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
       # whose 22 such GEMMs do 8-67 million multiply-adds each, 0.90 -> 1.14 s; its jitted step 1% faster), which a GEMM of
       # a millisecond or more wins back in a few hundred launches
       if analysis.reduce_sizes and 2 * prod(upcast.values()) <= caps.vector_registers and analysis.work >= GEMM_UNROLL_WORK:
-        unroll = _divisor(math.gcd(*analysis.reduce_sizes), GEMM_UNROLL)
+        unroll = divisor_at_most(math.gcd(*analysis.reduce_sizes), GEMM_UNROLL)
   elif vectorizable and caps.vector_width > 1 and analysis.reduce_sizes and all(s in (0, 1) for s in along_reduce):
     w = min(_lanes(r, caps.vector_width) for r in analysis.reduce_sizes)
     if w > 1:
       reduce_vector = w
-      unroll = _divisor(min(analysis.reduce_sizes) // w, 4) if all(r % (w * 4) == 0 for r in analysis.reduce_sizes) else 1
+      unroll = divisor_at_most(min(analysis.reduce_sizes) // w, 4) if all(r % (w * 4) == 0 for r in analysis.reduce_sizes) else 1
       unroll = unroll if all(r % (w * unroll) == 0 for r in analysis.reduce_sizes) else 1
       # a GEMM read as dot products (x @ w.T for a few rows of x: both operands contiguous along k) gets a register
       # tile: the shortest axis along which one operand is constant (the rows of x, over which w's vectors repeat)
@@ -581,8 +576,8 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
         # tiled as not (2 per output and 1 per tile, against 3 per output), and the tile's 16 accumulators with their
         # horizontal sums were 30 KB of C a kernel: a fifth of a cold GPT step's gcc time, for 0.4 ms of its 25
         if 2 * sum(any(analysis.out_strides[b][k] == 0 for k in [rows, *other]) for b in deciding) >= len(deciding):
-          upcast[rows] = _divisor(shape[rows], DOT_ROWS)
-          if other: upcast[other[0]] = _divisor(shape[other[0]], 2)
+          upcast[rows] = divisor_at_most(shape[rows], DOT_ROWS)
+          if other: upcast[other[0]] = divisor_at_most(shape[other[0]], 2)
           unroll = 1
       # output axes along which no load moves, in a kernel with a STACK, are where a branch is chosen (a convolution's
       # weight gradient, out[o, c, kh, kw]: each of x's 9 window positions is a load of its own and the position picks
@@ -602,7 +597,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
     moving = [b for b in deciding if analysis.out_strides[b][k]]
     reuse = [j for j in range(k + 1, n) if shape[j] > 1 and all(analysis.out_strides[b][j] == 0 for b in moving)
              and any(analysis.out_strides[b][j] for b in deciding)] if analysis.products else []
-    if reuse: upcast[reuse[-1]] = _divisor(shape[reuse[-1]], 16 if caps.vector_width >= 16 else 8)
+    if reuse: upcast[reuse[-1]] = divisor_at_most(shape[reuse[-1]], 16 if caps.vector_width >= 16 else 8)
   # a reduction left scalar (its operands read across the reduced axis: an MLP's logits, x @ W2 with W2 10 columns wide)
   # sums each output in one chain of dependent multiply-adds, one FMA latency a step; a tile of the last output axis
   # runs up to 16 chains side by side on one load of the operand that doesn't move along it (the logits, 256 x 10
@@ -610,7 +605,7 @@ def choose_opts(kernel: Kernel, caps: Caps) -> Opts:
   # its copies are chains side by side already, and a tile would multiply the straight-line code
   reduce_sizes = analysis.reduce_sizes
   if vector is None and reduce_vector == 1 and not upcast and last is not None and reduce_sizes and min(reduce_sizes) > UNROLL_WHOLE \
-     and (chains := _divisor(shape[last], 16)) > 1 and any(analysis.out_strides[b][last] == 0 for b in deciding):
+     and (chains := divisor_at_most(shape[last], 16)) > 1 and any(analysis.out_strides[b][last] == 0 for b in deciding):
     upcast[last] = chains
   # a short innermost reduced axis (a convolution's window positions) is unrolled whole: no loop, and the STACK that picks a
   # window becomes a constant choice in each copy. A reduction over nothing (an empty matmul fused into a sum) has none: 0 < short

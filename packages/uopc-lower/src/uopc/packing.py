@@ -48,6 +48,11 @@ PACK_NARROW_DEPTH = 64     # ... when each output sums this many products or mor
 PAD_MIN_WORK = 1 << 21
 
 
+def divisor_at_most(n: int, want: int) -> int:
+  """The largest divisor of n that is at most `want` (a register tile's rows or vectors along an axis of n)."""
+  return max(d for d in range(1, max(1, min(n, want)) + 1) if n % d == 0)
+
+
 def _offset(view: UOp, idx: tuple[int, ...]) -> int | None:
   """Where element idx of `view`, a chain of movement ops, lies in the row-major layout of the node under the chain (a
   BUFFER, or the value kernelize will store: its stored form is its own row-major layout). Plain integer arithmetic,
@@ -157,10 +162,11 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
   # rows, tiles of 3: 237 GFLOP/s, padded 2.21 -> 2.04 and 2.27 -> 2.13 ms, less than A's and C's copies may cost)
   a0 = operands[1 - b_at].src[0]                           # A: (..., m, 1, k) before the broadcast along j, read as A[i, k]
   a_strides = _strides(a0.reshape(a0.shape[:-3] + (m, k)))
-  tall = not transposed and m > rows and max(d for d in range(1, rows + 1) if m % d == 0) <= rows // 4 and prod(product.shape) >= PAD_MIN_WORK
+  tall = not transposed and m > rows and divisor_at_most(m, rows) <= rows // 4 and prod(product.shape) >= PAD_MIN_WORK
   if padded or tall:
     m, n = -(-m // rows) * rows if tall else m, -(-n // panel) * panel if padded else n
-    product, operands = _padded(product, b_at, m, n)
+    product = _padded(product, b_at, m, n)
+    operands = product.src
   new = list(operands)
   # (a padded operand is packed as it is: its pad's top SHRINK is no slice of an operand other GEMMs read, see _in_panels)
   if tall:
@@ -200,9 +206,9 @@ def _pack(u: UOp, panel: int, rows: int, whole: Callable[[UOp], bool], transpose
 def _never(base: UOp) -> bool: return False
 
 
-def _padded(product: UOp, b_at: int, m: int, n: int) -> tuple[UOp, tuple[UOp, UOp]]:
+def _padded(product: UOp, b_at: int, m: int, n: int) -> UOp:
   """A GEMM's product (MUL of A broadcast along j and B, operand `b_at`, broadcast along i) over m rows and n columns,
-  A padded with zero rows to m and B with zero columns to n: (the product, its operands). Its sum is C's value in the
+  A padded with zero rows to m and B with zero columns to n. Its sum is C's value in the
   first rows and columns and 0 in the others; _pack stores it (a STAGE: a kernel whose output axes are whole register
   tiles and panels, so its tiles and vectors fit) and reads C back through a SHRINK. Unpadded, a GEMM's columns took no
   vector lanes, or fewer than the machine has: 1024 x 128 @ 128 x 65 (a GPT's head over a vocabulary of 65) ran at 44-57
@@ -215,7 +221,7 @@ def _padded(product: UOp, b_at: int, m: int, n: int) -> tuple[UOp, tuple[UOp, UO
   if n != b.shape[-2]: b = pad(b, ((0, 0),) * (len(b.shape) - 2) + ((0, n - b.shape[-2]), (0, 0)))
   operands = [a.expand(full), a.expand(full)]
   operands[b_at] = b.expand(full)
-  return product.replace(src=tuple(operands)), (operands[0], operands[1])
+  return product.replace(src=tuple(operands))
 
 
 def _in_panels(x: UOp, count: int, rows: int, whole: Callable[[UOp], bool]) -> UOp:
@@ -356,4 +362,5 @@ def _transposed_sums(nodes: list[UOp]) -> set[UOp]:
 
 
 __all__ = ["GemmPacking", "SPLIT_DEPTH_PER_COLUMN", "PACK_STRIDE", "PACK_BIG", "PACK_MID", "PACK_MID_ROWS", "PACK_MIN_ROWS", "PACK_ROWS",
-           "PACK_MIN_DEPTH", "PACK_MIN_WORK", "PACK_SMALL_WORK", "PACK_REUSE_ROWS", "PACK_NARROW", "PACK_NARROW_DEPTH", "PAD_MIN_WORK"]
+           "PACK_MIN_DEPTH", "PACK_MIN_WORK", "PACK_SMALL_WORK", "PACK_REUSE_ROWS", "PACK_NARROW", "PACK_NARROW_DEPTH", "PAD_MIN_WORK",
+           "divisor_at_most"]
