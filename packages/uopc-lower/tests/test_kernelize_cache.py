@@ -112,3 +112,25 @@ def test_a_hit_makes_its_kernels_and_temporaries_when_they_are_first_read():
   assert [k.buffers for k in hit] == [k.buffers for k in fresh] and made   # read: made, and in the fresh order
   assert not hit.temps and None not in hit.table and set(made) <= set(hit.table)
   assert hit == list(hit) and hit[0] is list(hit)[0]
+
+
+def test_a_live_graph_is_keyed_once_and_its_memo_keeps_nothing_alive(monkeypatch):
+  """kernelize_cached remembers a graph's key on its first root: the same live roots with outputs of the same kinds are
+  not walked again, other roots or outputs of another size are. The memo holds the other roots and the BUFFERs weakly:
+  dropped by everyone else, they die though the first root lives."""
+  import gc, weakref
+  walks = []
+  structure = K._structure
+  monkeypatch.setattr(K, "_structure", lambda roots, outs: walks.append(len(roots)) or structure(roots, outs))
+  first, other = attention(buf(0, 12), buf(1, 12), buf(2, 12)), buf(5, 12) * 2.0
+  for _ in range(2): kernelize_cached([(first, buf(3, 12)), (other, buf(4, 12))], counter(100))
+  assert walks == [2]
+  again = kernelize_cached([(first, buf(3, 12)), (other, buf(4, 12))], counter(100))
+  assert [k.buffers for k in again] == [k.buffers for k in kernelize([(first, buf(3, 12)), (other, buf(4, 12))], counter(100))]
+  kernelize_cached([(first, buf(3, 12)), (buf(6, 12) * 2.0, buf(4, 12))], counter(100))   # another second root
+  kernelize_cached([(first, buf(3, 12)), (other, buf(4, 13))], counter(100))                # an output of another size
+  assert walks == [2, 2, 2]
+  gone = [weakref.ref(other), weakref.ref(other.src[0])]
+  del other, again
+  gc.collect()
+  assert all(r() is None for r in gone) and first.op is Ops.REDUCE

@@ -408,3 +408,31 @@ def test_a_plain_training_step_makes_no_reference_cycles():
     step()
     assert gc.collect() == 0
   finally: gc.enable()
+
+
+def test_realize_holds_its_last_few_small_graphs_and_no_other():
+  """A graph realized plainly is held, so that code called again builds the same nodes (found in UOp's cache); at most
+  RECENT_GRAPHS of them, and never one whose inputs hold more than RECENT_GRAPH_BYTES (dropped by its tensor, a large
+  input's memory goes at once) or one over a value with a history (which holds its own graph in turn)."""
+  import weakref
+  from uopc.tensor import storage
+  a, b = Tensor(np.ones((4, 4), np.float32)), Tensor(np.ones((4, 4), np.float32))
+  first = a @ b
+  held = weakref.ref(first.uop)
+  first.realize()
+  del first
+  assert held() is not None and (a @ b).uop is held()
+  for i in range(storage.RECENT_GRAPHS): (a + float(i)).realize()
+  assert held() is None                                          # pushed out by as many later graphs
+  big = Tensor(np.ones(storage.RECENT_GRAPH_BYTES // 4 + 1, np.float32))
+  memory = weakref.ref(storage.buffer_of(big.uop))
+  (big * 2.0).realize()
+  del big
+  assert memory() is None
+  h = (Tensor(np.ones(4, np.float32), requires_grad=True) * 2.0).realize()
+  assert storage.buffer_uop(h.uop) in storage.history
+  t = h + 1.0
+  root = weakref.ref(t.uop)
+  t.realize()
+  del t
+  assert root() is None

@@ -55,7 +55,7 @@ that says which of the schedule's buffers each kernel takes, so that a runtime c
 launch graph (uopc.runtime.run_schedule) instead of looking at each kernel.
 """
 from __future__ import annotations
-import functools
+import functools, weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from collections.abc import Sequence
@@ -684,6 +684,23 @@ def _structure(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp], int
   return (tuple(flat), tuple((o.dtype, o.shape) for o in outs)), bufs, len(index) + 1
 
 
+def _keyed(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp], int] | None:
+  """_structure(roots, outs), remembered on the first root (a graph's structure never changes): a graph built again
+  over the same tensors while it lives (the Tensor frontend keeps its last few realized graphs alive) is keyed once.
+  The other roots and the BUFFERs are held weakly, so the memo keeps nothing alive that its root's graph doesn't (a
+  root kept as a realized value's history would otherwise keep the other roots' inputs)."""
+  first, shapes = roots[0], tuple((o.dtype, o.shape) for o in outs)
+  if (memo := first.__dict__.get("_structure")) is not None:
+    others, at, found, refs = memo
+    if at == shapes and len(others) == len(roots) - 1 and all(r() is u for r, u in zip(others, roots[1:])):
+      if found is None: return None
+      if None not in (bufs := [r() for r in refs]): return found[0], bufs, found[2]
+  found = _structure(roots, outs)
+  first.__dict__["_structure"] = (tuple(map(weakref.ref, roots[1:])), shapes, found and (found[0], None, found[2]),
+                                  found and tuple(map(weakref.ref, found[1])))
+  return found
+
+
 # ops whose arg is its own key in _structure: the type checker lets only ints (and Ops, dtypes) into them, so no two
 # args that compare equal mean different things (a PERMUTE by (True, False) is the one by (1, 0)); _argkey's walk of
 # each shape was a third of keying a GPT step's 1,852 nodes
@@ -702,7 +719,7 @@ def kernelize_cached(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[int, 
                                                         and isinstance(o[1], UOp) for o in outputs):
     return kernelize(outputs, new_buffer, rewrite)   # which says what is wrong
   outs = [o for _, o in outputs]
-  found = _structure([r for r, _ in outputs], outs)
+  found = _keyed([r for r, _ in outputs], outs)
   if found is None: return kernelize(outputs, new_buffer, rewrite)
   structure, bufs, size = found
   key = (structure, rewrite)   # one graph is packed for the C backend and not for CUDA: two schedules

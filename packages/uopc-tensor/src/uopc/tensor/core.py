@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from uopc.dtype import DType, dtypes, I32_MIN, I32_MAX
 from uopc.uop import UOp, Ops, prod
-from uopc.kernelize import kernelize, kernelize_cached, Kernel
+from uopc.kernelize import kernelize, kernelize_cached, Kernel, Schedule
 from uopc.backends import BackendError, get_backend
 from uopc.runtime import Buffer, run_schedule, np_dtype, backend_caps
 from uopc.opt import graph_rewrite
@@ -28,7 +28,7 @@ from uopc.grad import gradient as grad_of
 from uopc.tensor.errors import TensorError, TensorIndexError, TensorTypeError
 from uopc.tensor.args import NP_TO_DTYPE, to_dtype, dtype_named, check_size, broadcast_shape, promote
 from uopc.tensor.storage import (buffers, history, new_buffer, name_buffer, buffer_uop, buffer_of, is_realized, mark_lazy, mark_grad_leaf,
-                                 is_grad_leaf, grad_leaves)
+                                 is_grad_leaf, grad_leaves, keep_graph)
 from uopc.tensor.capture import capturing, refuse_read_while_capturing
 
 
@@ -192,6 +192,7 @@ class TensorCore:
     # a capture (uopc.jit) tells temporaries apart by their Buffers: each its own object (the memory still shared)
     launches = run_schedule(kernels, backend, buffers, policy_from_env(), distinct=(cap := capturing()) is not None)
     if cap is not None: cap.launches += launches
+    elif isinstance(kernels, Schedule): keep_graph(tuple(u for u, _ in outs), kernels.table, {b for _, b in outs})
     for t, (u, b) in zip(todo, outs):
       # a value computed from gradient leaves (not a leaf itself: an optimizer's update is a fresh start) keeps its graph
       if t.requires_grad and not is_grad_leaf(t): history[b] = u.reshape(b.shape) if u.shape != b.shape else u

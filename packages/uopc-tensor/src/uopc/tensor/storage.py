@@ -12,7 +12,7 @@ sees through a value realized on the way), the tensors assign() left lazy, the t
 random generator. Everything is held weakly or keyed by UOps: nothing here keeps a tensor alive.
 """
 from __future__ import annotations
-import gc, itertools, os, weakref
+import collections, gc, itertools, os, weakref
 import numpy as np
 from uopc.dtype import DType
 from uopc.uop import UOp, Ops, ParamArg, prod
@@ -85,6 +85,28 @@ def realize_lazy_state() -> None:
     if (t := r()) is not None and not is_realized(t.uop): todo.setdefault(t.device, []).append(t)
   _lazy_state.clear()
   for ts in todo.values(): ts[0].realize(*ts[1:])
+
+
+# realize()'s last RECENT_GRAPHS graphs, held (see keep_graph); RECENT_GRAPH_BYTES the most memory one's inputs may hold
+RECENT_GRAPHS, RECENT_GRAPH_BYTES = 4, 8 << 20
+_recent: collections.deque = collections.deque(maxlen=RECENT_GRAPHS)
+
+
+def keep_graph(roots: tuple[UOp, ...], used, outputs) -> None:
+  """Hold the graph of `roots`, just realized over the BUFFERs `used` (kernelize_cached's table: the graph's inputs,
+  `outputs`, and None or a BUFFER for each temporary), until RECENT_GRAPHS later ones are held. Code called plainly in
+  a loop builds the same graph again each time over the same tensors; while it lives, its nodes are found in UOp's
+  cache instead of built, freed and built again, and kernelize_cached keys it once (on its root): a GEMM of 512 or
+  attention's forward called plainly pay about a sixth less Python. Held only while what it keeps alive past its
+  tensors stays small: a graph whose inputs hold RECENT_GRAPH_BYTES at most, none of them a value with a history (that
+  would hold its own graph and inputs in turn)."""
+  if roots in _recent: return
+  total = 0
+  for b in used:
+    if b is None or b in outputs: continue
+    if b in history: return
+    if (total := total + b.shape[0] * b.dtype.itemsize) > RECENT_GRAPH_BYTES: return
+  _recent.append(roots)
 
 
 def mark_grad_leaf(t) -> None:
