@@ -410,10 +410,11 @@ def test_a_plain_training_step_makes_no_reference_cycles():
   finally: gc.enable()
 
 
-def test_realize_holds_its_last_few_small_graphs_and_no_other():
-  """A graph realized plainly is held, so that code called again builds the same nodes (found in UOp's cache); at most
-  RECENT_GRAPHS of them, and never one whose inputs hold more than RECENT_GRAPH_BYTES (dropped by its tensor, a large
-  input's memory goes at once) or one over a value with a history (which holds its own graph in turn)."""
+def test_realize_holds_its_last_small_graph_until_it_realizes_another(monkeypatch):
+  """The graph realized last is held, so that code called again builds the same nodes (found in UOp's cache); dropped
+  as soon as another graph is realized, before that one's memory is allocated, and never held when it is more than
+  HELD_MAX_KERNELS kernels, when its inputs hold more than HELD_MAX_BYTES (dropped by its tensor, a large input's
+  memory goes at once) or when one is a value with a history (which holds its own graph in turn)."""
   import weakref
   from uopc.tensor import storage
   a, b = Tensor(np.ones((4, 4), np.float32)), Tensor(np.ones((4, 4), np.float32))
@@ -421,18 +422,25 @@ def test_realize_holds_its_last_few_small_graphs_and_no_other():
   held = weakref.ref(first.uop)
   first.realize()
   del first
-  assert held() is not None and (a @ b).uop is held()
-  for i in range(storage.RECENT_GRAPHS): (a + float(i)).realize()
-  assert held() is None                                          # pushed out by as many later graphs
-  big = Tensor(np.ones(storage.RECENT_GRAPH_BYTES // 4 + 1, np.float32))
+  assert held() is not None and (a @ b).realize() is not None and held() is not None   # the same graph again: still held
+  c = Tensor(np.ones((4, 4), np.float32))
+  memory = weakref.ref(storage.buffer_of(c.uop))
+  (c + 1.0).realize()
+  assert held() is None                                          # dropped by the next graph realized
+  del c
+  (a + 2.0).realize()
+  assert memory() is None                                        # and that one's input with it, when the next came
+  big = Tensor(np.ones(storage.HELD_MAX_BYTES // 4 + 1, np.float32))
   memory = weakref.ref(storage.buffer_of(big.uop))
   (big * 2.0).realize()
   del big
   assert memory() is None
   h = (Tensor(np.ones(4, np.float32), requires_grad=True) * 2.0).realize()
   assert storage.buffer_uop(h.uop) in storage.history
-  t = h + 1.0
-  root = weakref.ref(t.uop)
-  t.realize()
-  del t
-  assert root() is None
+  for make, max_kernels in ((lambda: h + 1.0, storage.HELD_MAX_KERNELS), (lambda: a * 3.0, 0)):
+    monkeypatch.setattr(storage, "HELD_MAX_KERNELS", max_kernels)
+    t = make()
+    root = weakref.ref(t.uop)
+    t.realize()
+    del t
+    assert root() is None

@@ -28,7 +28,7 @@ from uopc.grad import gradient as grad_of
 from uopc.tensor.errors import TensorError, TensorIndexError, TensorTypeError
 from uopc.tensor.args import NP_TO_DTYPE, to_dtype, dtype_named, check_size, broadcast_shape, promote
 from uopc.tensor.storage import (buffers, history, new_buffer, name_buffer, buffer_uop, buffer_of, is_realized, mark_lazy, mark_grad_leaf,
-                                 is_grad_leaf, grad_leaves, keep_graph)
+                                 is_grad_leaf, grad_leaves, hold_graph, release_graph)
 from uopc.tensor.capture import capturing, refuse_read_while_capturing
 
 
@@ -185,14 +185,15 @@ class TensorCore:
     are one tensor, so writing one (load_state_dict) or differentiating by one never reaches the other."""
     todo = list({id(t): t for t in (self, *others) if not is_realized(t.uop)}.values())
     if not todo: return self
-    outs = [(t.uop, new_buffer(t.numel(), t.dtype)) for t in todo]
+    release_graph(roots := tuple(t.uop for t in todo))   # (the last graph's memory back in the pool first)
+    outs = [(u, new_buffer(t.numel(), t.dtype)) for t, u in zip(todo, roots)]
     backend = get_backend(self.device)
     # the graph as the backend's machine wants it (the C backend packs GEMM operands: uopc.opt.graph_rewrite)
     kernels = kernelize_cached(outs, new_buffer, graph_rewrite(backend_caps(backend)))
     # a capture (uopc.jit) tells temporaries apart by their Buffers: each its own object (the memory still shared)
     launches = run_schedule(kernels, backend, buffers, policy_from_env(), distinct=(cap := capturing()) is not None)
     if cap is not None: cap.launches += launches
-    elif isinstance(kernels, Schedule): keep_graph(tuple(u for u, _ in outs), kernels.table, {b for _, b in outs})
+    elif isinstance(kernels, Schedule): hold_graph(roots, len(kernels), kernels.table, {b for _, b in outs})
     for t, (u, b) in zip(todo, outs):
       # a value computed from gradient leaves (not a leaf itself: an optimizer's update is a fresh start) keeps its graph
       if t.requires_grad and not is_grad_leaf(t): history[b] = u.reshape(b.shape) if u.shape != b.shape else u

@@ -12,7 +12,7 @@ sees through a value realized on the way), the tensors assign() left lazy, the t
 random generator. Everything is held weakly or keyed by UOps: nothing here keeps a tensor alive.
 """
 from __future__ import annotations
-import collections, gc, itertools, os, weakref
+import gc, itertools, os, weakref
 import numpy as np
 from uopc.dtype import DType
 from uopc.uop import UOp, Ops, ParamArg, prod
@@ -87,26 +87,39 @@ def realize_lazy_state() -> None:
   for ts in todo.values(): ts[0].realize(*ts[1:])
 
 
-# realize()'s last RECENT_GRAPHS graphs, held (see keep_graph); RECENT_GRAPH_BYTES the most memory one's inputs may hold
-RECENT_GRAPHS, RECENT_GRAPH_BYTES = 4, 8 << 20
-_recent: collections.deque = collections.deque(maxlen=RECENT_GRAPHS)
+# the graph realize() computed last, held (see hold_graph) while it is HELD_MAX_KERNELS kernels at most and its
+# inputs hold HELD_MAX_BYTES
+HELD_MAX_KERNELS, HELD_MAX_BYTES = 64, 8 << 20
+_held: list[tuple[UOp, ...]] = []
 
 
-def keep_graph(roots: tuple[UOp, ...], used, outputs) -> None:
-  """Hold the graph of `roots`, just realized over the BUFFERs `used` (kernelize_cached's table: the graph's inputs,
-  `outputs`, and None or a BUFFER for each temporary), until RECENT_GRAPHS later ones are held. Code called plainly in
-  a loop builds the same graph again each time over the same tensors; while it lives, its nodes are found in UOp's
-  cache instead of built, freed and built again, and kernelize_cached keys it once (on its root): a GEMM of 512 or
-  attention's forward called plainly pay about a sixth less Python. Held only while what it keeps alive past its
-  tensors stays small: a graph whose inputs hold RECENT_GRAPH_BYTES at most, none of them a value with a history (that
-  would hold its own graph and inputs in turn)."""
-  if roots in _recent: return
+def hold_graph(roots: tuple[UOp, ...], kernels: int, used, outputs) -> None:
+  """Hold the graph of `roots`, just realized in `kernels` kernels over the BUFFERs `used` (kernelize_cached's table:
+  the graph's inputs, `outputs`, and None or a BUFFER for each temporary), until the next realize() of another graph.
+  Code called plainly in a loop over the same tensors builds the same graph each time; while the last one lives, its
+  nodes are found in UOp's cache instead of built, freed and built again, and kernelize_cached keys it once (on its
+  root): attention's forward called plainly 459 -> 391 us, a GEMM of 512 919 -> 896 us. A loop over new inputs gains
+  little (attention with a new q each call: 485 -> 477 us): what differs from the last graph is built anyway.
+
+  What holding costs is bounded. One graph, dropped as the next realize() starts (release_graph), before that one
+  allocates (held over four calls, a plain GPT step was 7% slower). A graph of HELD_MAX_KERNELS kernels at most: a
+  whole program (a plain GPT step: 233 kernels over new weights each step) is seldom built again over the same tensors,
+  and its thousands of nodes held past the step cost the cyclic collector's young collections (the step 2-4% slower,
+  as fast with the collector off). Inputs of HELD_MAX_BYTES at most, none a value with a history (which would hold its
+  own graph and inputs in turn): what the graph keeps alive past its tensors stays small."""
+  _held.clear()
+  if kernels > HELD_MAX_KERNELS: return
   total = 0
   for b in used:
     if b is None or b in outputs: continue
     if b in history: return
-    if (total := total + b.shape[0] * b.dtype.itemsize) > RECENT_GRAPH_BYTES: return
-  _recent.append(roots)
+    if (total := total + b.shape[0] * b.dtype.itemsize) > HELD_MAX_BYTES: return
+  _held.append(roots)
+
+
+def release_graph(roots: tuple[UOp, ...]) -> None:
+  """Drop the held graph (see hold_graph) unless it is the graph of `roots`, about to be realized again."""
+  if _held and _held[0] != roots: _held.clear()
 
 
 def mark_grad_leaf(t) -> None:
