@@ -90,7 +90,7 @@ def realize_lazy_state() -> None:
 # the graph realize() computed last, held (see hold_graph) while it is HELD_MAX_KERNELS kernels at most and its
 # inputs hold HELD_MAX_BYTES
 HELD_MAX_KERNELS, HELD_MAX_BYTES = 64, 8 << 20
-_held: list[tuple[UOp, ...]] = []
+_held: list[tuple[UOp, ...] | None] = [None]   # (one slot, read and written whole: realize() may run in threads)
 
 
 def hold_graph(roots: tuple[UOp, ...], kernels: int, used, outputs) -> None:
@@ -107,19 +107,19 @@ def hold_graph(roots: tuple[UOp, ...], kernels: int, used, outputs) -> None:
   and its thousands of nodes held past the step cost the cyclic collector's young collections (the step 2-4% slower,
   as fast with the collector off). Inputs of HELD_MAX_BYTES at most, none a value with a history (which would hold its
   own graph and inputs in turn): what the graph keeps alive past its tensors stays small."""
-  _held.clear()
+  _held[0] = None
   if kernels > HELD_MAX_KERNELS: return
   total = 0
   for b in used:
     if b is None or b in outputs: continue
     if b in history: return
     if (total := total + b.shape[0] * b.dtype.itemsize) > HELD_MAX_BYTES: return
-  _held.append(roots)
+  _held[0] = roots
 
 
 def release_graph(roots: tuple[UOp, ...]) -> None:
   """Drop the held graph (see hold_graph) unless it is the graph of `roots`, about to be realized again."""
-  if _held and _held[0] != roots: _held.clear()
+  if (held := _held[0]) is not None and held != roots: _held[0] = None
 
 
 def mark_grad_leaf(t) -> None:
