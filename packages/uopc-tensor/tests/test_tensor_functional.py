@@ -255,6 +255,34 @@ def test_unit_stride_windows_straight_to_uops_build_the_graph_of_the_views(shape
     assert x.conv2d(w, padding=1, dilation=dilation).uop is by_ops.uop
   with pytest.raises(TensorError, match="doesn't fit"): x._unit_stride_windows((shape[-1] + 1,) * nd, dilation)
 
+
+@pytest.mark.parametrize("xs, ws, kw", [
+  ((2, 3, 9, 7), (5, 3, 3, 3), dict(padding=1)), ((2, 3, 9, 7), (5, 3, 3, 3), dict()), ((2, 3, 9, 7), (5, 3, 1, 1), dict()),
+  ((2, 3, 9, 7), (5, 3, 3, 2), dict(padding=(1, 2))), ((2, 3, 9, 7), (5, 3, 3, 3), dict(padding=2, dilation=2)),
+  ((2, 3, 9, 7), (5, 3, 3, 3), dict(padding="same")), ((2, 3, 9, 7), (5, 3, 3, 3), dict(padding=(0, 1, 2, 0))),
+  ((3, 9, 7), (5, 3, 3, 3), dict(padding=1)), ((2, 3, 9), (5, 3, 3), dict(padding=1)), ((1, 2, 4, 4, 4), (3, 2, 3, 3, 3), dict(padding=1))])
+def test_a_convolution_straight_to_uops_builds_the_graph_of_its_tensor_ops(monkeypatch, xs, ws, kw):
+  # conv2d's common case (one group, stride 1, no cropping, one dtype) builds its UOps directly (_conv_uops): the same
+  # nodes as the Tensor ops of the general road, with and without a bias, gradients or a lazy input
+  from uopc.tensor.conv import ConvMixin
+  for grad, bias, lazy in [(False, False, False), (True, True, False), (False, True, True), (True, False, True)]:
+    x = Tensor(RNG.standard_normal(xs).astype(np.float32), requires_grad=grad)
+    if lazy: x = x * 2.0
+    w = Tensor(RNG.standard_normal(ws).astype(np.float32), requires_grad=grad)
+    b = Tensor(RNG.standard_normal(ws[0]).astype(np.float32)) if bias else None
+    fast = x.conv2d(w, b, **kw)
+    with monkeypatch.context() as m:
+      m.setattr(ConvMixin, "_conv_uops", lambda *a: None)
+      slow = x.conv2d(w, b, **kw)
+    assert fast.uop is slow.uop and fast.requires_grad == slow.requires_grad
+  x4, w4 = Tensor(RNG.standard_normal((2, 4, 6, 6)).astype(np.float32)), Tensor(RNG.standard_normal((4, 4, 3, 3)).astype(np.float32))
+  one = ((1, 1), (1, 1))
+  assert x4._conv_uops(w4, None, (1, 1), one, (1, 1), 1) is not None
+  for other in [(w4, None, (2, 1), one, (1, 1), 1), (w4, None, (1, 1), ((-1, 1), (1, 1)), (1, 1), 1), (w4.half(), None, (1, 1), one, (1, 1), 1),
+                (w4, Tensor(np.ones(4, np.int32)), (1, 1), one, (1, 1), 1), (w4[:, :2], None, (1, 1), one, (1, 1), 2)]:
+    assert x4._conv_uops(*other) is None                    # stride 2, a crop, f16 or mixed dtypes, groups: the general road
+  assert Tensor(np.ones((0, 4, 6, 6), np.float32))._conv_uops(w4, None, (1, 1), one, (1, 1), 1) is None
+
 def pool_ref(x, kernel, stride, padding, reduce, pad_value):
   (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
   xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=pad_value)
