@@ -686,7 +686,7 @@ def _structure(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp], int
 
 def _keyed(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp], int] | None:
   """_structure(roots, outs), remembered on the first root (a graph's structure never changes): a graph built again
-  over the same tensors while it lives (the Tensor frontend keeps its last few realized graphs alive) is keyed once.
+  over the same tensors while it lives (the Tensor frontend holds the graph it realized last) is keyed once.
   The other roots and the BUFFERs are held weakly, so the memo keeps nothing alive that its root's graph doesn't (a
   root kept as a realized value's history would otherwise keep the other roots' inputs)."""
   first, shapes = roots[0], tuple((o.dtype, o.shape) for o in outs)

@@ -171,7 +171,6 @@ class ConvMixin:
     out = out._new(_refolded(out.uop, out.requires_grad, (N, O) + out_sp))
     return out if bias is None else out + bias.reshape((1, O) + (1,) * nd)
 
-
   def conv_transpose2d(self, weight: TensorCore, bias: TensorCore | None = None, stride=1, padding=0, output_padding=0, groups: int = 1,
                        dilation=1) -> TensorCore:
     """The transposed convolution (the gradient of conv2d with respect to its input) over the last weight.ndim - 2 axes,

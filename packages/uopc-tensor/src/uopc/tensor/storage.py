@@ -102,7 +102,7 @@ def hold_graph(roots: tuple[UOp, ...], kernels: int, used, outputs) -> None:
   little (attention with a new q each call: 485 -> 477 us): what differs from the last graph is built anyway.
 
   What holding costs is bounded. One graph, dropped as the next realize() starts (release_graph), before that one
-  allocates (held over four calls, a plain GPT step was 7% slower). A graph of HELD_MAX_KERNELS kernels at most: a
+  allocates (holding the last four, a plain GPT step was 7% slower). A graph of HELD_MAX_KERNELS kernels at most: a
   whole program (a plain GPT step: 233 kernels over new weights each step) is seldom built again over the same tensors,
   and its thousands of nodes held past the step cost the cyclic collector's young collections (the step 2-4% slower,
   as fast with the collector off). Inputs of HELD_MAX_BYTES at most, none a value with a history (which would hold its
