@@ -691,13 +691,13 @@ def _keyed(roots: list[UOp], outs: list[UOp]) -> tuple[tuple, list[UOp], int] | 
   root kept as a realized value's history would otherwise keep the other roots' inputs)."""
   first, shapes = roots[0], tuple((o.dtype, o.shape) for o in outs)
   if (memo := first.__dict__.get("_structure")) is not None:
-    others, at, found, refs = memo
+    others, at, key, refs, size = memo
     if at == shapes and len(others) == len(roots) - 1 and all(r() is u for r, u in zip(others, roots[1:])):
-      if found is None: return None
-      if None not in (bufs := [r() for r in refs]): return found[0], bufs, found[2]
+      if key is None: return None                          # too large to key, as before
+      if None not in (bufs := [r() for r in refs]): return key, bufs, size
   found = _structure(roots, outs)
-  first.__dict__["_structure"] = (tuple(map(weakref.ref, roots[1:])), shapes, found and (found[0], None, found[2]),
-                                  found and tuple(map(weakref.ref, found[1])))
+  key, bufs, size = found or (None, (), 0)
+  first.__dict__["_structure"] = (tuple(map(weakref.ref, roots[1:])), shapes, key, tuple(map(weakref.ref, bufs)), size)
   return found
 
 

@@ -219,9 +219,8 @@ def _padded(product: UOp, b_at: int, m: int, n: int) -> UOp:
   a, b = product.src[1 - b_at].src[0], product.src[b_at].src[0]      # (..., m0, 1, k) and (..., 1, n0, k)
   if m != a.shape[-3]: a = pad(a, ((0, 0),) * (len(a.shape) - 3) + ((0, m - a.shape[-3]), (0, 0), (0, 0)))
   if n != b.shape[-2]: b = pad(b, ((0, 0),) * (len(b.shape) - 2) + ((0, n - b.shape[-2]), (0, 0)))
-  operands = [a.expand(full), a.expand(full)]
-  operands[b_at] = b.expand(full)
-  return product.replace(src=tuple(operands))
+  pair = (a.expand(full), b.expand(full))
+  return product.replace(src=pair if b_at else pair[::-1])
 
 
 def _in_panels(x: UOp, count: int, rows: int, whole: Callable[[UOp], bool]) -> UOp:

@@ -14,7 +14,7 @@ from uopc.composite import pad as pad_uop
 from uopc.tensor.errors import TensorError
 from uopc.tensor.args import per_axis, padding_pairs, check_window_args, promote, check_size, broadcast_shape
 from uopc.tensor.core import TensorCore, broadcast_uop
-from uopc.tensor.movement import stack_uop
+from uopc.tensor.movement import stack_uop, refold
 
 
 def _window_counts(kernel, stride, dilation, sizes) -> list[int]:
@@ -24,12 +24,6 @@ def _window_counts(kernel, stride, dilation, sizes) -> list[int]:
     if (o := (i - d * (k - 1) - 1) // s + 1) <= 0: raise TensorError(f"window of {k} (dilation {d}) doesn't fit an axis of {i}")
     outs.append(o)
   return outs
-
-
-def _refolded(u, requires_grad: bool, shape: tuple[int, ...]):
-  """Tensor.reshape's UOp for a tensor whose uop is u (see movement.reshape_uop)."""
-  if u.op is Ops.RESHAPE and not requires_grad: u = u.src[0]
-  return u if u.shape == shape else u.reshape(shape)
 
 
 class ConvMixin:
@@ -164,11 +158,11 @@ class ConvMixin:
       u = UOp(Ops.STAGE, (pad_uop(u, widths),))
     win = self._new(u)._unit_stride_windows(weight.shape[2:], dilation)
     (N, C), O, K, out_sp = u.shape[:2], w.shape[0], prod(weight.shape[2:]), win.shape[2:-1]
-    a = _refolded(win.uop, win.requires_grad, (N, 1, 1, C) + out_sp + (K,)).permute((0, 1, 2) + tuple(range(4, 4 + nd)) + (3, 4 + nd))
-    b = _refolded(w, weight.requires_grad, (1, 1, O) + (1,) * nd + (C, K))
+    a = refold(win.uop, win.requires_grad, (N, 1, 1, C) + out_sp + (K,)).permute((0, 1, 2) + tuple(range(4, 4 + nd)) + (3, 4 + nd))
+    b = refold(w, weight.requires_grad, (1, 1, O) + (1,) * nd + (C, K))
     full = broadcast_shape(a.shape, b.shape)
     out = self._new(UOp(Ops.MUL, (broadcast_uop(a, full), broadcast_uop(b, full))).reduce(Ops.ADD, 2), weight)
-    out = out._new(_refolded(out.uop, out.requires_grad, (N, O) + out_sp))
+    out = out._new(refold(out.uop, out.requires_grad, (N, O) + out_sp))
     return out if bias is None else out + bias.reshape((1, O) + (1,) * nd)
 
   def conv_transpose2d(self, weight: TensorCore, bias: TensorCore | None = None, stride=1, padding=0, output_padding=0, groups: int = 1,

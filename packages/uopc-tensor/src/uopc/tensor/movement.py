@@ -24,8 +24,13 @@ def reshape_uop(t: TensorCore, shape: tuple[int, ...]) -> UOp:
   realized tensor viewed again (targets (B, T) flattened for a loss) stays a view of its buffer, with no copy kernel to
   realize it and no index check's read of that copy. Not for a tensor that requires a gradient: backward() finds such a
   tensor by its own node, which the folded graph would no longer hold."""
-  u = t.uop
-  if u.op is Ops.RESHAPE and not t.requires_grad: u = u.src[0]
+  return refold(t.uop, t.requires_grad, shape)
+
+
+def refold(u: UOp, requires_grad: bool, shape: tuple[int, ...]) -> UOp:
+  """reshape_uop for a tensor whose uop is u and that requires a gradient or not, for a composite that builds its UOps
+  without the Tensors between (conv2d's _conv_uops)."""
+  if u.op is Ops.RESHAPE and not requires_grad: u = u.src[0]
   return u if u.shape == shape else u.reshape(shape)
 
 
